@@ -1,0 +1,1 @@
+"""chattts-stream client: generated stubs, client library and CLI."""

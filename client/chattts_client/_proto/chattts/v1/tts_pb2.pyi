@@ -1,0 +1,177 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AudioEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    AUDIO_ENCODING_UNSPECIFIED: _ClassVar[AudioEncoding]
+    LINEAR16: _ClassVar[AudioEncoding]
+    MULAW: _ClassVar[AudioEncoding]
+    ALAW: _ClassVar[AudioEncoding]
+    OGG_OPUS: _ClassVar[AudioEncoding]
+    FLOAT32: _ClassVar[AudioEncoding]
+AUDIO_ENCODING_UNSPECIFIED: AudioEncoding
+LINEAR16: AudioEncoding
+MULAW: AudioEncoding
+ALAW: AudioEncoding
+OGG_OPUS: AudioEncoding
+FLOAT32: AudioEncoding
+
+class Voice(_message.Message):
+    __slots__ = ("seed", "speaker_embedding", "preset")
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    SPEAKER_EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    PRESET_FIELD_NUMBER: _ClassVar[int]
+    seed: int
+    speaker_embedding: str
+    preset: str
+    def __init__(self, seed: _Optional[int] = ..., speaker_embedding: _Optional[str] = ..., preset: _Optional[str] = ...) -> None: ...
+
+class AudioFormat(_message.Message):
+    __slots__ = ("encoding", "sample_rate_hz")
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    encoding: AudioEncoding
+    sample_rate_hz: int
+    def __init__(self, encoding: _Optional[_Union[AudioEncoding, str]] = ..., sample_rate_hz: _Optional[int] = ...) -> None: ...
+
+class Prosody(_message.Message):
+    __slots__ = ("speed", "refine_text", "oral", "laugh", "break_level")
+    SPEED_FIELD_NUMBER: _ClassVar[int]
+    REFINE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    ORAL_FIELD_NUMBER: _ClassVar[int]
+    LAUGH_FIELD_NUMBER: _ClassVar[int]
+    BREAK_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    speed: float
+    refine_text: bool
+    oral: int
+    laugh: int
+    break_level: int
+    def __init__(self, speed: _Optional[float] = ..., refine_text: _Optional[bool] = ..., oral: _Optional[int] = ..., laugh: _Optional[int] = ..., break_level: _Optional[int] = ...) -> None: ...
+
+class Sampling(_message.Message):
+    __slots__ = ("temperature", "top_p", "top_k", "repetition_penalty", "seed", "max_new_tokens", "min_new_tokens")
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MIN_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    temperature: float
+    top_p: float
+    top_k: int
+    repetition_penalty: float
+    seed: int
+    max_new_tokens: int
+    min_new_tokens: int
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., min_new_tokens: _Optional[int] = ...) -> None: ...
+
+class SynthesisConfig(_message.Message):
+    __slots__ = ("voice", "audio_format", "prosody", "sampling")
+    VOICE_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    PROSODY_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    voice: Voice
+    audio_format: AudioFormat
+    prosody: Prosody
+    sampling: Sampling
+    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ...) -> None: ...
+
+class TextInput(_message.Message):
+    __slots__ = ("text", "flush")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    flush: bool
+    def __init__(self, text: _Optional[str] = ..., flush: _Optional[bool] = ...) -> None: ...
+
+class StreamingSynthesizeRequest(_message.Message):
+    __slots__ = ("config", "text")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    config: SynthesisConfig
+    text: TextInput
+    def __init__(self, config: _Optional[_Union[SynthesisConfig, _Mapping]] = ..., text: _Optional[_Union[TextInput, _Mapping]] = ...) -> None: ...
+
+class AudioChunk(_message.Message):
+    __slots__ = ("audio", "sample_offset", "num_samples", "utterance_index", "sample_rate_hz", "encoding")
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    UTTERANCE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    audio: bytes
+    sample_offset: int
+    num_samples: int
+    utterance_index: int
+    sample_rate_hz: int
+    encoding: AudioEncoding
+    def __init__(self, audio: _Optional[bytes] = ..., sample_offset: _Optional[int] = ..., num_samples: _Optional[int] = ..., utterance_index: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ...) -> None: ...
+
+class UtteranceEnd(_message.Message):
+    __slots__ = ("utterance_index", "text", "audio_duration_s", "time_to_first_audio_s", "generation_time_s", "num_tokens", "finish_reason")
+    UTTERANCE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_FIRST_AUDIO_S_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    utterance_index: int
+    text: str
+    audio_duration_s: float
+    time_to_first_audio_s: float
+    generation_time_s: float
+    num_tokens: int
+    finish_reason: str
+    def __init__(self, utterance_index: _Optional[int] = ..., text: _Optional[str] = ..., audio_duration_s: _Optional[float] = ..., time_to_first_audio_s: _Optional[float] = ..., generation_time_s: _Optional[float] = ..., num_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+
+class StreamingSynthesizeResponse(_message.Message):
+    __slots__ = ("audio", "utterance_end")
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    UTTERANCE_END_FIELD_NUMBER: _ClassVar[int]
+    audio: AudioChunk
+    utterance_end: UtteranceEnd
+    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., utterance_end: _Optional[_Union[UtteranceEnd, _Mapping]] = ...) -> None: ...
+
+class SynthesizeRequest(_message.Message):
+    __slots__ = ("text", "config")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    config: SynthesisConfig
+    def __init__(self, text: _Optional[str] = ..., config: _Optional[_Union[SynthesisConfig, _Mapping]] = ...) -> None: ...
+
+class SynthesizeResponse(_message.Message):
+    __slots__ = ("audio", "utterance_end")
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    UTTERANCE_END_FIELD_NUMBER: _ClassVar[int]
+    audio: AudioChunk
+    utterance_end: UtteranceEnd
+    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., utterance_end: _Optional[_Union[UtteranceEnd, _Mapping]] = ...) -> None: ...
+
+class ListVoicesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class VoiceInfo(_message.Message):
+    __slots__ = ("name", "description")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...
+
+class ListVoicesResponse(_message.Message):
+    __slots__ = ("voices",)
+    VOICES_FIELD_NUMBER: _ClassVar[int]
+    voices: _containers.RepeatedCompositeFieldContainer[VoiceInfo]
+    def __init__(self, voices: _Optional[_Iterable[_Union[VoiceInfo, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,1 @@
+"""gRPC transport: servicers, validation, pb <-> domain conversion. No tensor code."""

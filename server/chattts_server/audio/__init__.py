@@ -1,0 +1,1 @@
+"""PCM encodings and resampling."""

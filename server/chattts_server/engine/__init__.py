@@ -1,0 +1,1 @@
+"""Serving engine: scheduler, model runner, streaming decode."""

@@ -1,0 +1,1 @@
+"""ChatTTS assets, our Llama decode over a slot KV cache, vocoders."""
