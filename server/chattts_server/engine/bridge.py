@@ -1,0 +1,63 @@
+"""The hand-off between the engine thread and asyncio handlers, one `RequestHandle` per request.
+
+The engine thread calls `emit`/`fail`; the handler awaits `next_event`. Events cross threads via
+`loop.call_soon_threadsafe`. The buffer is bounded in effect: the engine reads `outstanding`
+and stops generating for a request whose reader is `output_buffer_chunks` behind, so a slow
+client slows only itself and never grows memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .types import AudioChunk, EngineEvent, UtteranceRequest
+
+_FAILED = object()
+
+
+class RequestHandle:
+    def __init__(self, request: UtteranceRequest, loop: asyncio.AbstractEventLoop, wake_engine: Any) -> None:
+        self.request = request
+        self.loop = loop
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._wake_engine = wake_engine
+        self.produced = 0
+        """Audio chunks emitted (written by the engine thread only)."""
+        self.consumed = 0
+        """Audio chunks taken by the reader (written by the event loop only)."""
+        self.paused = False
+        """Set by the engine when it skips this request because the reader is behind."""
+        self.closed = False
+        """The reader went away (cancel, disconnect, deadline); set on the event loop."""
+        self.finished = False
+        """The engine delivered the last event or an error."""
+
+    @property
+    def outstanding(self) -> int:
+        return self.produced - self.consumed
+
+    # -- engine thread ---------------------------------------------------------------------
+
+    def emit(self, event: EngineEvent) -> None:
+        if isinstance(event, AudioChunk):
+            self.produced += 1
+        else:
+            self.finished = True
+        self.loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    def fail(self, error: BaseException) -> None:
+        self.finished = True
+        self.loop.call_soon_threadsafe(self._queue.put_nowait, (_FAILED, error))
+
+    # -- event loop ------------------------------------------------------------------------
+
+    async def next_event(self) -> EngineEvent:
+        item = await self._queue.get()
+        if isinstance(item, tuple) and item and item[0] is _FAILED:
+            raise item[1]
+        if isinstance(item, AudioChunk):
+            self.consumed += 1
+            if self.paused:
+                self._wake_engine()
+        return item  # type: ignore[no-any-return]

@@ -1,0 +1,39 @@
+"""`chattts-server`: parse flags, start the server, serve until SIGTERM/SIGINT, exit 0 (1 on engine failure)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+from .config import ConfigError, config_from_args
+from .server import StartupError, TTSServer
+
+
+async def _serve(server: TTSServer) -> int:
+    await server.start()
+    server.install_signal_handlers()
+    print(f"chattts-server listening on port {server.port}", flush=True)
+    return await server.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = config_from_args(argv)
+    except ConfigError as exc:
+        print(f"chattts-server: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=config.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return asyncio.run(_serve(TTSServer(config)))
+    except StartupError as exc:
+        print(f"chattts-server: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

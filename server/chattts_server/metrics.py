@@ -1,0 +1,73 @@
+"""Prometheus metrics, served on their own HTTP port (`--metrics-port`).
+
+Each server builds its own registry, so tests can run several servers in one process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+_RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ttfa = Histogram(
+            "chattts_time_to_first_audio_seconds", "Stream start to first audio chunk sent", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.chunk_gap = Histogram(
+            "chattts_inter_chunk_gap_seconds", "Time between consecutive audio chunks of a stream", buckets=_LATENCY_BUCKETS, registry=r
+        )
+        self.rtf = Histogram(
+            "chattts_real_time_factor", "Generation time / audio duration per utterance", buckets=_RTF_BUCKETS, registry=r
+        )
+        self.audio_seconds = Counter("chattts_audio_seconds_total", "Audio generated", registry=r)
+        self.tokens = Counter("chattts_audio_tokens_total", "Audio tokens generated", registry=r)
+        self.streams = Counter("chattts_streams_total", "Streams finished, by method and status", ["method", "status"], registry=r)
+        self.rejections = Counter("chattts_rejected_streams_total", "Streams refused at admission", ["reason"], registry=r)
+        self.active_streams = Gauge("chattts_active_streams", "Streams admitted and running", registry=r)
+        self.queued_streams = Gauge("chattts_queued_streams", "Streams waiting for admission", registry=r)
+        self.slots_in_use = Gauge("chattts_kv_slots_in_use", "KV-cache slots held by requests", registry=r)
+        self.slots_total = Gauge("chattts_kv_slots_total", "KV-cache slots allocated", registry=r)
+
+    def bind(
+        self,
+        active: Callable[[], float],
+        queued: Callable[[], float],
+        slots_in_use: Callable[[], float],
+        slots_total: Callable[[], float],
+    ) -> None:
+        """Read gauges from their owners at scrape time."""
+        self.active_streams.set_function(active)
+        self.queued_streams.set_function(queued)
+        self.slots_in_use.set_function(slots_in_use)
+        self.slots_total.set_function(slots_total)
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+        start_http_server(port, addr=host, registry=self.registry)
+
+    def streams_started(self, method: str) -> None:
+        pass
+
+    def streams_finished(self, method: str, status: str) -> None:
+        self.streams.labels(method=method, status=status).inc()
+
+    def rejected(self, reason: str) -> None:
+        self.rejections.labels(reason=reason).inc()
+
+    def observe_ttfa(self, seconds: float) -> None:
+        self.ttfa.observe(seconds)
+
+    def observe_chunk_gap(self, seconds: float) -> None:
+        self.chunk_gap.observe(seconds)
+
+    def observe_utterance(self, generation_s: float, audio_s: float, num_tokens: int) -> None:
+        self.audio_seconds.inc(audio_s)
+        self.tokens.inc(num_tokens)
+        if audio_s > 0:
+            self.rtf.observe(generation_s / audio_s)

@@ -1,0 +1,201 @@
+"""The gRPC server process: wiring, health, reflection, TLS/auth, drain on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+
+from .api.admission import Admission
+from .api.auth import BearerTokenInterceptor, load_tokens
+from .api.convert import Validator
+from .api.servicer import TextToSpeechServicer
+from .audio.encoding import SUPPORTED_ENCODINGS
+from .config import ServerConfig
+from .engine.engine import ChatTTSEngine
+from .metrics import Metrics
+from .voices import VoiceLibrary
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = tts_pb2.DESCRIPTOR.services_by_name["TextToSpeech"].full_name
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class StartupError(RuntimeError):
+    """The server cannot start (bad certificate path, unreadable token file, port in use)."""
+
+
+def _read(path: Any, what: str) -> bytes:
+    try:
+        return bytes(path.read_bytes())
+    except OSError as exc:
+        raise StartupError(f"cannot read {what} {path}: {exc.strerror}") from None
+
+
+def _grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
+    n, limits = config.network, config.limits
+    options = [
+        ("grpc.max_receive_message_length", limits.max_receive_bytes),
+        ("grpc.max_send_message_length", limits.max_send_bytes),
+        ("grpc.keepalive_time_ms", int(n.keepalive_time_s * 1000)),
+        ("grpc.keepalive_timeout_ms", int(n.keepalive_timeout_s * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
+        ("grpc.http2.max_ping_strikes", 2),
+        ("grpc.so_reuseport", 0),
+    ]
+    if n.max_connection_age_s > 0:
+        options.append(("grpc.max_connection_age_ms", int(n.max_connection_age_s * 1000)))
+        options.append(("grpc.max_connection_age_grace_ms", int(n.max_connection_age_grace_s * 1000)))
+    return options
+
+
+class TTSServer:
+    """Owns the engine, the grpc.aio server and the lifecycle between them."""
+
+    def __init__(self, config: ServerConfig, engine: ChatTTSEngine | None = None) -> None:
+        self.config = config
+        self.engine = engine or ChatTTSEngine(config.model, config.engine)
+        self.metrics = Metrics()
+        self.voices = VoiceLibrary(config.voices_dir)
+        self.admission: Admission | None = None
+        self.health = health_aio.HealthServicer()
+        self.server: grpc.aio.Server | None = None
+        self.port = 0
+        self._stopped: asyncio.Event | None = None
+        self._fatal: BaseException | None = None
+        self._draining = False
+        self.servicer: TextToSpeechServicer | None = None
+
+    async def start(self) -> int:
+        """Bind and start serving (health NOT_SERVING); the engine loads in the background."""
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        self.admission = Admission(cfg.engine.max_streams, cfg.admission.max_queue)
+        interceptors = []
+        if cfg.security.auth_token_file is not None:
+            try:
+                interceptors.append(BearerTokenInterceptor(load_tokens(cfg.security.auth_token_file)))
+            except (OSError, ValueError) as exc:
+                raise StartupError(f"--auth-token-file: {exc}") from None
+        credentials = self._credentials()
+        self.server = grpc.aio.server(options=_grpc_options(cfg), interceptors=interceptors)
+
+        validator = Validator(self.voices, speaker_dim=0)  # replaced once the model is loaded
+        self.servicer = TextToSpeechServicer(
+            self.engine, validator, self.voices, self.admission, cfg.limits, cfg.admission, self.metrics
+        )
+        tts_pb2_grpc.add_TextToSpeechServicer_to_server(self.servicer, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        await self.health.set("", NOT_SERVING)
+        await self.health.set(SERVICE_NAME, NOT_SERVING)
+        if cfg.security.reflection:
+            reflection.enable_server_reflection(
+                (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+                self.server,
+            )
+        address = f"{cfg.network.host}:{cfg.network.port}"
+        try:
+            if credentials is None:
+                self.port = self.server.add_insecure_port(address)
+            else:
+                self.port = self.server.add_secure_port(address, credentials)
+        except RuntimeError as exc:
+            raise StartupError(f"cannot listen on {address}: {exc}") from None
+        await self.server.start()
+        if cfg.network.metrics_port:
+            self.metrics.serve(cfg.network.metrics_port)
+        admission = self.admission
+        self.metrics.bind(
+            active=lambda: admission.active,
+            queued=lambda: admission.waiting,
+            slots_in_use=lambda: len(self.engine.scheduler.running),
+            slots_total=lambda: self.engine.scheduler.num_slots,
+        )
+        self.engine.start(
+            on_ready=lambda: loop.call_soon_threadsafe(self._on_engine_ready),
+            on_fatal=lambda exc: loop.call_soon_threadsafe(self._on_engine_fatal, exc),
+        )
+        log.info("listening on %s (port %d), loading the model", address, self.port)
+        return self.port
+
+    def _credentials(self) -> grpc.ServerCredentials | None:
+        sec = self.config.security
+        if sec.tls_cert is None or sec.tls_key is None:
+            return None
+        chain = _read(sec.tls_cert, "--tls-cert")
+        key = _read(sec.tls_key, "--tls-key")
+        client_ca = _read(sec.tls_client_ca, "--tls-client-ca") if sec.tls_client_ca else None
+        return grpc.ssl_server_credentials(
+            [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
+        )
+
+    def _on_engine_ready(self) -> None:
+        assert self.servicer is not None and self.admission is not None
+        self.servicer.validator = Validator(
+            self.voices,
+            speaker_dim=self.engine.speaker_dim,
+            native_sample_rate=self.engine.sample_rate,
+            max_new_tokens=self.config.engine.max_new_tokens,
+            max_text_chars=self.config.limits.max_text_chars,
+            supported_encodings=tuple(SUPPORTED_ENCODINGS),
+        )
+        if self._draining:
+            return
+        self.admission.accepting = True
+        asyncio.ensure_future(self._set_health(SERVING))
+        log.info("serving chattts.v1.TextToSpeech on port %d", self.port)
+
+    def _on_engine_fatal(self, exc: BaseException) -> None:
+        self._fatal = exc
+        log.error("engine is unusable; shutting down so a supervisor can restart us")
+        asyncio.ensure_future(self.drain(grace_s=0))
+
+    async def _set_health(self, status: int) -> None:
+        await self.health.set("", status)
+        await self.health.set(SERVICE_NAME, status)
+
+    async def drain(self, grace_s: float | None = None) -> None:
+        """Graceful stop: NOT_SERVING, refuse new streams, let streams finish, cancel the rest."""
+        if self._draining:
+            return
+        self._draining = True
+        grace = self.config.admission.grace_s if grace_s is None else grace_s
+        log.info("draining: up to %.1f s for %d streams", grace, self.admission.active if self.admission else 0)
+        await self._set_health(NOT_SERVING)
+        started = time.monotonic()
+        if self.admission is not None:
+            self.admission.stop_accepting()
+            try:
+                await asyncio.wait_for(self.admission.wait_idle(), grace)
+            except TimeoutError:
+                log.warning("grace period over; cancelling %d streams", self.admission.active)
+        if self.server is not None:
+            await self.server.stop(max(0.0, grace - (time.monotonic() - started)) if grace else 0)
+        await asyncio.get_running_loop().run_in_executor(None, self.engine.stop)
+        assert self._stopped is not None
+        self._stopped.set()
+
+    async def wait(self) -> int:
+        """Block until stopped; the process exit code (0, or 1 after an engine failure)."""
+        assert self._stopped is not None
+        await self._stopped.wait()
+        return 1 if self._fatal is not None else 0
+
+    def install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(self.drain()))
+        loop.add_signal_handler(signal.SIGHUP, self.voices.reload)
