@@ -1,1 +1,41 @@
 """chattts-stream client: generated stubs, client library and CLI."""
+
+from chattts_client.client import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_TARGET,
+    AsyncEventStream,
+    AsyncTTSClient,
+    AudioChunkEvent,
+    Event,
+    EventStream,
+    SynthesisStats,
+    TTSClient,
+    UtteranceEndEvent,
+    VoiceInfo,
+    event_from_pb,
+    make_config,
+    parse_encoding,
+    parse_voice,
+)
+from chattts_client.wav import WavWriter, pcm16_to_float, streaming_wav_header
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_TARGET",
+    "AsyncEventStream",
+    "AsyncTTSClient",
+    "AudioChunkEvent",
+    "Event",
+    "EventStream",
+    "SynthesisStats",
+    "TTSClient",
+    "UtteranceEndEvent",
+    "VoiceInfo",
+    "WavWriter",
+    "event_from_pb",
+    "make_config",
+    "parse_encoding",
+    "parse_voice",
+    "pcm16_to_float",
+    "streaming_wav_header",
+]

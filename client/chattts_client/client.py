@@ -1,0 +1,603 @@
+"""Sync and asyncio clients for the chattts.v1.TextToSpeech service.
+
+Responses are converted once, in `event_from_pb`, into thin dataclasses; errors are left as
+`grpc.RpcError` (for the asyncio client `grpc.aio.AioRpcError`, a subclass) so callers see the
+real status code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+import grpc
+
+from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+
+DEFAULT_TARGET = "localhost:50051"
+DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# Pings every 60 s find a dead connection on a long, quiet --stdin stream. Servers reject pings
+# more often than their grpc.http2.min_recv_ping_interval_without_data_ms (default 5 min) only
+# while they send no data, and ours sends audio after every flushed text.
+_KEEPALIVE_TIME_MS = 60_000
+_KEEPALIVE_TIMEOUT_MS = 20_000
+
+PathOrBytes = str | os.PathLike[str] | bytes
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AudioChunkEvent:
+    """A chunk of audio; see `chattts.v1.AudioChunk`."""
+
+    audio: bytes
+    sample_offset: int  # first sample of this chunk in the whole stream
+    num_samples: int
+    utterance_index: int
+    sample_rate_hz: int
+    encoding: str  # AudioEncoding name, e.g. "LINEAR16"; UNSPECIFIED reads as "LINEAR16"
+
+    @property
+    def duration_s(self) -> float:
+        return self.num_samples / self.sample_rate_hz if self.sample_rate_hz else 0.0
+
+
+@dataclass(frozen=True)
+class UtteranceEndEvent:
+    """Sent after the last chunk of an utterance; timings are measured by the server."""
+
+    utterance_index: int
+    text: str
+    audio_duration_s: float
+    time_to_first_audio_s: float
+    generation_time_s: float
+    num_tokens: int
+    finish_reason: str
+
+
+Event = AudioChunkEvent | UtteranceEndEvent
+
+
+@dataclass(frozen=True)
+class VoiceInfo:
+    """A named voice (preset) the server offers."""
+
+    name: str
+    description: str
+
+
+def event_from_pb(
+    response: tts_pb2.SynthesizeResponse | tts_pb2.StreamingSynthesizeResponse,
+) -> Event:
+    """Convert a Synthesize or StreamingSynthesize response into an event."""
+    kind = response.WhichOneof("response")
+    if kind == "audio":
+        a = response.audio
+        encoding = a.encoding or tts_pb2.LINEAR16
+        return AudioChunkEvent(
+            audio=a.audio,
+            sample_offset=a.sample_offset,
+            num_samples=a.num_samples,
+            utterance_index=a.utterance_index,
+            sample_rate_hz=a.sample_rate_hz,
+            encoding=tts_pb2.AudioEncoding.Name(encoding),
+        )
+    if kind == "utterance_end":
+        u = response.utterance_end
+        return UtteranceEndEvent(
+            utterance_index=u.utterance_index,
+            text=u.text,
+            audio_duration_s=u.audio_duration_s,
+            time_to_first_audio_s=u.time_to_first_audio_s,
+            generation_time_s=u.generation_time_s,
+            num_tokens=u.num_tokens,
+            finish_reason=u.finish_reason,
+        )
+    raise ValueError(f"response carries no event (oneof is {kind!r})")
+
+
+# --- config ---------------------------------------------------------------------------------
+
+
+def parse_voice(voice: str | int) -> tts_pb2.Voice:
+    """Parse a voice spec.
+
+    "seed:1234", "1234" or an int give a speaker seed; "emb:STRING" a speaker embedding;
+    "preset:NAME" or a bare name a preset.
+    """
+    if isinstance(voice, int):
+        return _seed_voice(voice)
+    spec = voice.strip()
+    if not spec:
+        raise ValueError("voice: empty")
+    kind, sep, rest = spec.partition(":")
+    if sep and kind == "seed":
+        try:
+            return _seed_voice(int(rest))
+        except ValueError:
+            raise ValueError(f"voice: bad seed {rest!r}") from None
+    if sep and kind == "emb":
+        if not rest:
+            raise ValueError("voice: empty speaker embedding")
+        return tts_pb2.Voice(speaker_embedding=rest)
+    if sep and kind == "preset":
+        if not rest:
+            raise ValueError("voice: empty preset name")
+        return tts_pb2.Voice(preset=rest)
+    if spec.isdigit():
+        return _seed_voice(int(spec))
+    return tts_pb2.Voice(preset=spec)
+
+
+def _seed_voice(seed: int) -> tts_pb2.Voice:
+    if not 0 <= seed < 2**32:
+        raise ValueError(f"voice: seed {seed} outside [0, 2**32)")
+    return tts_pb2.Voice(seed=seed)
+
+
+def parse_encoding(encoding: str | int) -> tts_pb2.AudioEncoding:
+    """An AudioEncoding value from its name (any case, e.g. "ogg_opus") or number."""
+    if isinstance(encoding, int):
+        tts_pb2.AudioEncoding.Name(encoding)  # raises ValueError when unknown
+        return cast(tts_pb2.AudioEncoding, encoding)
+    try:
+        return cast(tts_pb2.AudioEncoding, tts_pb2.AudioEncoding.Value(encoding.strip().upper()))
+    except ValueError:
+        names = ", ".join(n.lower() for n in tts_pb2.AudioEncoding.keys()[1:])
+        raise ValueError(f"encoding: unknown {encoding!r}; one of {names}") from None
+
+
+def make_config(
+    voice: str | int | None = None,
+    speed: float | None = None,
+    refine_text: bool = False,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    seed: int | None = None,
+    encoding: str | int = "LINEAR16",
+    sample_rate_hz: int = 0,
+    max_new_tokens: int | None = None,
+    min_new_tokens: int | None = None,
+) -> tts_pb2.SynthesisConfig:
+    """Build a SynthesisConfig; None leaves a field unset (the server's default).
+
+    `voice` is parsed by `parse_voice`, `encoding` by `parse_encoding`. Values are range-checked
+    by the server, which answers INVALID_ARGUMENT naming the field.
+    """
+    config = tts_pb2.SynthesisConfig()
+    if voice is not None:
+        config.voice.CopyFrom(parse_voice(voice))
+    config.audio_format.encoding = parse_encoding(encoding)
+    config.audio_format.sample_rate_hz = sample_rate_hz
+    if speed is not None:
+        config.prosody.speed = speed
+    if refine_text:
+        config.prosody.refine_text = True
+    sampling = config.sampling
+    for name, value in (
+        ("temperature", temperature),
+        ("top_p", top_p),
+        ("top_k", top_k),
+        ("seed", seed),
+        ("max_new_tokens", max_new_tokens),
+        ("min_new_tokens", min_new_tokens),
+    ):
+        if value is not None:
+            setattr(sampling, name, value)
+    return config
+
+
+def _stream_requests(
+    config: tts_pb2.SynthesisConfig | None, texts: Iterable[str], flush_each: bool
+) -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
+    yield tts_pb2.StreamingSynthesizeRequest(config=config or tts_pb2.SynthesisConfig())
+    for text in texts:
+        yield tts_pb2.StreamingSynthesizeRequest(
+            text=tts_pb2.TextInput(text=text, flush=flush_each)
+        )
+
+
+async def _stream_requests_async(
+    config: tts_pb2.SynthesisConfig | None,
+    texts: Iterable[str] | AsyncIterable[str],
+    flush_each: bool,
+) -> AsyncIterator[tts_pb2.StreamingSynthesizeRequest]:
+    yield tts_pb2.StreamingSynthesizeRequest(config=config or tts_pb2.SynthesisConfig())
+    if isinstance(texts, AsyncIterable):
+        async for text in texts:
+            yield tts_pb2.StreamingSynthesizeRequest(
+                text=tts_pb2.TextInput(text=text, flush=flush_each)
+            )
+    else:
+        for text in texts:
+            yield tts_pb2.StreamingSynthesizeRequest(
+                text=tts_pb2.TextInput(text=text, flush=flush_each)
+            )
+
+
+# --- measurement ----------------------------------------------------------------------------
+
+
+@dataclass
+class SynthesisStats:
+    """Client-side figures of one call, updated as its events are iterated."""
+
+    started_at: float  # time.perf_counter() when the call was started
+    first_audio_at: float | None = None  # perf_counter() at the first audio chunk
+    finished_at: float | None = None  # perf_counter() when the response stream ended or failed
+    num_chunks: int = 0
+    num_utterances: int = 0
+    num_audio_bytes: int = 0
+    audio_s: float = 0.0  # seconds of audio received
+
+    def observe(self, event: Event, now: float | None = None) -> None:
+        if isinstance(event, AudioChunkEvent):
+            if self.first_audio_at is None:
+                self.first_audio_at = time.perf_counter() if now is None else now
+            self.num_chunks += 1
+            self.num_audio_bytes += len(event.audio)
+            self.audio_s += event.duration_s
+        else:
+            self.num_utterances += 1
+
+    def finish(self, now: float | None = None) -> None:
+        if self.finished_at is None:
+            self.finished_at = time.perf_counter() if now is None else now
+
+    @property
+    def ttfa_ms(self) -> float | None:
+        """Milliseconds from call start to the first audio chunk; None before it."""
+        if self.first_audio_at is None:
+            return None
+        return (self.first_audio_at - self.started_at) * 1000.0
+
+    @property
+    def total_s(self) -> float:
+        """Seconds from call start to the end of the stream (or to now, while it runs)."""
+        end = time.perf_counter() if self.finished_at is None else self.finished_at
+        return end - self.started_at
+
+    @property
+    def rtf(self) -> float | None:
+        """Real-time factor: wall time / audio seconds (below 1 is faster than real time)."""
+        return self.total_s / self.audio_s if self.audio_s > 0 else None
+
+
+class EventStream(Iterator[Event]):
+    """The events of one sync call, with `stats` and `cancel()`.
+
+    Leaving a `with` block (or calling `cancel`) before the end cancels the call.
+    """
+
+    def __init__(self, call: Any, stats: SynthesisStats) -> None:
+        self._call = call
+        self.stats = stats
+
+    def __iter__(self) -> EventStream:
+        return self
+
+    def __next__(self) -> Event:
+        try:
+            response = next(self._call)
+        except BaseException:  # StopIteration at the end, grpc.RpcError on failure
+            self.stats.finish()
+            raise
+        event = event_from_pb(response)
+        self.stats.observe(event)
+        return event
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+    @property
+    def call(self) -> Any:
+        """The underlying grpc call (for metadata, code, details)."""
+        return self._call
+
+    def __enter__(self) -> EventStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._call.cancel()  # no-op once the call has finished
+
+
+class AsyncEventStream(AsyncIterator[Event]):
+    """The events of one asyncio call, with `stats` and `cancel()`."""
+
+    def __init__(self, call: Any, stats: SynthesisStats) -> None:
+        self._call = call
+        self._responses: AsyncIterator[Any] | None = None
+        self.stats = stats
+
+    def __aiter__(self) -> AsyncEventStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        if self._responses is None:
+            self._responses = self._call.__aiter__()
+        try:
+            response = await self._responses.__anext__()
+        except BaseException:  # StopAsyncIteration, grpc.aio.AioRpcError, CancelledError
+            self.stats.finish()
+            raise
+        event = event_from_pb(response)
+        self.stats.observe(event)
+        return event
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+    @property
+    def call(self) -> Any:
+        return self._call
+
+    async def __aenter__(self) -> AsyncEventStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._call.cancel()
+
+
+# --- channel --------------------------------------------------------------------------------
+
+
+def _read(data: PathOrBytes | None) -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    with open(data, "rb") as f:
+        return f.read()
+
+
+@dataclass(frozen=True)
+class _ChannelSpec:
+    """What both clients need to open a channel and authorise calls."""
+
+    target: str
+    options: tuple[tuple[str, Any], ...]
+    credentials: grpc.ChannelCredentials | None  # None: plaintext
+    metadata: tuple[tuple[str, str], ...] | None  # per-call metadata (token on plaintext)
+
+
+def _channel_spec(
+    target: str,
+    tls: bool,
+    ca_cert: PathOrBytes | None,
+    client_cert: PathOrBytes | None,
+    client_key: PathOrBytes | None,
+    token: str | None,
+    max_message_bytes: int,
+    tls_server_name: str | None,
+) -> _ChannelSpec:
+    if not tls and (ca_cert is not None or client_cert is not None or client_key is not None):
+        raise ValueError("ca_cert, client_cert and client_key need tls=True")
+    if (client_cert is None) != (client_key is None):
+        raise ValueError("client_cert and client_key go together")
+    if max_message_bytes <= 0:
+        raise ValueError("max_message_bytes must be positive")
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", _KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 0),
+    ]
+    if tls_server_name:
+        options.append(("grpc.ssl_target_name_override", tls_server_name))
+    if not tls:
+        metadata = (("authorization", f"Bearer {token}"),) if token else None
+        return _ChannelSpec(target, tuple(options), None, metadata)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=_read(ca_cert),
+        private_key=_read(client_key),
+        certificate_chain=_read(client_cert),
+    )
+    if token:
+        # Call credentials travel only on secure channels; this sends
+        # "authorization: Bearer <token>" through grpc.metadata_call_credentials.
+        credentials = grpc.composite_channel_credentials(
+            credentials, grpc.access_token_call_credentials(token)
+        )
+    return _ChannelSpec(target, tuple(options), credentials, None)
+
+
+# --- clients --------------------------------------------------------------------------------
+
+
+class TTSClient:
+    """Blocking client. Thread-safe; one channel for all calls.
+
+    `ca_cert`, `client_cert` and `client_key` are PEM file paths or bytes; `ca_cert=None` with
+    `tls=True` uses the system roots. `token` is sent as `authorization: Bearer <token>`.
+    `tls_server_name` overrides the name checked against the server certificate.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        tls: bool = False,
+        ca_cert: PathOrBytes | None = None,
+        client_cert: PathOrBytes | None = None,
+        client_key: PathOrBytes | None = None,
+        token: str | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        tls_server_name: str | None = None,
+    ) -> None:
+        self._spec = _channel_spec(
+            target,
+            tls,
+            ca_cert,
+            client_cert,
+            client_key,
+            token,
+            max_message_bytes,
+            tls_server_name,
+        )
+        spec = self._spec
+        if spec.credentials is None:
+            self._channel = grpc.insecure_channel(spec.target, options=spec.options)
+        else:
+            self._channel = grpc.secure_channel(spec.target, spec.credentials, options=spec.options)
+        self._stub = tts_pb2_grpc.TextToSpeechStub(self._channel)
+
+    @property
+    def channel(self) -> grpc.Channel:
+        return self._channel
+
+    def synthesize(
+        self,
+        text: str,
+        *,
+        config: tts_pb2.SynthesisConfig | None = None,
+        timeout: float | None = None,
+    ) -> EventStream:
+        """Speak one text (Synthesize); iterate the result for audio and utterance ends."""
+        request = tts_pb2.SynthesizeRequest(text=text, config=config)
+        stats = SynthesisStats(started_at=time.perf_counter())
+        call = self._stub.Synthesize(request, timeout=timeout, metadata=self._spec.metadata)
+        return EventStream(call, stats)
+
+    def stream(
+        self,
+        texts: Iterable[str],
+        *,
+        config: tts_pb2.SynthesisConfig | None = None,
+        flush_each: bool = False,
+        timeout: float | None = None,
+    ) -> EventStream:
+        """Speak text as it arrives (StreamingSynthesize).
+
+        Sends `config`, then each text as `texts` yields it (grpc reads the iterable in its own
+        thread, so it may block, e.g. on stdin), then half-closes. Responses can be iterated
+        while texts are still being sent. `flush_each` asks the server to synthesize each text
+        at once instead of waiting for a sentence end.
+        """
+        stats = SynthesisStats(started_at=time.perf_counter())
+        call = self._stub.StreamingSynthesize(
+            _stream_requests(config, texts, flush_each),
+            timeout=timeout,
+            metadata=self._spec.metadata,
+        )
+        return EventStream(call, stats)
+
+    def list_voices(self, *, timeout: float | None = None) -> list[VoiceInfo]:
+        response = self._stub.ListVoices(
+            tts_pb2.ListVoicesRequest(), timeout=timeout, metadata=self._spec.metadata
+        )
+        return [VoiceInfo(v.name, v.description) for v in response.voices]
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> TTSClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncTTSClient:
+    """asyncio client; same constructor as `TTSClient`.
+
+    The channel is created on first use inside the running loop, so the client may be built
+    outside it; use one client from one event loop only.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        tls: bool = False,
+        ca_cert: PathOrBytes | None = None,
+        client_cert: PathOrBytes | None = None,
+        client_key: PathOrBytes | None = None,
+        token: str | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        tls_server_name: str | None = None,
+    ) -> None:
+        self._spec = _channel_spec(
+            target,
+            tls,
+            ca_cert,
+            client_cert,
+            client_key,
+            token,
+            max_message_bytes,
+            tls_server_name,
+        )
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: tts_pb2_grpc.TextToSpeechStub | None = None
+
+    def _get_stub(self) -> tts_pb2_grpc.TextToSpeechStub:
+        if self._stub is None:
+            asyncio.get_running_loop()  # fail here, not deep in grpc, when called outside a loop
+            spec = self._spec
+            if spec.credentials is None:
+                self._channel = grpc.aio.insecure_channel(spec.target, options=spec.options)
+            else:
+                self._channel = grpc.aio.secure_channel(
+                    spec.target, spec.credentials, options=spec.options
+                )
+            self._stub = tts_pb2_grpc.TextToSpeechStub(self._channel)
+        return self._stub
+
+    def synthesize(
+        self,
+        text: str,
+        *,
+        config: tts_pb2.SynthesisConfig | None = None,
+        timeout: float | None = None,
+    ) -> AsyncEventStream:
+        """Speak one text; `async for` over the result. Call from inside the event loop."""
+        stub = self._get_stub()
+        request = tts_pb2.SynthesizeRequest(text=text, config=config)
+        stats = SynthesisStats(started_at=time.perf_counter())
+        call = stub.Synthesize(request, timeout=timeout, metadata=self._spec.metadata)
+        return AsyncEventStream(call, stats)
+
+    def stream(
+        self,
+        texts: Iterable[str] | AsyncIterable[str],
+        *,
+        config: tts_pb2.SynthesisConfig | None = None,
+        flush_each: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncEventStream:
+        """Speak text as it arrives; see `TTSClient.stream`.
+
+        A plain iterable is read on the event loop, so pass an async iterable for a source that
+        blocks.
+        """
+        stub = self._get_stub()
+        stats = SynthesisStats(started_at=time.perf_counter())
+        call = stub.StreamingSynthesize(
+            _stream_requests_async(config, texts, flush_each),
+            timeout=timeout,
+            metadata=self._spec.metadata,
+        )
+        return AsyncEventStream(call, stats)
+
+    async def list_voices(self, *, timeout: float | None = None) -> list[VoiceInfo]:
+        response = await self._get_stub().ListVoices(
+            tts_pb2.ListVoicesRequest(), timeout=timeout, metadata=self._spec.metadata
+        )
+        return [VoiceInfo(v.name, v.description) for v in response.voices]
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+            self._stub = None
+
+    async def __aenter__(self) -> AsyncTTSClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
