@@ -1,0 +1,87 @@
+"""Prompt construction for ChatTTS's two GPT passes, exactly as upstream `Chat._infer` builds them.
+
+Audio codes:  `[Stts][spk_emb]{text with [speed_N]}[Ptts]` (or `[empty_spk]`), speaker embedding
+              written over the `[spk_emb]` position.
+Refine text:  `[Sbreak]{text}[Pbreak][oral_N][laugh_N][break_N]`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..model.assets import ChatTTSModules
+from .types import InvalidRequestError, VoiceKind, VoiceSpec
+
+DEFAULT_VOICE_SEED = 2
+"""The speaker used when a request names none, so every sentence of a stream sounds alike."""
+
+
+@dataclass
+class Prompt:
+    embeds: torch.Tensor
+    """(L, D) float32 prompt embeddings, speaker applied."""
+    text: str
+    """The text the prompt speaks (normalized)."""
+
+
+class PromptBuilder:
+    def __init__(self, modules: ChatTTSModules, device: torch.device) -> None:
+        self.m = modules
+        self.device = device
+        self.num_vq = modules.shapes.embed.num_vq
+        self._speaker_cache: dict[tuple[str, int, str], torch.Tensor] = {}
+
+    def normalize(self, text: str) -> str:
+        normalized = self.m.normalizer(text, True, True, None)
+        if not normalized.strip():
+            raise InvalidRequestError("text", "nothing speakable is left after normalization")
+        return str(normalized)
+
+    def speaker(self, voice: VoiceSpec) -> torch.Tensor:
+        """(D,) float16 speaker embedding, as ChatTTS's Speaker would produce it."""
+        kind = voice.kind if voice.kind is not VoiceKind.DEFAULT else VoiceKind.SEED
+        seed = voice.seed if voice.kind is VoiceKind.SEED else DEFAULT_VOICE_SEED
+        key = (kind.value, seed, voice.embedding)
+        cached = self._speaker_cache.get(key)
+        if cached is not None:
+            return cached
+        speaker = self.m.speaker
+        if kind is VoiceKind.EMBEDDING:
+            values = torch.from_numpy(speaker._decode(voice.embedding))
+            if values.numel() != self.m.shapes.gpt.hidden_size:
+                raise InvalidRequestError("config.voice.speaker_embedding", "has the wrong size for this model")
+        else:
+            # Same draw as `torch.manual_seed(seed); chat.sample_random_speaker()`, without
+            # touching the global RNG.
+            generator = torch.Generator(device="cpu").manual_seed(seed)
+            std, mean = speaker.std.cpu(), speaker.mean.cpu()
+            values = torch.randn(std.shape, generator=generator, dtype=std.dtype).mul_(std).add_(mean)
+        if len(self._speaker_cache) > 256:
+            self._speaker_cache.clear()
+        self._speaker_cache[key] = values
+        return values
+
+    @torch.inference_mode()
+    def code_prompt(self, text: str, voice: VoiceSpec, speed: int) -> Prompt:
+        m = self.m
+        decorated = m.speaker.decorate_code_prompts([text], f"[speed_{speed}]", None, "spk")
+        input_ids, _, text_mask = m.tokenizer.encode(decorated, self.num_vq, device=self.device)
+        emb = m.embed(input_ids, text_mask)  # (1, L, D)
+        m.speaker.apply(emb, self.speaker(voice), input_ids, m.tokenizer.spk_emb_ids, self.device)
+        return Prompt(emb[0].float(), text)
+
+    @torch.inference_mode()
+    def refine_prompt(self, text: str, refine_prompt: str) -> Prompt:
+        m = self.m
+        decorated = m.speaker.decorate_text_prompts([text], refine_prompt)
+        input_ids, _, text_mask = m.tokenizer.encode(decorated, self.num_vq, device=self.device)
+        emb = m.embed(input_ids, text_mask)
+        return Prompt(emb[0].float(), text)
+
+    def refined_text(self, token_ids: list[int]) -> str:
+        """Text tokens of the refine pass back to text, dropping ids from [break_0] on, as upstream."""
+        tokenizer = self.m.tokenizer
+        kept = [t for t in token_ids if t < tokenizer.break_0_ids]
+        return str(tokenizer.decode([torch.tensor(kept, dtype=torch.long)])[0])

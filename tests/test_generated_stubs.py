@@ -1,0 +1,24 @@
+"""The committed stubs are exactly what protos/ generates (`make proto` regenerates them)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = REPO / "client" / "chattts_client" / "_proto"
+
+
+def test_stubs_match_the_proto(tmp_path):
+    out = tmp_path / "_proto"
+    subprocess.run([sys.executable, str(REPO / "tools" / "gen_proto.py"), str(out)], check=True, capture_output=True)
+    generated = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    committed = {
+        p.relative_to(COMMITTED): p.read_bytes()
+        for p in COMMITTED.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    assert generated.keys() == committed.keys()
+    stale = [str(k) for k in generated if generated[k] != committed[k]]
+    assert not stale, f"stubs differ from protos/: {stale}; run `make proto`"
