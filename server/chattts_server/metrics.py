@@ -18,21 +18,49 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.ttfa = Histogram(
-            "chattts_time_to_first_audio_seconds", "Stream start to first audio chunk sent", buckets=_LATENCY_BUCKETS, registry=r
+            "chattts_time_to_first_audio_seconds",
+            "Stream start to first audio chunk sent",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.chunk_gap = Histogram(
-            "chattts_inter_chunk_gap_seconds", "Time between consecutive audio chunks of a stream", buckets=_LATENCY_BUCKETS, registry=r
+            "chattts_inter_chunk_gap_seconds",
+            "Time between consecutive audio chunks of a stream",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.rtf = Histogram(
-            "chattts_real_time_factor", "Generation time / audio duration per utterance", buckets=_RTF_BUCKETS, registry=r
+            "chattts_real_time_factor",
+            "Generation time / audio duration per utterance",
+            buckets=_RTF_BUCKETS,
+            registry=r,
         )
         self.audio_seconds = Counter("chattts_audio_seconds_total", "Audio generated", registry=r)
         self.tokens = Counter("chattts_audio_tokens_total", "Audio tokens generated", registry=r)
-        self.streams = Counter("chattts_streams_total", "Streams finished, by method and status", ["method", "status"], registry=r)
-        self.rejections = Counter("chattts_rejected_streams_total", "Streams refused at admission", ["reason"], registry=r)
-        self.active_streams = Gauge("chattts_active_streams", "Streams admitted and running", registry=r)
-        self.queued_streams = Gauge("chattts_queued_streams", "Streams waiting for admission", registry=r)
-        self.slots_in_use = Gauge("chattts_kv_slots_in_use", "KV-cache slots held by requests", registry=r)
+        self.started = Counter(
+            "chattts_streams_started_total",
+            "Streams admitted (past validation and the queue), by method",
+            ["method"],
+            registry=r,
+        )
+        self.streams = Counter(
+            "chattts_streams_total",
+            "Streams finished, by method and status",
+            ["method", "status"],
+            registry=r,
+        )
+        self.rejections = Counter(
+            "chattts_rejected_streams_total", "Streams refused at admission", ["reason"], registry=r
+        )
+        self.active_streams = Gauge(
+            "chattts_active_streams", "Streams admitted and running", registry=r
+        )
+        self.queued_streams = Gauge(
+            "chattts_queued_streams", "Streams waiting for admission", registry=r
+        )
+        self.slots_in_use = Gauge(
+            "chattts_kv_slots_in_use", "KV-cache slots held by requests", registry=r
+        )
         self.slots_total = Gauge("chattts_kv_slots_total", "KV-cache slots allocated", registry=r)
 
     def bind(
@@ -49,10 +77,11 @@ class Metrics:
         self.slots_total.set_function(slots_total)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
+        """Serve /metrics over HTTP on host:port (a daemon thread); OSError if the port is taken."""
         start_http_server(port, addr=host, registry=self.registry)
 
     def streams_started(self, method: str) -> None:
-        pass
+        self.started.labels(method=method).inc()
 
     def streams_finished(self, method: str, status: str) -> None:
         self.streams.labels(method=method, status=status).inc()

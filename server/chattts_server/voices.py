@@ -43,7 +43,9 @@ def decode_speaker_embedding(text: str) -> np.ndarray:
     if not text or len(text) > MAX_EMBEDDING_CHARS:
         raise ValueError(f"must be 1 to {MAX_EMBEDDING_CHARS} characters")
     try:
-        raw = lzma.decompress(b14.decode_from_string(text), format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+        raw = lzma.decompress(
+            b14.decode_from_string(text), format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS
+        )
     except Exception as exc:  # pybase16384 and lzma raise several types
         raise ValueError("is not a ChatTTS speaker embedding (base16384 + lzma)") from exc
     if len(raw) % 2:
@@ -59,7 +61,9 @@ def encode_speaker_embedding(values: np.ndarray) -> str:
     import pybase16384 as b14
 
     raw = np.asarray(values, dtype=np.float16).tobytes()
-    return str(b14.encode_to_string(lzma.compress(raw, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)))
+    return str(
+        b14.encode_to_string(lzma.compress(raw, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS))
+    )
 
 
 def _load_preset(path: Path) -> VoicePreset:

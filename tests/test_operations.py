@@ -1,0 +1,298 @@
+"""Operations against a real `chattts-server` subprocess: Prometheus metrics, the request log,
+voice presets and their SIGHUP reload, and one voice across the sentences of a stream."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from serverutil import REPO, wait_serving
+
+MAX_STREAMS = 2
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Prometheus text format -> {'name{labels}': value} (labels exactly as exposed)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and not line.startswith("#"):
+            samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return samples
+
+
+def fixed(num_tokens: int, seed: int = 7, **config: object) -> tts_pb2.SynthesisConfig:
+    return tts_pb2.SynthesisConfig(
+        sampling=tts_pb2.Sampling(seed=seed, min_new_tokens=num_tokens, max_new_tokens=num_tokens),
+        **config,
+    )
+
+
+@dataclass
+class ServerProcess:
+    """A `chattts-server` subprocess whose output (log lines included) is kept in `log`."""
+
+    proc: subprocess.Popen[str]
+    port: int
+    metrics_port: int
+    log: list[str] = field(default_factory=list)
+    voices: Path | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return "".join(self.log)
+
+    def count(self, needle: str) -> int:
+        return sum(needle in line for line in list(self.log))
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10)
+
+
+def launch(args: list[str], cache: Path, metrics: bool = True) -> ServerProcess:
+    """Start `chattts-server` on a free loopback port (and a free metrics port); returns once it
+    listens. Like serverutil.start_server_process, but keeps the output for the test to read."""
+    metrics_port = free_port() if metrics else 0
+    cmd = [sys.executable, "-m", "chattts_server.main", "--host", "127.0.0.1", "--port", "0"]
+    cmd += ["--dev-model", "tiny", "--dev-model-cache", str(cache), "--device", "cpu"]
+    cmd += ["--metrics-port", str(metrics_port), *args]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": f"{REPO / 'client'}:{REPO / 'server'}"},
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"listening on port (\d+)", line)
+        if m:
+            srv = ServerProcess(proc, int(m.group(1)), metrics_port, lines)
+            threading.Thread(target=_tee, args=(proc, lines), daemon=True).start()
+            return srv
+    proc.kill()
+    proc.wait(10)
+    raise RuntimeError("server did not start:\n" + "".join(lines))
+
+
+def _tee(proc: subprocess.Popen[str], sink: list[str]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sink.append(line)
+        sys.stderr.write("[server] " + line)
+
+
+def _write_preset(folder: Path, name: str, description: str, seed: int) -> None:
+    (folder / f"{name}.json").write_text(
+        json.dumps({"description": description, "seed": seed}), encoding="utf-8"
+    )
+
+
+@pytest.fixture(scope="module")
+def ops_server(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, dev_model_cache: Path
+) -> Iterator[ServerProcess]:
+    voices = tmp_path_factory.mktemp("voices")
+    _write_preset(voices, "anna", "calm, female", 1234)
+    _write_preset(voices, "bob", "news reader", 4321)
+    args = ["--max-streams", str(MAX_STREAMS), "--voices-dir", str(voices), "--grace-s", "2"]
+    srv = launch(args, dev_model_cache)
+    srv.voices = voices
+    try:
+        wait_serving(srv.target, timeout_s=120)
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def stub(ops_server: ServerProcess) -> Iterator[tts_pb2_grpc.TextToSpeechStub]:
+    with grpc.insecure_channel(ops_server.target) as channel:
+        yield tts_pb2_grpc.TextToSpeechStub(channel)
+
+
+def _synthesize(
+    stub: tts_pb2_grpc.TextToSpeechStub, text: str, config: tts_pb2.SynthesisConfig
+) -> tuple[list, list]:
+    chunks, ends = [], []
+    for reply in stub.Synthesize(tts_pb2.SynthesizeRequest(text=text, config=config), timeout=60):
+        (chunks if reply.HasField("audio") else ends).append(
+            reply.audio if reply.HasField("audio") else reply.utterance_end
+        )
+    return chunks, ends
+
+
+def _delta(after: dict[str, float], before: dict[str, float], key: str) -> float:
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+def test_metrics_count_streams_tokens_and_latency(ops_server: ServerProcess, stub) -> None:
+    before = scrape(ops_server.metrics_port)
+    tokens = 0
+    for n in (12, 16):
+        _, ends = _synthesize(stub, "Metrics please.", fixed(n))
+        tokens += sum(e.num_tokens for e in ends)
+    assert tokens == 28
+
+    after = scrape(ops_server.metrics_port)
+    assert _delta(after, before, "chattts_time_to_first_audio_seconds_count") >= 2
+    assert _delta(after, before, 'chattts_streams_total{method="Synthesize",status="OK"}') >= 2
+    assert _delta(after, before, "chattts_audio_tokens_total") == tokens
+    assert _delta(after, before, "chattts_audio_seconds_total") > 0
+    assert _delta(after, before, "chattts_real_time_factor_count") == 2
+    assert _delta(after, before, 'chattts_streams_started_total{method="Synthesize"}') == 2
+    assert after["chattts_kv_slots_total"] == MAX_STREAMS
+    assert after["chattts_active_streams"] == 0
+    assert after["chattts_queued_streams"] == 0
+    assert after["chattts_kv_slots_in_use"] == 0
+
+
+def test_invalid_argument_after_admission_is_counted_by_status(
+    ops_server: ServerProcess, stub
+) -> None:
+    before = scrape(ops_server.metrics_port)
+    # Refused mid-stream, after admission (empty text after the config).
+    requests = [
+        tts_pb2.StreamingSynthesizeRequest(config=fixed(8)),
+        tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text="   ")),
+    ]
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.StreamingSynthesize(iter(requests), timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    after = scrape(ops_server.metrics_port)
+    key = 'chattts_streams_total{method="StreamingSynthesize",status="INVALID_ARGUMENT"}'
+    assert _delta(after, before, key) == 1
+    assert _delta(after, before, 'chattts_streams_started_total{method="StreamingSynthesize"}') == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="servicer validates the request before _admitted(), so early INVALID_ARGUMENTs are not recorded",
+)
+def test_invalid_argument_before_admission_is_counted_by_status(
+    ops_server: ServerProcess, stub
+) -> None:
+    before = scrape(ops_server.metrics_port)
+    with pytest.raises(grpc.RpcError) as info:
+        list(stub.Synthesize(tts_pb2.SynthesizeRequest(text=""), timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    after = scrape(ops_server.metrics_port)
+    assert (
+        _delta(
+            after, before, 'chattts_streams_total{method="Synthesize",status="INVALID_ARGUMENT"}'
+        )
+        == 1
+    )
+
+
+def _request_log_lines(ops_server: ServerProcess) -> list[str]:
+    return [line for line in ops_server.log if "stream method=Synthesize status=OK" in line]
+
+
+def test_one_log_line_per_request(ops_server: ServerProcess, stub) -> None:
+    already = len(_request_log_lines(ops_server))
+    _synthesize(stub, "Log me.", fixed(10))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(_request_log_lines(ops_server)) <= already:
+        time.sleep(0.05)
+    lines = _request_log_lines(ops_server)
+    assert len(lines) == already + 1, ops_server.log_text()[-2000:]
+    line = lines[-1]
+    assert re.search(r"ttfa_ms=\d+ ", line) and re.search(r"rtf=\d+\.\d+", line), line
+    assert "tokens=10 " in line, line
+
+
+def _voice_names(stub) -> dict[str, str]:
+    return {
+        v.name: v.description
+        for v in stub.ListVoices(tts_pb2.ListVoicesRequest(), timeout=10).voices
+    }
+
+
+def test_voice_presets_list_synthesize_and_reload_on_sighup(
+    ops_server: ServerProcess, stub
+) -> None:
+    assert _voice_names(stub) == {"anna": "calm, female", "bob": "news reader"}
+    chunks, ends = _synthesize(stub, "Preset voice.", fixed(10, voice=tts_pb2.Voice(preset="anna")))
+    assert chunks and ends[0].num_tokens == 10
+
+    with pytest.raises(grpc.RpcError) as info:
+        _synthesize(stub, "Nobody.", fixed(10, voice=tts_pb2.Voice(preset="nobody")))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+    _write_preset(ops_server.voices, "carol", "added later", 99)
+    ops_server.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    names = _voice_names(stub)
+    while time.monotonic() < deadline and "carol" not in names:
+        time.sleep(0.05)
+        names = _voice_names(stub)
+    assert names == {"anna": "calm, female", "bob": "news reader", "carol": "added later"}
+    chunks, _ = _synthesize(stub, "New voice.", fixed(8, voice=tts_pb2.Voice(preset="carol")))
+    assert chunks
+    assert ops_server.proc.poll() is None  # SIGHUP reloads; it does not stop the server
+
+
+def test_one_voice_across_the_sentences_of_a_stream(stub) -> None:
+    """Each sentence is its own generation with the stream's voice and sampling seed, so the same
+    sentence twice in one stream gives the same audio twice."""
+    config = fixed(12, seed=11, voice=tts_pb2.Voice(seed=2222))
+
+    def requests():
+        yield tts_pb2.StreamingSynthesizeRequest(config=config)
+        yield tts_pb2.StreamingSynthesizeRequest(
+            text=tts_pb2.TextInput(text="Same words here. Same words here.", flush=True)
+        )
+
+    audio: dict[int, bytes] = {}
+    ends = []
+    for reply in stub.StreamingSynthesize(requests(), timeout=60):
+        if reply.HasField("audio"):
+            audio[reply.audio.utterance_index] = (
+                audio.get(reply.audio.utterance_index, b"") + reply.audio.audio
+            )
+        else:
+            ends.append(reply.utterance_end)
+    assert [e.utterance_index for e in ends] == [0, 1]
+    assert ends[0].text == ends[1].text
+    assert audio[0] and audio[0] == audio[1]
