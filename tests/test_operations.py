@@ -205,10 +205,6 @@ def test_invalid_argument_after_admission_is_counted_by_status(
     assert _delta(after, before, 'chattts_streams_started_total{method="StreamingSynthesize"}') == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="servicer validates the request before _admitted(), so early INVALID_ARGUMENTs are not recorded",
-)
 def test_invalid_argument_before_admission_is_counted_by_status(
     ops_server: ServerProcess, stub
 ) -> None:

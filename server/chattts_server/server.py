@@ -13,12 +13,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_client._proto.chattts.v1 import tts_pb2
 
 from .api.admission import Admission
 from .api.auth import BearerTokenInterceptor, load_tokens
 from .api.convert import Validator
-from .api.servicer import TextToSpeechServicer
+from .api.servicer import TextToSpeechServicer, add_to_server
 from .audio.encoding import SUPPORTED_ENCODINGS
 from .config import ServerConfig
 from .engine.engine import ChatTTSEngine
@@ -57,7 +57,9 @@ def _grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
     ]
     if n.max_connection_age_s > 0:
         options.append(("grpc.max_connection_age_ms", int(n.max_connection_age_s * 1000)))
-        options.append(("grpc.max_connection_age_grace_ms", int(n.max_connection_age_grace_s * 1000)))
+        options.append(
+            ("grpc.max_connection_age_grace_ms", int(n.max_connection_age_grace_s * 1000))
+        )
     return options
 
 
@@ -87,7 +89,9 @@ class TTSServer:
         interceptors = []
         if cfg.security.auth_token_file is not None:
             try:
-                interceptors.append(BearerTokenInterceptor(load_tokens(cfg.security.auth_token_file)))
+                interceptors.append(
+                    BearerTokenInterceptor(load_tokens(cfg.security.auth_token_file))
+                )
             except (OSError, ValueError) as exc:
                 raise StartupError(f"--auth-token-file: {exc}") from None
         credentials = self._credentials()
@@ -95,15 +99,25 @@ class TTSServer:
 
         validator = Validator(self.voices, speaker_dim=0)  # replaced once the model is loaded
         self.servicer = TextToSpeechServicer(
-            self.engine, validator, self.voices, self.admission, cfg.limits, cfg.admission, self.metrics
+            self.engine,
+            validator,
+            self.voices,
+            self.admission,
+            cfg.limits,
+            cfg.admission,
+            self.metrics,
         )
-        tts_pb2_grpc.add_TextToSpeechServicer_to_server(self.servicer, self.server)
+        add_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         await self.health.set("", NOT_SERVING)
         await self.health.set(SERVICE_NAME, NOT_SERVING)
         if cfg.security.reflection:
             reflection.enable_server_reflection(
-                (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+                (
+                    SERVICE_NAME,
+                    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                    reflection.SERVICE_NAME,
+                ),
                 self.server,
             )
         address = f"{cfg.network.host}:{cfg.network.port}"
@@ -173,7 +187,11 @@ class TTSServer:
             return
         self._draining = True
         grace = self.config.admission.grace_s if grace_s is None else grace_s
-        log.info("draining: up to %.1f s for %d streams", grace, self.admission.active if self.admission else 0)
+        log.info(
+            "draining: up to %.1f s for %d streams",
+            grace,
+            self.admission.active if self.admission else 0,
+        )
         await self._set_health(NOT_SERVING)
         started = time.monotonic()
         if self.admission is not None:

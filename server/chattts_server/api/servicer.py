@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import grpc
+from google.protobuf.message import DecodeError, Message
 
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
@@ -64,12 +65,12 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         self, request: tts_pb2.SynthesizeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
         if not self.admission.accepting:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "server is not accepting streams (starting or draining)")
+            await self._refuse_unavailable(context, "Synthesize")
         try:
             text = self.validator.text(request.text, "text")
             settings = self.validator.settings(request.config)
         except FieldError as exc:
-            await abort_invalid(context, exc)
+            await self._refuse_invalid(context, "Synthesize", exc)
             return
         async with self._admitted(context, "Synthesize") as stream:
             session = Session(self.engine, settings, _deadline(context))
@@ -82,17 +83,20 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[tts_pb2.StreamingSynthesizeResponse]:
         if not self.admission.accepting:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "server is not accepting streams (starting or draining)")
+            await self._refuse_unavailable(context, "StreamingSynthesize")
         try:
             first = await anext(aiter(request_iterator))
         except StopAsyncIteration:
+            return
+        except FieldError as exc:
+            await self._refuse_invalid(context, "StreamingSynthesize", exc)
             return
         try:
             if first.WhichOneof("request") != "config":
                 raise FieldError("config", "the first message of the stream must carry config")
             settings = self.validator.settings(first.config)
         except FieldError as exc:
-            await abort_invalid(context, exc)
+            await self._refuse_invalid(context, "StreamingSynthesize", exc)
             return
         async with self._admitted(context, "StreamingSynthesize") as stream:
             session = Session(self.engine, settings, _deadline(context))
@@ -106,6 +110,15 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 await asyncio.gather(reader, return_exceptions=True)
 
     # -- plumbing --------------------------------------------------------------------------
+
+    async def _refuse_invalid(self, context: grpc.aio.ServicerContext, method: str, exc: FieldError) -> None:
+        """Refuse before admission; still counted and logged like any other stream."""
+        _StreamRecord(self.metrics, method).finish("INVALID_ARGUMENT")
+        await abort_invalid(context, exc)
+
+    async def _refuse_unavailable(self, context: grpc.aio.ServicerContext, method: str) -> None:
+        _StreamRecord(self.metrics, method).finish("UNAVAILABLE")
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "server is not accepting streams (starting or draining)")
 
     async def _read_text(
         self, request_iterator: AsyncIterator[tts_pb2.StreamingSynthesizeRequest], queue: asyncio.Queue[object]
@@ -193,6 +206,61 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except TimeoutError:
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while queued")
+
+
+def _parse(message_type: type[Message], data: bytes, field_name: str) -> Message:
+    """Parse request bytes ourselves: grpcio answers UNKNOWN with the exception text otherwise."""
+    try:
+        return message_type.FromString(data)
+    except DecodeError as exc:
+        raise FieldError(field_name, f"is not a valid {message_type.DESCRIPTOR.name}: {str(exc)[-80:]}") from None
+
+
+async def _parsed(request_iterator: AsyncIterator[bytes]) -> AsyncIterator[tts_pb2.StreamingSynthesizeRequest]:
+    async for data in request_iterator:
+        yield _parse(tts_pb2.StreamingSynthesizeRequest, data, "request")
+
+
+def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> None:
+    """Register the servicer like the generated helper, but parsing requests inside the handler
+    so malformed bytes (e.g. invalid UTF-8 in a string field) get INVALID_ARGUMENT, not UNKNOWN."""
+
+    async def synthesize(data: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+        try:
+            request = _parse(tts_pb2.SynthesizeRequest, data, "request")
+        except FieldError as exc:
+            await abort_invalid(context, exc)
+            return
+        async for reply in servicer.Synthesize(request, context):
+            yield reply
+
+    async def streaming(
+        requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[tts_pb2.StreamingSynthesizeResponse]:
+        async for reply in servicer.StreamingSynthesize(_parsed(requests), context):
+            yield reply
+
+    async def list_voices(data: bytes, context: grpc.aio.ServicerContext) -> tts_pb2.ListVoicesResponse:
+        try:
+            request = _parse(tts_pb2.ListVoicesRequest, data, "request")
+        except FieldError as exc:
+            await abort_invalid(context, exc)
+            raise AssertionError("unreachable") from None
+        return await servicer.ListVoices(request, context)
+
+    handlers = {
+        "StreamingSynthesize": grpc.stream_stream_rpc_method_handler(
+            streaming, response_serializer=tts_pb2.StreamingSynthesizeResponse.SerializeToString
+        ),
+        "Synthesize": grpc.unary_stream_rpc_method_handler(
+            synthesize, response_serializer=tts_pb2.SynthesizeResponse.SerializeToString
+        ),
+        "ListVoices": grpc.unary_unary_rpc_method_handler(
+            list_voices, response_serializer=tts_pb2.ListVoicesResponse.SerializeToString
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("chattts.v1.TextToSpeech", handlers),))
+    server.add_registered_method_handlers("chattts.v1.TextToSpeech", handlers)
 
 
 class _StreamRecord:

@@ -42,6 +42,7 @@ class Session:
 
     def _chunk(self, data: bytes, num_samples: int) -> tts_pb2.AudioChunk:
         pb = audio_chunk_pb(data, self.sample_offset, num_samples, self.utterance_index, self.settings.audio)
+        pb.sample_rate_hz = self._encoder.sample_rate_hz
         self.sample_offset += num_samples
         return pb
 

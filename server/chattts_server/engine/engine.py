@@ -63,7 +63,9 @@ class ChatTTSEngine:
         self._stopping = threading.Event()
         self._healthy = True
         self.runner: Any = None
-        self.scheduler = Scheduler(engine_config.max_streams, engine_config.max_tokens, engine_config.prefill_chunk_tokens)
+        self.scheduler = Scheduler(
+            engine_config.max_streams, engine_config.max_tokens, engine_config.prefill_chunk_tokens
+        )
         self.sample_rate = 24000
         self.speaker_dim = 0
         self.tokens_generated = 0
@@ -75,7 +77,9 @@ class ChatTTSEngine:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self, on_ready: Callable[[], None], on_fatal: Callable[[BaseException], None]) -> None:
+    def start(
+        self, on_ready: Callable[[], None], on_fatal: Callable[[BaseException], None]
+    ) -> None:
         """Load and warm the model on the engine thread; callbacks run on that thread."""
         self._on_ready = on_ready
         self._on_fatal = on_fatal
@@ -131,7 +135,9 @@ class ChatTTSEngine:
             from .runner import ModelRunner
 
             started = time.monotonic()
-            factory = self._runner_factory or (lambda: ModelRunner.load(self.model_config, self.config))
+            factory = self._runner_factory or (
+                lambda: ModelRunner.load(self.model_config, self.config)
+            )
             self.runner = factory()
             self.sample_rate = self.runner.sample_rate
             self.speaker_dim = self.runner.speaker_dim
@@ -152,11 +158,12 @@ class ChatTTSEngine:
         while not self._stopping.is_set():
             idle = not self.scheduler.running and not self.scheduler.waiting
             self._take_commands(handles, block=idle)
+            # Expire before scheduling, so no plan ever holds a sequence the runner has dropped.
+            self._expire_deadlines(handles)
             plan = self.scheduler.schedule(is_paused=self._is_paused)
             for seq in plan.aborted:
                 self.runner.release(seq)
                 handles.pop(seq.payload.handle, None)
-            self._expire_deadlines(handles)
             if not (plan.prefill or plan.decode):
                 if self.scheduler.running:
                     # Everyone is paused on slow readers: wait for a wake-up, not a spin.
@@ -164,7 +171,9 @@ class ChatTTSEngine:
                 continue
             self._run_step(plan, handles)
 
-    def _take_commands(self, handles: dict[RequestHandle, Sequence], block: bool, timeout_s: float = 0.5) -> None:
+    def _take_commands(
+        self, handles: dict[RequestHandle, Sequence], block: bool, timeout_s: float = 0.5
+    ) -> None:
         try:
             first = self._commands.get(timeout=timeout_s) if block else self._commands.get_nowait()
         except queue.Empty:
@@ -241,7 +250,9 @@ class ChatTTSEngine:
             log.exception("engine step failed (%d in a row)", self._step_failures)
             for seq in [c.seq for c in plan.prefill] + plan.decode:
                 if seq.slot_id is not None:
-                    self._finish(seq, handles, error=EngineError("internal error during generation"))
+                    self._finish(
+                        seq, handles, error=EngineError("internal error during generation")
+                    )
             if self._step_failures >= MAX_CONSECUTIVE_STEP_FAILURES:
                 raise
             return
