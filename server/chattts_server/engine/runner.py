@@ -16,15 +16,21 @@ import numpy as np
 import torch
 
 from ..config import EngineConfig, ModelConfig
-from ..model.assets import ChatTTSModules, build_dev_assets, load_chattts, resolve_model_dir, verify_assets
+from ..model.assets import (
+    ChatTTSModules,
+    build_dev_assets,
+    load_chattts,
+    resolve_model_dir,
+    verify_assets,
+)
 from ..model.llama import LlamaDecoder, SlotKVCache
-from .prompts import PromptBuilder
 from ..model.vocoders import HiFiGANVocoder, VocosVocoder
+from .prompts import PromptBuilder
 from .sampling import SamplingParams
 from .scheduler import Sequence, StepPlan
 from .slot_sampler import SlotSampler
 from .streaming_decode import ChunkingConfig, DecodeStream, StreamingDecoder
-from .types import ChunkingOptions, UtteranceRequest
+from .types import ChunkingOptions, UtteranceRequest, VoiceSpec
 
 log = logging.getLogger(__name__)
 
@@ -337,6 +343,8 @@ class ModelRunner:
     def warmup(self, batch_size: int) -> None:
         """Touch every code path (prefill, the largest decode batch, heads, vocoder) once."""
         started = time.monotonic()
+        # The first normalizer call JIT-compiles ChatTTS's numba helpers (seconds): do it now.
+        self.prompts.code_prompt(self.prompts.normalize("Warm up, please."), VoiceSpec(), 5)
         d = self.speaker_dim
         slots = torch.arange(batch_size, device=self.device)
         positions = torch.full((batch_size,), 8, dtype=torch.long, device=self.device)
