@@ -27,18 +27,26 @@ from chattts_server.server import TTSServer
 REPO = Path(__file__).resolve().parents[1]
 
 
-def tiny_server_config(cache: Path, max_streams: int = 4, max_queue: int = 4, **engine: object) -> ServerConfig:
+def tiny_server_config(
+    cache: Path, max_streams: int = 4, max_queue: int = 4, **engine: object
+) -> ServerConfig:
     return ServerConfig(
         model=ModelConfig(dev_model="tiny", dev_model_cache=cache, device="cpu", dtype="float32"),
-        engine=replace(EngineConfig(max_streams=max_streams, max_tokens=512, max_new_tokens=384), **engine),
+        engine=replace(
+            EngineConfig(max_streams=max_streams, max_tokens=512, max_new_tokens=384), **engine
+        ),
         admission=AdmissionConfig(max_queue=max_queue, grace_s=5.0),
         network=NetworkConfig(host="127.0.0.1", port=0),
     ).validate()
 
 
-def wait_serving(target: str, timeout_s: float = 120.0, credentials: grpc.ChannelCredentials | None = None) -> None:
+def wait_serving(
+    target: str, timeout_s: float = 120.0, credentials: grpc.ChannelCredentials | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
-    channel = grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
+    channel = (
+        grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
+    )
     with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
@@ -60,7 +68,9 @@ class InProcessServer:
         self.wait = wait
         self.server: TTSServer | None = None
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="test-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="test-server", daemon=True
+        )
         self.port = 0
 
     @property
@@ -89,7 +99,9 @@ class InProcessServer:
         self._thread.join(10)
 
 
-def start_server_process(args: list[str], cache: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
+def start_server_process(
+    args: list[str], cache: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], int]:
     """`chattts-server` as a subprocess on a free port; returns (process, port) once it listens."""
     cmd = [
         sys.executable,

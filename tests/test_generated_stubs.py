@@ -12,7 +12,11 @@ COMMITTED = REPO / "client" / "chattts_client" / "_proto"
 
 def test_stubs_match_the_proto(tmp_path):
     out = tmp_path / "_proto"
-    subprocess.run([sys.executable, str(REPO / "tools" / "gen_proto.py"), str(out)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(REPO / "tools" / "gen_proto.py"), str(out)],
+        check=True,
+        capture_output=True,
+    )
     generated = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     committed = {
         p.relative_to(COMMITTED): p.read_bytes()

@@ -17,6 +17,7 @@ from grpc_status import rpc_status
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_client.wav import WavWriter
 
+
 def samples_for(num_tokens: int) -> int:
     """Offline length: one GPT token -> 2 mel frames; Vocos's centred iSTFT gives (frames - 1) hops."""
     return (2 * num_tokens - 1) * 256
@@ -37,7 +38,9 @@ def stub(server):
 
 def test_synthesize_streams_chunks_before_generation_ends(stub):
     arrivals, chunks, ends = [], [], []
-    for reply in stub.Synthesize(tts_pb2.SynthesizeRequest(text="Hello world.", config=fixed_length(120)), timeout=120):
+    for reply in stub.Synthesize(
+        tts_pb2.SynthesizeRequest(text="Hello world.", config=fixed_length(120)), timeout=120
+    ):
         arrivals.append(time.monotonic())
         if reply.HasField("audio"):
             chunks.append(reply.audio)
@@ -51,7 +54,7 @@ def test_synthesize_streams_chunks_before_generation_ends(stub):
     assert arrivals[-1] - arrivals[0] > 0.3 * end.generation_time_s
     offsets = [c.sample_offset for c in chunks]
     assert offsets[0] == 0
-    for prev, nxt in zip(chunks, chunks[1:]):
+    for prev, nxt in zip(chunks, chunks[1:], strict=False):
         assert nxt.sample_offset == prev.sample_offset + prev.num_samples
     total = sum(c.num_samples for c in chunks)
     assert total == samples_for(120)
@@ -73,7 +76,9 @@ def test_streaming_synthesize_speaks_sentences_as_text_arrives(stub):
         yield tts_pb2.StreamingSynthesizeRequest(config=fixed_length(40))
         for fragment in ["First sen", "tence. Second", " one", "."]:
             yield tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=fragment))
-        yield tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=" tail without end", flush=True))
+        yield tts_pb2.StreamingSynthesizeRequest(
+            text=tts_pb2.TextInput(text=" tail without end", flush=True)
+        )
 
     replies = list(stub.StreamingSynthesize(requests(), timeout=120))
     ends = [r.utterance_end for r in replies if r.HasField("utterance_end")]
@@ -86,14 +91,21 @@ def test_streaming_synthesize_speaks_sentences_as_text_arrives(stub):
         offset += c.num_samples
     assert offset == 3 * samples_for(40)
     # Every chunk of utterance i precedes the end of utterance i.
-    order = [(r.audio.utterance_index, 0) if r.HasField("audio") else (r.utterance_end.utterance_index, 1) for r in replies]
+    order = [
+        (r.audio.utterance_index, 0)
+        if r.HasField("audio")
+        else (r.utterance_end.utterance_index, 1)
+        for r in replies
+    ]
     assert order == sorted(order)
 
 
 def test_same_seed_same_audio(stub):
     def audio(seed: int) -> bytes:
         req = tts_pb2.SynthesizeRequest(text="Repeat after me.", config=fixed_length(30, seed=seed))
-        return b"".join(r.audio.audio for r in stub.Synthesize(req, timeout=60) if r.HasField("audio"))
+        return b"".join(
+            r.audio.audio for r in stub.Synthesize(req, timeout=60) if r.HasField("audio")
+        )
 
     first, again, other = audio(5), audio(5), audio(6)
     assert first == again
@@ -132,11 +144,19 @@ def _bad_request_field(err: grpc.RpcError) -> str:
             "text.text",
         ),
         (
-            [tts_pb2.StreamingSynthesizeRequest(config=tts_pb2.SynthesisConfig(voice=tts_pb2.Voice(preset="nobody")))],
+            [
+                tts_pb2.StreamingSynthesizeRequest(
+                    config=tts_pb2.SynthesisConfig(voice=tts_pb2.Voice(preset="nobody"))
+                )
+            ],
             "config.voice.preset",
         ),
         (
-            [tts_pb2.StreamingSynthesizeRequest(config=tts_pb2.SynthesisConfig(prosody=tts_pb2.Prosody(speed=float("nan"))))],
+            [
+                tts_pb2.StreamingSynthesizeRequest(
+                    config=tts_pb2.SynthesisConfig(prosody=tts_pb2.Prosody(speed=float("nan")))
+                )
+            ],
             "config.prosody.speed",
         ),
     ],
@@ -154,13 +174,23 @@ def test_bad_unary_input(stub):
         list(stub.Synthesize(tts_pb2.SynthesizeRequest(text=""), timeout=10))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     with pytest.raises(grpc.RpcError) as info:
-        list(stub.Synthesize(tts_pb2.SynthesizeRequest(text="x", config=tts_pb2.SynthesisConfig(sampling=tts_pb2.Sampling(top_p=0))), timeout=10))
+        list(
+            stub.Synthesize(
+                tts_pb2.SynthesizeRequest(
+                    text="x", config=tts_pb2.SynthesisConfig(sampling=tts_pb2.Sampling(top_p=0))
+                ),
+                timeout=10,
+            )
+        )
     assert _bad_request_field(info.value) == "config.sampling.top_p"
 
 
 def test_cancel_mid_stream_frees_the_slot(server, stub):
     engine = server.server.engine
-    call = stub.Synthesize(tts_pb2.SynthesizeRequest(text="A long sentence to cancel.", config=fixed_length(300)), timeout=60)
+    call = stub.Synthesize(
+        tts_pb2.SynthesizeRequest(text="A long sentence to cancel.", config=fixed_length(300)),
+        timeout=60,
+    )
     first = next(call)
     assert first.HasField("audio")
     call.cancel()
@@ -174,12 +204,18 @@ def test_cancel_mid_stream_frees_the_slot(server, stub):
 
 
 def test_slow_reader_does_not_stall_other_streams(server, stub):
-    slow = stub.Synthesize(tts_pb2.SynthesizeRequest(text="Slow reader.", config=fixed_length(300)), timeout=60)
+    slow = stub.Synthesize(
+        tts_pb2.SynthesizeRequest(text="Slow reader.", config=fixed_length(300)), timeout=60
+    )
     next(slow)  # then stop reading: its buffer fills and its generation pauses
     done = threading.Event()
 
     def fast():
-        list(stub.Synthesize(tts_pb2.SynthesizeRequest(text="Fast reader.", config=fixed_length(60)), timeout=60))
+        list(
+            stub.Synthesize(
+                tts_pb2.SynthesizeRequest(text="Fast reader.", config=fixed_length(60)), timeout=60
+            )
+        )
         done.set()
 
     t = threading.Thread(target=fast)

@@ -55,7 +55,9 @@ def generate(out_dir: Path) -> list[Path]:
 
 
 def main() -> None:
-    out_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "client" / "chattts_client" / "_proto"
+    out_dir = (
+        Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "client" / "chattts_client" / "_proto"
+    )
     if out_dir.exists():
         shutil.rmtree(out_dir)
     for path in generate(out_dir):

@@ -36,8 +36,14 @@ class ModelConfig:
     """'auto' (bfloat16 on CUDA, float32 on CPU), 'float32', 'float16' or 'bfloat16'."""
 
     def validate(self) -> None:
-        _check(self.dev_model in ("tiny", "full"), f"--dev-model must be tiny or full, got {self.dev_model!r}")
-        _check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
+        _check(
+            self.dev_model in ("tiny", "full"),
+            f"--dev-model must be tiny or full, got {self.dev_model!r}",
+        )
+        _check(
+            self.device in ("auto", "cpu", "cuda"),
+            f"--device must be auto, cpu or cuda, got {self.device!r}",
+        )
         _check(
             self.dtype in ("auto", "float32", "float16", "bfloat16"),
             f"--dtype must be auto, float32, float16 or bfloat16, got {self.dtype!r}",
@@ -72,9 +78,16 @@ class EngineConfig:
     def validate(self) -> None:
         _check(1 <= self.max_streams <= 1024, "--max-streams must be in [1, 1024]")
         _check(64 <= self.max_tokens <= 8192, "--max-tokens must be in [64, 8192]")
-        _check(1 <= self.max_new_tokens < self.max_tokens, "--max-new-tokens must be in [1, max_tokens)")
-        _check(16 <= self.prefill_chunk_tokens <= 4096, "--prefill-chunk-tokens must be in [16, 4096]")
-        _check(1 <= self.output_buffer_chunks <= 1024, "--output-buffer-chunks must be in [1, 1024]")
+        _check(
+            1 <= self.max_new_tokens < self.max_tokens,
+            "--max-new-tokens must be in [1, max_tokens)",
+        )
+        _check(
+            16 <= self.prefill_chunk_tokens <= 4096, "--prefill-chunk-tokens must be in [16, 4096]"
+        )
+        _check(
+            1 <= self.output_buffer_chunks <= 1024, "--output-buffer-chunks must be in [1, 1024]"
+        )
         _check(0 <= self.first_chunk_tokens <= 512, "--first-chunk-tokens must be in [0, 512]")
         _check(0 <= self.max_chunk_tokens <= 1024, "--max-chunk-tokens must be in [0, 1024]")
         _check(-1 <= self.lookahead_tokens <= 128, "--lookahead-tokens must be in [-1, 128]")
@@ -100,9 +113,17 @@ class LimitsConfig:
 
     def validate(self) -> None:
         _check(1 <= self.max_text_chars <= 1_000_000, "--max-text-chars must be in [1, 1e6]")
-        _check(self.max_stream_chars >= self.max_text_chars, "--max-stream-chars must be >= --max-text-chars")
-        _check(16 <= self.max_sentence_chars <= 10_000, "--max-sentence-chars must be in [16, 10000]")
-        _check(1024 <= self.max_receive_bytes <= 1 << 30, "--max-receive-bytes must be in [1 KiB, 1 GiB]")
+        _check(
+            self.max_stream_chars >= self.max_text_chars,
+            "--max-stream-chars must be >= --max-text-chars",
+        )
+        _check(
+            16 <= self.max_sentence_chars <= 10_000, "--max-sentence-chars must be in [16, 10000]"
+        )
+        _check(
+            1024 <= self.max_receive_bytes <= 1 << 30,
+            "--max-receive-bytes must be in [1 KiB, 1 GiB]",
+        )
         _check(1024 <= self.max_send_bytes <= 1 << 30, "--max-send-bytes must be in [1 KiB, 1 GiB]")
 
 
@@ -139,7 +160,10 @@ class SecurityConfig:
             (self.tls_cert is None) == (self.tls_key is None),
             "--tls-cert and --tls-key must be given together",
         )
-        _check(self.tls_client_ca is None or self.tls_cert is not None, "--tls-client-ca needs --tls-cert/--tls-key")
+        _check(
+            self.tls_client_ca is None or self.tls_cert is not None,
+            "--tls-client-ca needs --tls-cert/--tls-key",
+        )
 
 
 @dataclass(frozen=True)
@@ -182,9 +206,18 @@ class ServerConfig:
     """Python logging level."""
 
     def validate(self) -> ServerConfig:
-        for part in (self.model, self.engine, self.limits, self.admission, self.security, self.network):
+        for part in (
+            self.model,
+            self.engine,
+            self.limits,
+            self.admission,
+            self.security,
+            self.network,
+        ):
             part.validate()
-        _check(self.log_level in ("DEBUG", "INFO", "WARNING", "ERROR"), "--log-level is not a level")
+        _check(
+            self.log_level in ("DEBUG", "INFO", "WARNING", "ERROR"), "--log-level is not a level"
+        )
         return self
 
 
@@ -200,22 +233,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = p.add_argument_group("network")
     g.add_argument("--host", default=d.network.host, help="listen address (default %(default)s)")
-    g.add_argument("--port", type=int, default=d.network.port, help="gRPC port (default %(default)s)")
-    g.add_argument("--metrics-port", type=int, default=d.network.metrics_port, help="Prometheus port, 0 = off")
+    g.add_argument(
+        "--port", type=int, default=d.network.port, help="gRPC port (default %(default)s)"
+    )
+    g.add_argument(
+        "--metrics-port", type=int, default=d.network.metrics_port, help="Prometheus port, 0 = off"
+    )
     g.add_argument("--keepalive-time-s", type=float, default=d.network.keepalive_time_s)
     g.add_argument("--keepalive-timeout-s", type=float, default=d.network.keepalive_timeout_s)
     g.add_argument("--max-connection-age-s", type=float, default=d.network.max_connection_age_s)
-    g.add_argument("--max-connection-age-grace-s", type=float, default=d.network.max_connection_age_grace_s)
+    g.add_argument(
+        "--max-connection-age-grace-s", type=float, default=d.network.max_connection_age_grace_s
+    )
 
     g = p.add_argument_group("model")
-    g.add_argument("--model-dir", help="ChatTTS asset folder (official layout); default: the dev model")
-    g.add_argument("--dev-model", choices=["tiny", "full"], default=d.model.dev_model,
-                   help="random-weight dev model (its audio is noise)")
+    g.add_argument(
+        "--model-dir", help="ChatTTS asset folder (official layout); default: the dev model"
+    )
+    g.add_argument(
+        "--dev-model",
+        choices=["tiny", "full"],
+        default=d.model.dev_model,
+        help="random-weight dev model (its audio is noise)",
+    )
     g.add_argument("--dev-model-cache", default=str(d.model.dev_model_cache))
-    g.add_argument("--allow-unverified", action="store_true",
-                   help="load model files that do not match ChatTTS's sha256 map")
+    g.add_argument(
+        "--allow-unverified",
+        action="store_true",
+        help="load model files that do not match ChatTTS's sha256 map",
+    )
     g.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.model.device)
-    g.add_argument("--dtype", choices=["auto", "float32", "float16", "bfloat16"], default=d.model.dtype)
+    g.add_argument(
+        "--dtype", choices=["auto", "float32", "float16", "bfloat16"], default=d.model.dtype
+    )
     g.add_argument("--voices-dir", help="folder of voice presets (*.json)")
 
     g = p.add_argument_group("engine")
@@ -248,7 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--auth-token-file")
     g.add_argument("--no-reflection", action="store_true")
 
-    p.add_argument("--log-level", default=d.log_level, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument(
+        "--log-level", default=d.log_level, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
     return p
 
 

@@ -17,7 +17,9 @@ _FAILED = object()
 
 
 class RequestHandle:
-    def __init__(self, request: UtteranceRequest, loop: asyncio.AbstractEventLoop, wake_engine: Any) -> None:
+    def __init__(
+        self, request: UtteranceRequest, loop: asyncio.AbstractEventLoop, wake_engine: Any
+    ) -> None:
         self.request = request
         self.loop = loop
         self._queue: asyncio.Queue[Any] = asyncio.Queue()

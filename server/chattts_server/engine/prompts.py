@@ -51,13 +51,17 @@ class PromptBuilder:
         if kind is VoiceKind.EMBEDDING:
             values = torch.from_numpy(speaker._decode(voice.embedding))
             if values.numel() != self.m.shapes.gpt.hidden_size:
-                raise InvalidRequestError("config.voice.speaker_embedding", "has the wrong size for this model")
+                raise InvalidRequestError(
+                    "config.voice.speaker_embedding", "has the wrong size for this model"
+                )
         else:
             # Same draw as `torch.manual_seed(seed); chat.sample_random_speaker()`, without
             # touching the global RNG.
             generator = torch.Generator(device="cpu").manual_seed(seed)
             std, mean = speaker.std.cpu(), speaker.mean.cpu()
-            values = torch.randn(std.shape, generator=generator, dtype=std.dtype).mul_(std).add_(mean)
+            values = (
+                torch.randn(std.shape, generator=generator, dtype=std.dtype).mul_(std).add_(mean)
+            )
         if len(self._speaker_cache) > 256:
             self._speaker_cache.clear()
         self._speaker_cache[key] = values

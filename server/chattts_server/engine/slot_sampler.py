@@ -13,7 +13,9 @@ from .sampling import SamplingBatch, SamplingParams, TokenHistory, make_generato
 
 
 class SlotSampler:
-    def __init__(self, num_slots: int, num_codebooks: int, vocab_size: int, eos_id: int, device: torch.device) -> None:
+    def __init__(
+        self, num_slots: int, num_codebooks: int, vocab_size: int, eos_id: int, device: torch.device
+    ) -> None:
         self.num_codebooks = num_codebooks
         self.vocab_size = vocab_size
         self.eos_id = eos_id
@@ -49,9 +51,17 @@ class SlotSampler:
         assert self._batch is not None
         slots = torch.tensor(slot_ids, dtype=torch.long, device=self.device)
         history, num_generated = self.history.gather(slots)
-        return sample(logits, self._batch, history if self._batch.any_penalty else None, num_generated, self.shared_generator)
+        return sample(
+            logits,
+            self._batch,
+            history if self._batch.any_penalty else None,
+            num_generated,
+            self.shared_generator,
+        )
 
     def append(self, slot_ids: list[int], tokens: Tensor) -> None:
         """Record the tokens (B, Q) that did not end their rows."""
         if slot_ids:
-            self.history.append(torch.tensor(slot_ids, dtype=torch.long, device=self.device), tokens)
+            self.history.append(
+                torch.tensor(slot_ids, dtype=torch.long, device=self.device), tokens
+            )

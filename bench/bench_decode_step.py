@@ -1,0 +1,145 @@
+"""Time one decode step: transformers LlamaModel + DynamicCache vs our LlamaDecoder.decode.
+
+Random weights at ChatTTS's GPT shapes (timings do not depend on weight values), fp32 on CPU
+unless --device says otherwise. For each batch size B:
+
+- bare:   LlamaModel(inputs_embeds=(B, 1, D), past_key_values=DynamicCache of `context` tokens),
+          all rows the same length (no padding mask: the cheapest case for transformers).
+- ours:   LlamaDecoder.decode with B slots packed at ids 0..B-1, rows at mixed positions
+          around `context`.
+- spread: the same with slot ids spread over 0..2B-1 (attention runs over the whole range and
+          queries are scattered into it), the worst case the scheduler's lowest-free-id policy
+          leaves after churn.
+
+Usage: python bench/bench_decode_step.py [--layers 20 --hidden 768 --heads 12 --inter 3072]
+       [--batches 1,4,8,16] [--context 100] [--steps 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaModel
+
+from chattts_server.model.llama import LlamaDecoder, LlamaShape, SlotKVCache
+
+
+def _interleaved_ms(
+    steps_by_name: dict[str, Callable[[], object]], steps: int, device: torch.device
+) -> dict[str, float]:
+    """Median ms per call, calling the contenders in turn so that load on a shared machine
+    hits them alike."""
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    for step in steps_by_name.values():
+        for _ in range(2):
+            step()
+    sync()
+    times: dict[str, list[float]] = {name: [] for name in steps_by_name}
+    for _ in range(steps):
+        for name, step in steps_by_name.items():
+            t0 = time.perf_counter()
+            step()
+            sync()
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _bare_step(model: LlamaModel, batch: int, context: int) -> Callable[[], object]:
+    device, dtype = model.device, model.dtype
+    hidden = model.config.hidden_size
+    past = DynamicCache()
+    model(
+        inputs_embeds=torch.randn(batch, context, hidden, device=device, dtype=dtype),
+        past_key_values=past,
+        use_cache=True,
+    )
+    x = torch.randn(batch, 1, hidden, device=device, dtype=dtype)
+
+    def step() -> None:
+        model(inputs_embeds=x, past_key_values=past, use_cache=True)
+        past.crop(context)  # keep the context steady across timed steps
+
+    return step
+
+
+def _ours_step(
+    decoder: LlamaDecoder, cache: SlotKVCache, slot_ids: list[int], context: int
+) -> Callable[[], object]:
+    device = cache.kv.device
+    batch = len(slot_ids)
+    # Mixed positions within about +/-10% of context, as rows that joined at different times.
+    spread = max(1, context // 10)
+    positions = torch.tensor(
+        [context - spread + (7 * i) % (2 * spread + 1) for i in range(batch)], device=device
+    )
+    slots = torch.tensor(slot_ids, device=device)
+    x = torch.randn(batch, decoder.shape.hidden_size, device=device, dtype=cache.kv.dtype)
+    return lambda: decoder.decode(slots, x, positions, cache)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=20)
+    parser.add_argument("--hidden", type=int, default=768)
+    parser.add_argument("--heads", type=int, default=12)
+    parser.add_argument("--inter", type=int, default=3072)
+    parser.add_argument("--batches", default="1,4,8,16")
+    parser.add_argument("--context", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per cell (median)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    batches = [int(b) for b in args.batches.split(",")]
+    config = LlamaConfig(
+        hidden_size=args.hidden,
+        intermediate_size=args.inter,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.heads,
+        num_hidden_layers=args.layers,
+        max_position_embeddings=4096,
+        vocab_size=8,  # embed_tokens is unused: ChatTTS feeds inputs_embeds
+    )
+    model = LlamaModel(config).to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
+    decoder = LlamaDecoder.from_state_dict(config, model.state_dict(), device, dtype)
+    max_tokens = args.context + args.context // 10 + 2
+    cache = SlotKVCache(LlamaShape.from_config(config), 2 * max(batches), max_tokens, device, dtype)
+
+    print(
+        f"decode step, {args.layers} layers hidden {args.hidden} heads {args.heads} "
+        f"inter {args.inter}, context {args.context}, {args.dtype} on {device}, "
+        f"{args.threads} threads, median of {args.steps}, load average {os.getloadavg()[0]:.1f}"
+    )
+    print(f"{'B':>3} {'bare ms':>9} {'ours ms':>9} {'spread ms':>10} {'ours/bare':>10}")
+    with torch.inference_mode():
+        for batch in batches:
+            ms = _interleaved_ms(
+                {
+                    "bare": _bare_step(model, batch, args.context),
+                    "ours": _ours_step(decoder, cache, list(range(batch)), args.context),
+                    "spread": _ours_step(
+                        decoder, cache, list(range(0, 2 * batch, 2)), args.context
+                    ),
+                },
+                args.steps,
+                device,
+            )
+            bare, ours, spread = ms["bare"], ms["ours"], ms["spread"]
+            print(f"{batch:>3} {bare:>9.1f} {ours:>9.1f} {spread:>10.1f} {ours / bare:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,288 @@
+"""Lookahead sweep for the streaming decoder: accuracy vs time to first audio.
+
+Full-size ChatTTS Decoder (idim 384, hidden 512, 12 ConvNeXt blocks, bn_dim 128) and Vocos
+(dim 512, intermediate 1536, 8 layers) with random weights, unless --model-dir points at a real
+asset folder. How far influence spreads through the receptive field depends on the weights, so
+accuracy is measured under two recipes: "dev" (the dev assets': Decoder layer scales 1/12,
+Vocos's own init, trunc-normal 0.02 and layer scale 1/8) and "strong" (Decoder layer scales 0.3,
+Vocos convs and linears at PyTorch's default init, layer scale 0.5), which spreads influence
+further; timings do not depend on weight values and use the first recipe. A 200-token
+stream of smooth hidden states (an AR(1) random walk, speech-like rather than white) is pushed
+one token per engine step; left context is fixed at the receptive field and the lookahead swept.
+
+For each lookahead: SNR and max abs error of the streamed audio against the offline decode of
+all tokens, time to first audio = generation wait (first chunk + lookahead tokens at real time,
+21.3 ms per token) + decode of the first chunk, and mean decode ms per chunk. Writes
+bench/results/lookahead.md and bench/results/lookahead.png.
+
+Random weights only approximate how far real weights spread influence through the receptive
+field: rerun with --model-dir on the real assets before trusting the SNR columns.
+
+Usage: python bench/bench_lookahead.py [--tokens 200] [--lookaheads 0,1,2,4,8,12,16,24,32,52]
+       [--repeats 3] [--threads N] [--recipes dev,strong | --model-dir DIR] [--out bench/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from chattts_server.engine.streaming_decode import ChunkingConfig, StreamingDecoder, chunk_schedule
+from chattts_server.model.vocoders import VocosVocoder, frames_to_tokens
+
+MS_PER_TOKEN = 1000.0 * 256 * 2 / 24000  # one GPT step of audio: 21.33 ms
+SNR_CAP_DB = 120.0  # above this the stream is exact up to fp32 rounding
+
+
+def build_modules(
+    model_dir: str | None, recipe: str = "dev"
+) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(Decoder, Vocos) at the official shapes: random weights, or loaded from `model_dir`."""
+    if model_dir:
+        from chattts_server.model.assets import load_chattts
+
+        modules = load_chattts(model_dir, torch.device("cpu"), torch.float32)
+        return modules.decoder, modules.vocos
+    from ChatTTS.config import Config
+    from ChatTTS.model import DVAE
+    from ChatTTS.model.dvae import ConvNeXtBlock
+
+    from chattts_server.model.assets import build_vocos
+
+    torch.manual_seed(0)
+    config = Config()
+    decoder = DVAE(decoder_config=asdict(config.decoder), dim=config.decoder.idim)
+    vocos = build_vocos(config)
+    # ChatTTS initialises layer scales at 1e-6 (blocks ~ identity); dev assets use 1/12.
+    scale = 1.0 / config.decoder.n_layer if recipe == "dev" else 0.3
+    for block in decoder.modules():
+        if isinstance(block, ConvNeXtBlock) and block.weight is not None:
+            block.weight.data.fill_(scale)
+    if recipe == "strong":
+        for module in vocos.backbone.modules():
+            if isinstance(module, (torch.nn.Conv1d, torch.nn.Linear)):
+                module.reset_parameters()
+        for block in vocos.backbone.convnext:
+            block.gamma.data.fill_(0.5)
+    elif recipe != "dev":
+        raise ValueError(f"unknown recipe {recipe!r}")
+    return decoder.eval(), vocos.eval()
+
+
+def hidden_walk(num_tokens: int, width: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    noise = torch.randn(num_tokens, width, generator=gen)
+    out, state = torch.empty_like(noise), torch.zeros(width)
+    for t in range(num_tokens):
+        state = 0.9 * state + 0.45 * noise[t]
+        out[t] = state
+    return out
+
+
+@dataclass
+class Row:
+    lookahead: int
+    exact: bool
+    num_chunks: int
+    snr_db: float  # first recipe (or the real weights)
+    max_abs_err: float
+    wait_ms: float  # (first chunk + lookahead) tokens of generation at real time
+    lookahead_ms: float  # the lookahead's share of wait_ms
+    first_decode_ms: float
+    mean_chunk_ms: float
+    window_tokens: int  # steady-state Decoder window per chunk
+    other_snr_db: dict[str, float] = field(default_factory=dict)  # further recipes
+
+    @property
+    def ttfa_ms(self) -> float:
+        return self.wait_ms + self.first_decode_ms
+
+
+def stream_once(sd: StreamingDecoder, hiddens: torch.Tensor, config: ChunkingConfig):
+    """Push one token per step; returns (audio, per-chunk decode ms, steady window tokens)."""
+    stream = sd.open(config)
+    parts, chunk_ms = [], []
+    for t in range(len(hiddens)):
+        stream.push(hiddens[t : t + 1])
+        t0 = time.perf_counter()
+        out = sd.step([stream])
+        if out:
+            chunk_ms.append(1000.0 * (time.perf_counter() - t0))
+            parts.append(out[0][1])
+    t0 = time.perf_counter()
+    [(_, pcm)] = sd.finish([stream])
+    if len(pcm):
+        chunk_ms.append(1000.0 * (time.perf_counter() - t0))
+        parts.append(pcm)
+    return np.concatenate(parts), chunk_ms, stream.max_window_tokens
+
+
+def snr_db(audio: np.ndarray, reference: np.ndarray) -> float:
+    err = audio - reference
+    return min(SNR_CAP_DB, 10 * np.log10(np.sum(reference**2) / max(np.sum(err**2), 1e-30)))
+
+
+def offline(decoder: torch.nn.Module, vocos: torch.nn.Module, hiddens: torch.Tensor) -> np.ndarray:
+    with torch.inference_mode():
+        return vocos.decode(decoder(hiddens.T[None].clone()))[0].numpy()
+
+
+def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, ChunkingConfig]:
+    recipes = [None] if args.model_dir else args.recipes
+    decoder, vocos = build_modules(args.model_dir, recipes[0] or "dev")
+    vocoder = VocosVocoder(vocos)
+    sd = StreamingDecoder(decoder, vocoder)
+    others = {name: build_modules(None, name) for name in recipes[1:]}
+    left, right = sd.receptive_field_tokens
+    print(
+        f"receptive fields: Decoder {sd.decoder_receptive_field} frames "
+        f"{frames_to_tokens(sd.decoder_receptive_field)} tokens; Vocos {vocoder.receptive_field} "
+        f"frames; combined ({left}, {right}) tokens"
+    )
+    hiddens = hidden_walk(args.tokens, 2 * decoder.decoder.conv_in[0].in_channels)
+    reference = offline(decoder, vocos, hiddens)
+    other_refs = {name: offline(dec, voc, hiddens) for name, (dec, voc) in others.items()}
+    base = replace(ChunkingConfig(), left_context_tokens=left)
+    rows = []
+    for lookahead in args.lookaheads:
+        config = replace(base, lookahead_tokens=lookahead)
+        stream_once(sd, hiddens, config)  # warm-up: kernels for this config's window shapes
+        runs = [stream_once(sd, hiddens, config) for _ in range(args.repeats)]
+        audio, _, window = runs[0]
+        assert audio.shape == reference.shape, (audio.shape, reference.shape)
+        # Per chunk, the least-disturbed of the repeats (the machine may be shared).
+        chunk_ms = np.min(np.array([r[1] for r in runs]), axis=0)
+        other_snr = {
+            name: snr_db(
+                stream_once(StreamingDecoder(dec, VocosVocoder(voc)), hiddens, config)[0],
+                other_refs[name],
+            )
+            for name, (dec, voc) in others.items()
+        }
+        first = config.first_chunk_tokens
+        rows.append(
+            Row(
+                lookahead=lookahead,
+                exact=sd.open(config).exact,
+                num_chunks=len(chunk_ms),
+                snr_db=snr_db(audio, reference),
+                max_abs_err=float(np.abs(audio - reference).max()),
+                wait_ms=(first + lookahead) * MS_PER_TOKEN,
+                lookahead_ms=lookahead * MS_PER_TOKEN,
+                first_decode_ms=float(chunk_ms[0]),
+                mean_chunk_ms=float(chunk_ms.mean()),
+                window_tokens=window,
+                other_snr_db=other_snr,
+            )
+        )
+        r = rows[-1]
+        extra = "".join(f" ({name} {v:.1f} dB)" for name, v in r.other_snr_db.items())
+        print(
+            f"lookahead {lookahead:3d}: SNR {r.snr_db:6.1f} dB{extra}  max err {r.max_abs_err:.2e}  "
+            f"TTFA {r.ttfa_ms:6.0f} ms (wait {r.wait_ms:.0f} + decode {r.first_decode_ms:.0f})  "
+            f"chunk {r.mean_chunk_ms:.0f} ms",
+            flush=True,
+        )
+    return rows, sd, base
+
+
+def _db(value: float) -> str:
+    return f">= {SNR_CAP_DB:.0f}" if value >= SNR_CAP_DB else f"{value:.1f}"
+
+
+def table(rows: list[Row], first_name: str) -> str:
+    others = list(rows[0].other_snr_db)
+    snr_heads = "".join(f" SNR {name} (dB) |" for name in [first_name, *others])
+    lines = [
+        f"| lookahead (tokens) | exact |{snr_heads} max abs err | lookahead wait (ms) | "
+        "first-chunk gen wait (ms) | first-chunk decode (ms) | TTFA (ms) | chunks | "
+        "mean decode/chunk (ms) | window (tokens) |",
+        "|---:|:---:|" + "---:|" * (len(others) + 1) + "---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        snr = " | ".join(_db(v) for v in [r.snr_db, *r.other_snr_db.values()])
+        lines.append(
+            f"| {r.lookahead} | {'yes' if r.exact else 'no'} | {snr} | {r.max_abs_err:.1e} | "
+            f"{r.lookahead_ms:.0f} | {r.wait_ms:.0f} | {r.first_decode_ms:.0f} | {r.ttfa_ms:.0f} | "
+            f"{r.num_chunks} | {r.mean_chunk_ms:.0f} | {r.window_tokens} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], first_name: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = [r.lookahead for r in rows]
+    fig, ax1 = plt.subplots(figsize=(7, 4))
+    ax1.plot(x, [r.snr_db for r in rows], "o-", color="tab:blue", label=f"SNR, {first_name}")
+    for name, style in zip(rows[0].other_snr_db, ["^--", "v:"], strict=False):
+        ax1.plot(
+            x, [r.other_snr_db[name] for r in rows], style, color="tab:blue", label=f"SNR, {name}"
+        )
+    ax1.legend(loc="center right")
+    ax1.axhline(30, color="tab:blue", linestyle=":", linewidth=1)
+    ax1.set_xlabel("lookahead (tokens, 21.3 ms each)")
+    ax1.set_ylabel("SNR vs offline decode (dB)", color="tab:blue")
+    ax2 = ax1.twinx()
+    ax2.plot(x, [r.ttfa_ms for r in rows], "s-", color="tab:red", label="time to first audio (ms)")
+    ax2.set_ylabel("time to first audio (ms)", color="tab:red")
+    ax1.set_title("Streaming decode: accuracy vs time to first audio")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=200)
+    parser.add_argument("--lookaheads", default="0,1,2,4,8,12,16,24,32,52")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per lookahead (min)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--recipes", default="dev,strong", help="random-weight recipes: dev, strong"
+    )
+    parser.add_argument("--model-dir", default=None, help="real ChatTTS assets instead of random")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    args = parser.parse_args()
+    args.lookaheads = [int(v) for v in args.lookaheads.split(",")]
+    args.recipes = args.recipes.split(",")
+    torch.set_num_threads(args.threads)
+
+    rows, sd, base = sweep(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    first_name = "real" if args.model_dir else args.recipes[0]
+    text = table(rows, first_name)
+    print(text)
+    weights = (
+        args.model_dir or f"random, recipes {', '.join(args.recipes)} (see the script's docstring)"
+    )
+    header = (
+        "# Streaming decode: lookahead sweep\n\n"
+        f"`python bench/bench_lookahead.py` on {os.cpu_count()} CPU threads "
+        f"({args.threads} used), fp32. Weights: {weights}. {args.tokens} tokens of AR(1) hidden "
+        f"states pushed one per step; chunks {chunk_schedule(base, args.tokens)} "
+        f"(first {base.first_chunk_tokens}, growth {base.growth}, cap {base.max_chunk_tokens}); "
+        f"left context {base.left_context_tokens} tokens (the receptive field); crossfade "
+        f"{base.crossfade_samples} samples when not exact. Receptive field Decoder+Vocos: "
+        f"{sd.receptive_field_tokens} tokens.\n\n"
+        "TTFA = first-chunk generation wait ((first chunk + lookahead) x 21.3 ms at real time) "
+        "+ first-chunk decode. Decode times are the minimum of the repeats per chunk; absolute "
+        "values vary between machines and with load.\n\n"
+    )
+    (out / "lookahead.md").write_text(header + text + "\n")
+    plot(rows, first_name, out / "lookahead.png")
+    print(f"wrote {out / 'lookahead.md'} and {out / 'lookahead.png'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,416 @@
+"""Streaming decode: GPT hidden states in, PCM chunks out, at a flat cost per chunk.
+
+Each stream buffers the hidden states the GPT produced for it. A chunk of new tokens
+[t0, t1) is decoded once `lookahead_tokens` more exist: the Decoder runs over the window
+[t0 - left_context, t1 + lookahead), the vocoder over the mel frames the kept samples need, and
+only the samples that the new tokens' frames determine are kept. The window never grows with
+the stream's position, and a stream keeps only the tokens it still needs as left context.
+
+With left context and lookahead at least the combined Decoder+vocoder receptive field
+(`StreamingDecoder.receptive_field_tokens`, 52 tokens each at the official shapes with Vocos)
+the concatenated chunks equal an offline decode of all tokens. With less (the usual choice for
+lookahead, which costs time to first audio), consecutive chunks overlap by `crossfade_samples`
+around each seam and are crossfaded with a raised-cosine (Hann) ramp whose gains sum to one:
+both sides approximate the same signal, so they are correlated and an equal-gain fade keeps the
+level, where an equal-power fade would bump it by up to 3 dB.
+
+Batching: `step` decodes every ready chunk of every given stream with one Decoder call and one
+vocoder call when it can. Windows are zero-padded on the right to a common length only when
+their kept outputs lie further than the receptive field from their right edge (padding then
+cannot reach them); other windows are grouped by exact length, one call per group. In steady
+state every stream with the same config has the same window length, so that is one call.
+
+Runs on the engine thread only; nothing here locks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..model.vocoders import (
+    FRAMES_PER_TOKEN,
+    ReceptiveField,
+    Vocoder,
+    combined_receptive_field_tokens,
+    decode_mel,
+    decoder_receptive_field,
+    num_samples,
+)
+
+_MAX_TOKENS = 4096  # the GPT's max_position_embeddings: no window is ever longer
+
+
+@dataclass(frozen=True)
+class ChunkingConfig:
+    """How a stream is cut into chunks. Token counts are GPT steps (2 mel frames, 512 samples)."""
+
+    # New tokens in a stream's first chunk: small, for a short time to first audio.
+    first_chunk_tokens: int = 8
+    # Each next chunk is this many times the previous one (1 = fixed size), up to the cap.
+    growth: float = 2.0
+    # Cap on new tokens per chunk; bounds the per-chunk cost and the gap between chunks.
+    max_chunk_tokens: int = 32
+    # Emitted tokens re-decoded as left context; None = the receptive field (exact left seams).
+    left_context_tokens: int | None = None
+    # Tokens past a chunk's end that must exist before it is decoded: latency vs accuracy
+    # (8: >= 60 dB SNR vs offline in bench/bench_lookahead.py for +171 ms to first audio).
+    lookahead_tokens: int = 8
+    # Samples crossfaded at each seam when context or lookahead is below the receptive field.
+    crossfade_samples: int = 256
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.first_chunk_tokens <= self.max_chunk_tokens <= _MAX_TOKENS:
+            raise ValueError(
+                f"need 1 <= first_chunk_tokens ({self.first_chunk_tokens}) <= "
+                f"max_chunk_tokens ({self.max_chunk_tokens}) <= {_MAX_TOKENS}"
+            )
+        if not 1.0 <= self.growth <= 16.0:
+            raise ValueError(f"growth must be in [1, 16], got {self.growth}")
+        if (
+            self.left_context_tokens is not None
+            and not 0 <= self.left_context_tokens <= _MAX_TOKENS
+        ):
+            raise ValueError(f"left_context_tokens must be in [0, {_MAX_TOKENS}] or None")
+        if not 0 <= self.lookahead_tokens <= _MAX_TOKENS:
+            raise ValueError(f"lookahead_tokens must be in [0, {_MAX_TOKENS}]")
+        if not 0 <= self.crossfade_samples <= 48000:
+            raise ValueError("crossfade_samples must be in [0, 48000]")
+
+
+class DecodeStream:
+    """One utterance's decode state: pushed hidden states, chunk schedule, seam tail, counters."""
+
+    def __init__(self, config: ChunkingConfig, left_context_tokens: int, exact: bool) -> None:
+        self.config = config
+        self.left_context_tokens = left_context_tokens
+        # Left context and lookahead cover the receptive field: output equals an offline decode.
+        self.exact = exact
+        self._buf: Tensor | None = None  # (capacity, D) hidden states, row 0 is token _buf_start
+        self._buf_start = 0
+        self._num_tokens = 0  # tokens pushed so far
+        self._ended = False
+        self._final_planned = False  # the chunk ending at the last sample has been planned
+        self._next_token = 0  # first token not yet covered by a chunk
+        self._chunk_tokens_f = float(config.first_chunk_tokens)
+        # Last planned seam: samples [start, end) are the tail crossfaded into the next chunk;
+        # everything before start has been (or is being) emitted.
+        self._seam = (0, 0)
+        self._tail = np.zeros(0, dtype=np.float32)  # samples [_emitted, _emitted + len)
+        self._emitted = 0  # samples returned so far
+        # Cost counters, per chunk (windows never grow with position).
+        self.num_chunks = 0
+        self.last_window_tokens = 0  # Decoder window of the last chunk
+        self.max_window_tokens = 0
+        self.last_vocoder_frames = 0  # vocoder window of the last chunk
+        self.max_vocoder_frames = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return self._num_tokens
+
+    @property
+    def num_samples_emitted(self) -> int:
+        return self._emitted
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    @property
+    def done(self) -> bool:
+        """Input ended and every sample emitted."""
+        return self._ended and (self._num_tokens == 0 or self._final_planned)
+
+    @property
+    def buffered_tokens(self) -> int:
+        """Rows of hidden states held (left context plus not yet decoded tokens)."""
+        return 0 if self._buf is None else self._num_tokens - self._buf_start
+
+    def push(self, hidden: Tensor) -> None:
+        """Append hidden states (n, D) in generation order."""
+        if self._ended:
+            raise RuntimeError("push after end of stream")
+        if hidden.dim() != 2:
+            raise ValueError(f"expected (n, D) hidden states, got shape {tuple(hidden.shape)}")
+        n = hidden.shape[0]
+        if self._buf is None:
+            capacity = max(64, 2 * n)
+            self._buf = hidden.new_empty((capacity, hidden.shape[1]))
+        used = self._num_tokens - self._buf_start
+        if used + n > self._buf.shape[0]:
+            self._compact()
+            used = self._num_tokens - self._buf_start
+            if used + n > self._buf.shape[0]:
+                grown = self._buf.new_empty(
+                    (max(2 * self._buf.shape[0], used + n), self._buf.shape[1])
+                )
+                grown[:used] = self._buf[:used]
+                self._buf = grown
+        self._buf[used : used + n] = hidden.to(device=self._buf.device, dtype=self._buf.dtype)
+        self._num_tokens += n
+
+    def end(self) -> None:
+        """No more hidden states: the tail is decoded without lookahead at the next step."""
+        self._ended = True
+
+    def _compact(self) -> None:
+        # Drop tokens no chunk will read again (before the next chunk's left context).
+        assert self._buf is not None
+        keep_from = max(self._buf_start, self._next_token - self.left_context_tokens)
+        drop = keep_from - self._buf_start
+        if drop > 0:
+            used = self._num_tokens - keep_from
+            self._buf[:used] = self._buf[drop : drop + used].clone()
+            self._buf_start = keep_from
+
+    def _window(self, ta: int, tb: int) -> Tensor:
+        assert self._buf is not None
+        return self._buf[ta - self._buf_start : tb - self._buf_start]
+
+
+@dataclass
+class _Chunk:
+    stream: DecodeStream
+    ta: int  # Decoder window [ta, tb), tokens
+    tb: int
+    va: int  # vocoder window [va, vb), mel frames
+    vb: int
+    emit_lo: int  # samples [emit_lo, seam_start) are emitted, crossfading the previous tail first
+    seam_start: int
+    seam_end: int  # samples [seam_start, seam_end) become the tail for the next chunk
+    decoder_right_safe: bool  # right zero-padding cannot reach the mel frames kept
+    vocoder_right_safe: bool  # right zero-padding cannot reach the samples kept
+    mel: Tensor | None = None  # (n_mels, vb - va)
+    audio: np.ndarray | None = None  # samples [va * hop, ...)
+
+
+_T = TypeVar("_T")
+
+
+def _length_groups(
+    items: Sequence[_T], length: Callable[[_T], int], right_safe: Callable[[_T], bool]
+) -> list[tuple[int, list[_T]]]:
+    """Batches: the longest length takes every right-safe item; the rest group by exact length."""
+    groups: list[tuple[int, list[_T]]] = []
+    pending = sorted(items, key=length, reverse=True)
+    while pending:
+        size = length(pending[0])
+        groups.append((size, [i for i in pending if length(i) == size or right_safe(i)]))
+        pending = [i for i in pending if not (length(i) == size or right_safe(i))]
+    return groups
+
+
+def _fade_in(n: int) -> np.ndarray:
+    # Raised cosine: fade_in + fade_out == 1 at every sample.
+    return (np.sin(0.5 * np.pi * (np.arange(n) + 0.5) / n) ** 2).astype(np.float32)
+
+
+class StreamingDecoder:
+    """Chunked Decoder+vocoder over many streams, batched across streams per engine step."""
+
+    def __init__(
+        self,
+        decoder: nn.Module,
+        vocoder: Vocoder,
+        config: ChunkingConfig | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        param = next(decoder.parameters())
+        self.decoder = decoder
+        self.vocoder = vocoder
+        self.default_config = config or ChunkingConfig()
+        self.device = torch.device(device) if device is not None else param.device
+        self.dtype = param.dtype
+        self.decoder_receptive_field: ReceptiveField = decoder_receptive_field(decoder)
+        # (left, right) tokens of context under which streamed output equals offline output.
+        self.receptive_field_tokens: ReceptiveField = combined_receptive_field_tokens(
+            self.decoder_receptive_field, vocoder.receptive_field
+        )
+        self.hop_length = vocoder.hop_length
+        self.num_decoder_calls = 0
+        self.num_vocoder_calls = 0
+
+    def open(self, config: ChunkingConfig | None = None) -> DecodeStream:
+        config = config or self.default_config
+        rf_left, rf_right = self.receptive_field_tokens
+        left = rf_left if config.left_context_tokens is None else config.left_context_tokens
+        exact = left >= rf_left and config.lookahead_tokens >= rf_right
+        if not exact:
+            samples_per_token = FRAMES_PER_TOKEN * self.hop_length
+            # The next chunk must start early enough to cover what this one could not produce.
+            if left * samples_per_token < self.vocoder.end_trim_samples:
+                raise ValueError("left_context_tokens too small for this vocoder; use at least 1")
+            if config.crossfade_samples // 2 + self.vocoder.end_trim_samples > (
+                config.first_chunk_tokens * samples_per_token
+            ):
+                raise ValueError("crossfade_samples too long for first_chunk_tokens")
+        return DecodeStream(config, left, exact)
+
+    def total_samples(self, num_tokens: int) -> int:
+        """Samples an offline decode of `num_tokens` tokens returns (and a stream emits)."""
+        return num_samples(self.vocoder, FRAMES_PER_TOKEN * num_tokens)
+
+    # -- chunk planning --------------------------------------------------------------------
+
+    def _plan(self, stream: DecodeStream) -> list[_Chunk]:
+        config = stream.config
+        hop = self.hop_length
+        dec_left, dec_right = self.decoder_receptive_field
+        voc_left, voc_right = self.vocoder.receptive_field
+        voc_right = max(voc_right, -(-self.vocoder.end_trim_samples // hop))
+        crossfade = 0 if stream.exact else config.crossfade_samples
+        total = stream._num_tokens
+        chunks = []
+        # After the last token, one more chunk may be needed (with no new tokens) to flush the
+        # samples a short lookahead held back.
+        while stream._next_token < total or (stream._ended and total and not stream._final_planned):
+            size = min(config.max_chunk_tokens, round(stream._chunk_tokens_f))
+            t0 = stream._next_token
+            t1 = t0 + size
+            if t1 + config.lookahead_tokens > total:
+                if not stream._ended:
+                    break
+                t1 = min(t1, total)
+            ta = max(0, t0 - stream.left_context_tokens)
+            tb = min(total, t1 + config.lookahead_tokens)
+            emit_lo = stream._seam[0]
+            if stream._ended and t1 == total:
+                seam_start = seam_end = self.total_samples(total)
+                stream._final_planned = True
+            else:
+                produced_end = num_samples(self.vocoder, FRAMES_PER_TOKEN * tb)
+                boundary = FRAMES_PER_TOKEN * hop * t1
+                seam_end = min(boundary + crossfade // 2, produced_end)
+                next_start = FRAMES_PER_TOKEN * hop * max(0, t1 - stream.left_context_tokens)
+                seam_start = max(seam_end - crossfade, stream._seam[1], next_start)
+                assert seam_start <= seam_end, "open() rejects configs whose seams cannot overlap"
+            block_lo, block_hi = emit_lo // hop, -(-seam_end // hop)
+            va = max(FRAMES_PER_TOKEN * ta, block_lo - voc_left)
+            vb = min(FRAMES_PER_TOKEN * tb, block_hi + voc_right)
+            chunks.append(
+                _Chunk(
+                    stream=stream,
+                    ta=ta,
+                    tb=tb,
+                    va=va,
+                    vb=vb,
+                    emit_lo=emit_lo,
+                    seam_start=seam_start,
+                    seam_end=seam_end,
+                    decoder_right_safe=vb + dec_right <= FRAMES_PER_TOKEN * tb,
+                    vocoder_right_safe=block_hi + voc_right <= vb,
+                )
+            )
+            stream._next_token = t1
+            stream._seam = (seam_start, seam_end)
+            stream._chunk_tokens_f = min(
+                float(config.max_chunk_tokens), stream._chunk_tokens_f * config.growth
+            )
+            stream.num_chunks += 1
+            stream.last_window_tokens = tb - ta
+            stream.max_window_tokens = max(stream.max_window_tokens, tb - ta)
+            stream.last_vocoder_frames = vb - va
+            stream.max_vocoder_frames = max(stream.max_vocoder_frames, vb - va)
+        return chunks
+
+    # -- batched decode --------------------------------------------------------------------
+
+    def _run_decoder(self, chunks: list[_Chunk]) -> None:
+        groups = _length_groups(chunks, lambda c: c.tb - c.ta, lambda c: c.decoder_right_safe)
+        for length, group in groups:
+            first = group[0].stream._window(group[0].ta, group[0].tb)
+            x = first.new_zeros((len(group), length, first.shape[1]))  # (B, tokens, D)
+            for row, chunk in enumerate(group):
+                x[row, : chunk.tb - chunk.ta] = chunk.stream._window(chunk.ta, chunk.tb)
+            x = x.to(device=self.device, dtype=self.dtype).transpose(1, 2)  # (B, D, tokens)
+            mel = decode_mel(self.decoder, x)  # (B, n_mels, 2 * tokens)
+            self.num_decoder_calls += 1
+            for row, chunk in enumerate(group):
+                offset = FRAMES_PER_TOKEN * chunk.ta
+                chunk.mel = mel[row, :, chunk.va - offset : chunk.vb - offset]
+
+    def _run_vocoder(self, chunks: list[_Chunk]) -> None:
+        groups = _length_groups(chunks, lambda c: c.vb - c.va, lambda c: c.vocoder_right_safe)
+        for length, group in groups:
+            assert group[0].mel is not None
+            mel = group[0].mel.new_zeros((len(group), group[0].mel.shape[0], length))
+            for row, chunk in enumerate(group):
+                assert chunk.mel is not None
+                mel[row, :, : chunk.vb - chunk.va] = chunk.mel
+            audio = self.vocoder.decode(mel).float().cpu().numpy()  # (B, samples)
+            self.num_vocoder_calls += 1
+            for row, chunk in enumerate(group):
+                chunk.audio = audio[row, : num_samples(self.vocoder, chunk.vb - chunk.va)]
+                chunk.mel = None
+
+    def _emit(self, chunk: _Chunk) -> np.ndarray:
+        stream, audio = chunk.stream, chunk.audio
+        assert audio is not None
+        origin = chunk.va * self.hop_length  # global index of audio[0]
+        assert origin <= chunk.emit_lo == stream._emitted
+        assert origin + len(audio) >= chunk.seam_end
+
+        def span(lo: int, hi: int) -> np.ndarray:
+            return audio[lo - origin : hi - origin]
+
+        parts = []
+        pos = chunk.emit_lo
+        num_fade = len(stream._tail)
+        if num_fade:
+            fade_in = _fade_in(num_fade)
+            parts.append(stream._tail * (1.0 - fade_in) + span(pos, pos + num_fade) * fade_in)
+            pos += num_fade
+        parts.append(span(pos, chunk.seam_start))
+        stream._tail = span(chunk.seam_start, chunk.seam_end).copy()
+        stream._emitted = chunk.seam_start
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
+    # -- public steps ------------------------------------------------------------------------
+
+    def step(self, streams: Iterable[DecodeStream]) -> list[tuple[DecodeStream, np.ndarray]]:
+        """Decode every ready chunk of `streams` (batched); PCM for each stream that had one.
+
+        A stream is ready when `lookahead_tokens` exist past its next chunk, or it has ended
+        with tokens left (then everything left is decoded, in chunks of at most the cap).
+        """
+        streams = list(streams)
+        chunks = [chunk for stream in streams for chunk in self._plan(stream)]
+        out: dict[int, tuple[DecodeStream, list[np.ndarray]]] = {}
+        if chunks:
+            with torch.inference_mode():
+                self._run_decoder(chunks)
+                self._run_vocoder(chunks)
+            for chunk in chunks:  # per stream in plan order: each seam needs the previous tail
+                out.setdefault(id(chunk.stream), (chunk.stream, []))[1].append(self._emit(chunk))
+        for stream in streams:
+            if stream.done:
+                stream._buf = None
+            elif stream._buf is not None:
+                stream._compact()
+        return [(stream, np.concatenate(parts)) for stream, parts in out.values()]
+
+    def finish(self, streams: Iterable[DecodeStream]) -> list[tuple[DecodeStream, np.ndarray]]:
+        """End `streams` and flush them: one entry per stream (empty PCM if nothing was left)."""
+        streams = list(streams)
+        for stream in streams:
+            stream.end()
+        flushed = {id(stream): pcm for stream, pcm in self.step(streams)}
+        empty = np.zeros(0, dtype=np.float32)
+        return [(stream, flushed.get(id(stream), empty)) for stream in streams]
+
+
+def chunk_schedule(config: ChunkingConfig, num_tokens: int) -> list[int]:
+    """New tokens per chunk for a stream of `num_tokens` tokens (for benchmarks and docs)."""
+    sizes, size_f, done = [], float(config.first_chunk_tokens), 0
+    while done < num_tokens:
+        size = min(config.max_chunk_tokens, round(size_f), num_tokens - done)
+        sizes.append(size)
+        done += size
+        size_f = min(float(config.max_chunk_tokens), size_f * config.growth)
+    return sizes
