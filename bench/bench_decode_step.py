@@ -1,18 +1,19 @@
 """Time one decode step: transformers LlamaModel + DynamicCache vs our LlamaDecoder.decode.
 
 Random weights at ChatTTS's GPT shapes (timings do not depend on weight values), fp32 on CPU
-unless --device says otherwise. For each batch size B:
+unless --device says otherwise. The contenders run in turn, step by step, so that load from
+other processes hits them alike; the header prints the load average. For each batch size B:
 
-- bare:   LlamaModel(inputs_embeds=(B, 1, D), past_key_values=DynamicCache of `context` tokens),
-          all rows the same length (no padding mask: the cheapest case for transformers).
-- ours:   LlamaDecoder.decode with B slots packed at ids 0..B-1, rows at mixed positions
-          around `context`.
-- spread: the same with slot ids spread over 0..2B-1 (attention runs over the whole range and
-          queries are scattered into it), the worst case the scheduler's lowest-free-id policy
-          leaves after churn.
+- bare:      LlamaModel(inputs_embeds=(B, 1, D), past_key_values=DynamicCache of `context`
+             tokens), all rows the same length (no padding mask: transformers' cheapest case).
+- ours:      LlamaDecoder.decode, B slots packed at ids 0..B-1 (attention over a cache view),
+             rows at mixed positions around `context`.
+- scattered: slot ids 0, 2, 4, ...: attention over the slot range, queries scattered into it.
+- gathered:  slot ids 0, 3, 6, ...: the range is over 2B, so the rows' K/V are gathered.
+- fused:     as ours, with Q/K/V and gate/up stacked into single matmuls (--fused).
 
 Usage: python bench/bench_decode_step.py [--layers 20 --hidden 768 --heads 12 --inter 3072]
-       [--batches 1,4,8,16] [--context 100] [--steps 10]
+       [--batches 1,4,8,16] [--context 100] [--steps 10] [--fused]
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--fused", action="store_true", help="also time fused projections")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -115,30 +117,36 @@ def main() -> None:
     )
     model = LlamaModel(config).to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
     decoder = LlamaDecoder.from_state_dict(config, model.state_dict(), device, dtype)
+    fused = None
+    if args.fused:
+        fused = LlamaDecoder.from_state_dict(
+            config, model.state_dict(), device, dtype, fuse_projections=True
+        )
     max_tokens = args.context + args.context // 10 + 2
-    cache = SlotKVCache(LlamaShape.from_config(config), 2 * max(batches), max_tokens, device, dtype)
+    num_slots = 3 * (max(batches) - 1) + 1
+    cache = SlotKVCache(LlamaShape.from_config(config), num_slots, max_tokens, device, dtype)
 
     print(
         f"decode step, {args.layers} layers hidden {args.hidden} heads {args.heads} "
         f"inter {args.inter}, context {args.context}, {args.dtype} on {device}, "
-        f"{args.threads} threads, median of {args.steps}, load average {os.getloadavg()[0]:.1f}"
+        f"{args.threads} threads, median ms of {args.steps}, "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
-    print(f"{'B':>3} {'bare ms':>9} {'ours ms':>9} {'spread ms':>10} {'ours/bare':>10}")
+    names = ["bare", "ours", "scattered", "gathered"] + (["fused"] if fused else [])
+    print(" ".join(f"{n:>9}" for n in ["B", *names, "ours/bare"]))
     with torch.inference_mode():
         for batch in batches:
-            ms = _interleaved_ms(
-                {
-                    "bare": _bare_step(model, batch, args.context),
-                    "ours": _ours_step(decoder, cache, list(range(batch)), args.context),
-                    "spread": _ours_step(
-                        decoder, cache, list(range(0, 2 * batch, 2)), args.context
-                    ),
-                },
-                args.steps,
-                device,
-            )
-            bare, ours, spread = ms["bare"], ms["ours"], ms["spread"]
-            print(f"{batch:>3} {bare:>9.1f} {ours:>9.1f} {spread:>10.1f} {ours / bare:>10.2f}")
+            steps = {
+                "bare": _bare_step(model, batch, args.context),
+                "ours": _ours_step(decoder, cache, list(range(batch)), args.context),
+                "scattered": _ours_step(decoder, cache, list(range(0, 2 * batch, 2)), args.context),
+                "gathered": _ours_step(decoder, cache, list(range(0, 3 * batch, 3)), args.context),
+            }
+            if fused is not None:
+                steps["fused"] = _ours_step(fused, cache, list(range(batch)), args.context)
+            ms = _interleaved_ms(steps, args.steps, device)
+            cells = [f"{ms[n]:>9.1f}" for n in names]
+            print(f"{batch:>9} {' '.join(cells)} {ms['ours'] / ms['bare']:>9.2f}")
 
 
 if __name__ == "__main__":

@@ -72,11 +72,15 @@ def test_chunked_prefill_matches_single_prefill(models) -> None:
     )
 
 
-@pytest.mark.parametrize("slots", [[0, 1, 2], [3, 0, 2]], ids=["packed-slots", "scattered-slots"])
+@pytest.mark.parametrize(
+    "slots",
+    [[0, 1, 2], [3, 0, 2], [8, 0, 4]],
+    ids=["packed-view", "scattered-queries", "gathered-rows"],
+)
 @torch.inference_mode()
 def test_mixed_batch_decode_matches_each_sequence_alone(models, slots: list[int]) -> None:
     ref, ours, shape = models
-    cache = SlotKVCache(shape, num_slots=5, max_tokens=64, device="cpu", dtype=torch.float32)
+    cache = SlotKVCache(shape, num_slots=9, max_tokens=64, device="cpu", dtype=torch.float32)
     seqs = [torch.randn(n, HIDDEN) for n in (5, 12, 20)]
     for slot, seq in zip(slots, seqs, strict=True):
         ours.prefill(slot, seq, 0, cache)

@@ -224,9 +224,8 @@ class LlamaDecoder(nn.Module):
         for i in range(shape.num_layers):
             model.layers.append(_Layer(sd, f"layers.{i}.", shape.rms_norm_eps, fuse_projections))
         model.norm = sd["norm.weight"]
-        model = model.to(device=device, dtype=dtype)
-        # The rotary tables follow the weights' dtype (transformers casts cos/sin to it).
-        return model.eval()
+        # The rotary tables take the weights' dtype too, as transformers casts cos/sin to it.
+        return model.to(device=device, dtype=dtype).eval()
 
     def _qkv(self, layer: _Layer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, ...]:
         # x: (rows, hidden) -> q (rows, heads, hd), k and v (rows, kv_heads, hd); q, k roped.
@@ -281,11 +280,14 @@ class LlamaDecoder(nn.Module):
         Slot ids must be distinct. Writes K/V at (slot, position) and attends to positions
         0..position of the row's slot. Returns final-normed hidden states (B, D).
 
-        Attention reads the cache in place, without gathering rows: it runs over the slot
-        range min(slot_ids)..max(slot_ids) and the first max(positions)+1 positions, with a
-        mask for shorter rows; slots in that range that are not in the batch get a dummy query
-        whose output is dropped. Keeping active slots packed low (the scheduler hands out the
-        lowest free id) and rows sorted by slot keeps that range at B and skips the scatter.
+        Attention reads the slots' K/V in place where it can. It runs over the view of slot
+        range min(slot_ids)..max(slot_ids) and the first max(positions)+1 positions, with a mask
+        for shorter rows. When that range holds other slots, each row's query is scattered to
+        its slot's place and slots not in the batch get a dummy query whose output is dropped.
+        Only when the range is more than twice the batch (slots far apart) are the rows'
+        K/V gathered (a copy of B * heads * len * head_dim per layer) instead. The scheduler
+        handing out the lowest free slot id and the runner ordering rows by slot keep the
+        common case a plain view.
         """
         s = self.shape
         num_rows = embeds.shape[0]
@@ -295,13 +297,14 @@ class LlamaDecoder(nn.Module):
         attend_len = int(positions.max()) + 1
         num_range = last_slot - first_slot + 1
         packed = num_range == num_rows and slot_list == list(range(first_slot, last_slot + 1))
+        gather = num_range > 2 * num_rows
 
         cos = self.rope_cos[positions][:, None]  # (B, 1, hd)
         sin = self.rope_sin[positions][:, None]
         key_pos = torch.arange(attend_len, device=embeds.device)
-        if packed:
+        rel = None  # row -> index within the slot range, when queries are scattered
+        if packed or gather:
             mask = key_pos[None, :] <= positions[:, None]  # (B, attend_len)
-            rel = None
         else:
             rel = slot_ids - first_slot
             # Slots in the range but not in the batch see only position 0 (finite, dropped).
@@ -317,8 +320,12 @@ class LlamaDecoder(nn.Module):
             k_cache, v_cache = cache.kv[i, 0], cache.kv[i, 1]
             k_cache[slot_ids, :, positions] = k
             v_cache[slot_ids, :, positions] = v
-            keys = k_cache[first_slot : last_slot + 1, :, :attend_len]
-            values = v_cache[first_slot : last_slot + 1, :, :attend_len]
+            if gather:
+                keys = k_cache[:, :, :attend_len].index_select(0, slot_ids)
+                values = v_cache[:, :, :attend_len].index_select(0, slot_ids)
+            else:
+                keys = k_cache[first_slot : last_slot + 1, :, :attend_len]
+                values = v_cache[first_slot : last_slot + 1, :, :attend_len]
             if rel is None:
                 query = q[:, :, None]
             else:
