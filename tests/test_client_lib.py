@@ -16,6 +16,7 @@ import grpc
 import numpy as np
 import pytest
 import soundfile as sf
+
 from chattts_client import (
     AsyncTTSClient,
     AudioChunkEvent,

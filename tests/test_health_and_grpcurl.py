@@ -66,9 +66,11 @@ def test_health_is_not_serving_until_the_model_is_ready(tiny_model_dir):
 
 def test_grpcurl_lists_checks_and_synthesizes(server):
     grpcurl = _grpcurl()
-    run = lambda *args: subprocess.run(
-        [grpcurl, "-plaintext", *args], capture_output=True, text=True, timeout=120
-    )  # noqa: E731
+
+    def run(*args):
+        return subprocess.run(
+            [grpcurl, "-plaintext", *args], capture_output=True, text=True, timeout=120
+        )  # noqa: E731
 
     listed = run(server.target, "list")
     assert listed.returncode == 0, listed.stderr

@@ -138,10 +138,14 @@ class TTSServer:
             slots_in_use=lambda: len(self.engine.scheduler.running),
             slots_total=lambda: self.engine.scheduler.num_slots,
         )
-        self.engine.start(
-            on_ready=lambda: loop.call_soon_threadsafe(self._on_engine_ready),
-            on_fatal=lambda exc: loop.call_soon_threadsafe(self._on_engine_fatal, exc),
-        )
+
+        def on_ready() -> None:
+            loop.call_soon_threadsafe(self._on_engine_ready)
+
+        def on_fatal(exc: BaseException) -> None:
+            loop.call_soon_threadsafe(self._on_engine_fatal, exc)
+
+        self.engine.start(on_ready=on_ready, on_fatal=on_fatal)
         log.info("listening on %s (port %d), loading the model", address, self.port)
         return self.port
 

@@ -44,13 +44,16 @@ class Admission:
 
     async def _acquire(self, timeout_s: float | None) -> None:
         if not self.accepting:
-            raise AdmissionRejected("unavailable", "server is not accepting streams (starting or draining)")
+            raise AdmissionRejected(
+                "unavailable", "server is not accepting streams (starting or draining)"
+            )
         if self.active < self.max_streams and not self._waiters:
             self._take()
             return
         if len(self._waiters) >= self.max_queue:
             raise AdmissionRejected(
-                "exhausted", f"server is full ({self.active} streams active, {len(self._waiters)} queued)"
+                "exhausted",
+                f"server is full ({self.active} streams active, {len(self._waiters)} queued)",
             )
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)

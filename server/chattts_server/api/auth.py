@@ -30,7 +30,9 @@ def load_tokens(path: Path) -> tuple[bytes, ...]:
     return tokens
 
 
-def _denying_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+def _denying_handler(
+    handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str
+) -> grpc.RpcMethodHandler:
     async def deny(request_or_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
         await context.abort(code, message)
 
@@ -39,12 +41,20 @@ def _denying_handler(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, mess
         yield  # pragma: no cover - makes this an async generator
 
     if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(deny_stream, handler.request_deserializer, handler.response_serializer)
+        return grpc.stream_stream_rpc_method_handler(
+            deny_stream, handler.request_deserializer, handler.response_serializer
+        )
     if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(deny, handler.request_deserializer, handler.response_serializer)
+        return grpc.stream_unary_rpc_method_handler(
+            deny, handler.request_deserializer, handler.response_serializer
+        )
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(deny_stream, handler.request_deserializer, handler.response_serializer)
-    return grpc.unary_unary_rpc_method_handler(deny, handler.request_deserializer, handler.response_serializer)
+        return grpc.unary_stream_rpc_method_handler(
+            deny_stream, handler.request_deserializer, handler.response_serializer
+        )
+    return grpc.unary_unary_rpc_method_handler(
+        deny, handler.request_deserializer, handler.response_serializer
+    )
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
@@ -72,9 +82,13 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
             if key == "authorization":
                 header = value if isinstance(value, str) else value.decode("latin-1")
         if not header:
-            return _denying_handler(handler, grpc.StatusCode.UNAUTHENTICATED, "missing bearer token")
+            return _denying_handler(
+                handler, grpc.StatusCode.UNAUTHENTICATED, "missing bearer token"
+            )
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not self._authorized(token.strip().encode()):
             log.warning("rejected a call to %s with a wrong token", method)
-            return _denying_handler(handler, grpc.StatusCode.PERMISSION_DENIED, "invalid bearer token")
+            return _denying_handler(
+                handler, grpc.StatusCode.PERMISSION_DENIED, "invalid bearer token"
+            )
         return handler

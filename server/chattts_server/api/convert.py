@@ -75,7 +75,9 @@ class Validator:
 
     def text(self, text: str, field_name: str, allow_empty: bool = False) -> str:
         if len(text) > self.max_text_chars:
-            raise FieldError(field_name, f"is {len(text)} characters; the limit is {self.max_text_chars}")
+            raise FieldError(
+                field_name, f"is {len(text)} characters; the limit is {self.max_text_chars}"
+            )
         if not allow_empty and not text.strip():
             raise FieldError(field_name, "must not be empty or whitespace only")
         if "\x00" in text:
@@ -84,7 +86,9 @@ class Validator:
 
     def settings(self, config: tts_pb2.SynthesisConfig, prefix: str = "config") -> StreamSettings:
         return StreamSettings(
-            voice=self._voice(config.voice, f"{prefix}.voice") if config.HasField("voice") else VoiceSpec(),
+            voice=self._voice(config.voice, f"{prefix}.voice")
+            if config.HasField("voice")
+            else VoiceSpec(),
             speed=self._speed(config.prosody, f"{prefix}.prosody"),
             refine=self._refine(config.prosody, f"{prefix}.prosody"),
             sampling=self._sampling(config.sampling, f"{prefix}.sampling"),
@@ -111,7 +115,9 @@ class Validator:
         preset = self.voices.get(voice.preset)
         if preset is None:
             known = ", ".join(p.name for p in self.voices.list()) or "none"
-            raise FieldError(f"{path}.preset", f"unknown voice {voice.preset[:64]!r} (known: {known})")
+            raise FieldError(
+                f"{path}.preset", f"unknown voice {voice.preset[:64]!r} (known: {known})"
+            )
         return preset.spec
 
     @staticmethod
@@ -146,8 +152,16 @@ class Validator:
 
     def _sampling(self, s: tts_pb2.Sampling, path: str) -> SamplingOptions:
         d = SamplingOptions(max_new_tokens=self.max_new_tokens)
-        temperature = self._finite(s.temperature, f"{path}.temperature", 0, 5, low_open=True) if s.HasField("temperature") else d.temperature
-        top_p = self._finite(s.top_p, f"{path}.top_p", 0, 1, low_open=True) if s.HasField("top_p") else d.top_p
+        temperature = (
+            self._finite(s.temperature, f"{path}.temperature", 0, 5, low_open=True)
+            if s.HasField("temperature")
+            else d.temperature
+        )
+        top_p = (
+            self._finite(s.top_p, f"{path}.top_p", 0, 1, low_open=True)
+            if s.HasField("top_p")
+            else d.top_p
+        )
         rep = (
             self._finite(s.repetition_penalty, f"{path}.repetition_penalty", 1, 2)
             if s.HasField("repetition_penalty")
@@ -162,7 +176,8 @@ class Validator:
         if s.HasField("max_new_tokens"):
             if not 1 <= s.max_new_tokens <= self.max_new_tokens:
                 raise FieldError(
-                    f"{path}.max_new_tokens", f"must be in [1, {self.max_new_tokens}], got {s.max_new_tokens}"
+                    f"{path}.max_new_tokens",
+                    f"must be in [1, {self.max_new_tokens}], got {s.max_new_tokens}",
                 )
             max_new = s.max_new_tokens
         min_new = 0
@@ -209,7 +224,9 @@ def audio_chunk_pb(
     )
 
 
-def utterance_end_pb(done: UtteranceDone, utterance_index: int, native_rate: int) -> tts_pb2.UtteranceEnd:
+def utterance_end_pb(
+    done: UtteranceDone, utterance_index: int, native_rate: int
+) -> tts_pb2.UtteranceEnd:
     return tts_pb2.UtteranceEnd(
         utterance_index=utterance_index,
         text=done.text,

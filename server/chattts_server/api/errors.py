@@ -16,7 +16,9 @@ async def abort_invalid(context: grpc.aio.ServicerContext, error: FieldError) ->
     detail.Pack(
         error_details_pb2.BadRequest(
             field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=error.field_name, description=error.description)
+                error_details_pb2.BadRequest.FieldViolation(
+                    field=error.field_name, description=error.description
+                )
             ]
         )
     )
@@ -26,8 +28,12 @@ async def abort_invalid(context: grpc.aio.ServicerContext, error: FieldError) ->
     await context.abort(status.code, status.details, status.trailing_metadata)
 
 
-async def abort_resource_exhausted(context: grpc.aio.ServicerContext, message: str, retry_pushback_ms: int) -> None:
+async def abort_resource_exhausted(
+    context: grpc.aio.ServicerContext, message: str, retry_pushback_ms: int
+) -> None:
     """RESOURCE_EXHAUSTED with grpc-retry-pushback-ms, which gRPC retry policies honour."""
     await context.abort(
-        grpc.StatusCode.RESOURCE_EXHAUSTED, message, (("grpc-retry-pushback-ms", str(retry_pushback_ms)),)
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        message,
+        (("grpc-retry-pushback-ms", str(retry_pushback_ms)),),
     )

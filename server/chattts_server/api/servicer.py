@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -24,6 +25,8 @@ from .errors import abort_invalid, abort_resource_exhausted
 from .session import Reply, Session
 
 log = logging.getLogger(__name__)
+
+_M = TypeVar("_M", bound=Message)
 
 _END = object()
 
@@ -58,7 +61,10 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         self, request: tts_pb2.ListVoicesRequest, context: grpc.aio.ServicerContext
     ) -> tts_pb2.ListVoicesResponse:
         return tts_pb2.ListVoicesResponse(
-            voices=[tts_pb2.VoiceInfo(name=p.name, description=p.description) for p in self.voices.list()]
+            voices=[
+                tts_pb2.VoiceInfo(name=p.name, description=p.description)
+                for p in self.voices.list()
+            ]
         )
 
     async def Synthesize(
@@ -74,7 +80,12 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             return
         async with self._admitted(context, "Synthesize") as stream:
             session = Session(self.engine, settings, _deadline(context))
-            async for reply in self._run(session, _sentences(split_sentences(text, self.limits.max_sentence_chars)), context, stream):
+            async for reply in self._run(
+                session,
+                _sentences(split_sentences(text, self.limits.max_sentence_chars)),
+                context,
+                stream,
+            ):
                 yield _synthesize_response(reply)
 
     async def StreamingSynthesize(
@@ -111,17 +122,23 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
 
     # -- plumbing --------------------------------------------------------------------------
 
-    async def _refuse_invalid(self, context: grpc.aio.ServicerContext, method: str, exc: FieldError) -> None:
+    async def _refuse_invalid(
+        self, context: grpc.aio.ServicerContext, method: str, exc: FieldError
+    ) -> None:
         """Refuse before admission; still counted and logged like any other stream."""
         _StreamRecord(self.metrics, method).finish("INVALID_ARGUMENT")
         await abort_invalid(context, exc)
 
     async def _refuse_unavailable(self, context: grpc.aio.ServicerContext, method: str) -> None:
         _StreamRecord(self.metrics, method).finish("UNAVAILABLE")
-        await context.abort(grpc.StatusCode.UNAVAILABLE, "server is not accepting streams (starting or draining)")
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE, "server is not accepting streams (starting or draining)"
+        )
 
     async def _read_text(
-        self, request_iterator: AsyncIterator[tts_pb2.StreamingSynthesizeRequest], queue: asyncio.Queue[object]
+        self,
+        request_iterator: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
+        queue: asyncio.Queue[object],
     ) -> None:
         """Read text messages into sentences; a FieldError ends the stream with it."""
         buffer = SentenceBuffer(self.limits.max_sentence_chars)
@@ -135,7 +152,8 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 total_chars += len(text)
                 if total_chars > self.limits.max_stream_chars:
                     raise FieldError(
-                        "text.text", f"the stream sent over {self.limits.max_stream_chars} characters in total"
+                        "text.text",
+                        f"the stream sent over {self.limits.max_stream_chars} characters in total",
                     )
                 for sentence in buffer.feed(text):
                     queue.put_nowait(sentence)
@@ -183,7 +201,9 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
 
     @asynccontextmanager
-    async def _admitted(self, context: grpc.aio.ServicerContext, method: str) -> AsyncIterator[_StreamRecord]:
+    async def _admitted(
+        self, context: grpc.aio.ServicerContext, method: str
+    ) -> AsyncIterator[_StreamRecord]:
         """Hold an admission place for the call; refuse fast when full or not serving."""
         record = _StreamRecord(self.metrics, method)
         try:
@@ -201,22 +221,28 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         except AdmissionRejected as exc:
             self.metrics.rejected(exc.code)
             if exc.code == "exhausted":
-                await abort_resource_exhausted(context, str(exc), self.admission_config.retry_pushback_ms)
+                await abort_resource_exhausted(
+                    context, str(exc), self.admission_config.retry_pushback_ms
+                )
             else:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         except TimeoutError:
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while queued")
 
 
-def _parse(message_type: type[Message], data: bytes, field_name: str) -> Message:
+def _parse(message_type: type[_M], data: bytes, field_name: str) -> _M:
     """Parse request bytes ourselves: grpcio answers UNKNOWN with the exception text otherwise."""
     try:
         return message_type.FromString(data)
     except DecodeError as exc:
-        raise FieldError(field_name, f"is not a valid {message_type.DESCRIPTOR.name}: {str(exc)[-80:]}") from None
+        raise FieldError(
+            field_name, f"is not a valid {message_type.DESCRIPTOR.name}: {str(exc)[-80:]}"
+        ) from None
 
 
-async def _parsed(request_iterator: AsyncIterator[bytes]) -> AsyncIterator[tts_pb2.StreamingSynthesizeRequest]:
+async def _parsed(
+    request_iterator: AsyncIterator[bytes],
+) -> AsyncIterator[tts_pb2.StreamingSynthesizeRequest]:
     async for data in request_iterator:
         yield _parse(tts_pb2.StreamingSynthesizeRequest, data, "request")
 
@@ -225,7 +251,9 @@ def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> No
     """Register the servicer like the generated helper, but parsing requests inside the handler
     so malformed bytes (e.g. invalid UTF-8 in a string field) get INVALID_ARGUMENT, not UNKNOWN."""
 
-    async def synthesize(data: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+    async def synthesize(
+        data: bytes, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
         try:
             request = _parse(tts_pb2.SynthesizeRequest, data, "request")
         except FieldError as exc:
@@ -240,7 +268,9 @@ def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> No
         async for reply in servicer.StreamingSynthesize(_parsed(requests), context):
             yield reply
 
-    async def list_voices(data: bytes, context: grpc.aio.ServicerContext) -> tts_pb2.ListVoicesResponse:
+    async def list_voices(
+        data: bytes, context: grpc.aio.ServicerContext
+    ) -> tts_pb2.ListVoicesResponse:
         try:
             request = _parse(tts_pb2.ListVoicesRequest, data, "request")
         except FieldError as exc:
@@ -259,7 +289,9 @@ def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> No
             list_voices, response_serializer=tts_pb2.ListVoicesResponse.SerializeToString
         ),
     }
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("chattts.v1.TextToSpeech", handlers),))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("chattts.v1.TextToSpeech", handlers),)
+    )
     server.add_registered_method_handlers("chattts.v1.TextToSpeech", handlers)
 
 
@@ -289,7 +321,9 @@ class _StreamRecord:
         else:
             self.audio_s += reply.audio_duration_s
             self.num_tokens += reply.num_tokens
-            self.metrics.observe_utterance(reply.generation_time_s, reply.audio_duration_s, reply.num_tokens)
+            self.metrics.observe_utterance(
+                reply.generation_time_s, reply.audio_duration_s, reply.num_tokens
+            )
 
     def finish(self, status: str) -> None:
         wall_s = time.monotonic() - self.started

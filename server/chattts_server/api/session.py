@@ -25,7 +25,9 @@ class Session:
         self.stream_id = uuid.uuid4().hex[:12]
         self.utterance_index = 0
         self.sample_offset = 0
-        self._encoder = make_encoder(settings.audio.encoding, settings.audio.sample_rate_hz, engine.sample_rate)
+        self._encoder = make_encoder(
+            settings.audio.encoding, settings.audio.sample_rate_hz, engine.sample_rate
+        )
 
     def _request(self, sentence: str) -> UtteranceRequest:
         s = self.settings
@@ -41,7 +43,9 @@ class Session:
         )
 
     def _chunk(self, data: bytes, num_samples: int) -> tts_pb2.AudioChunk:
-        pb = audio_chunk_pb(data, self.sample_offset, num_samples, self.utterance_index, self.settings.audio)
+        pb = audio_chunk_pb(
+            data, self.sample_offset, num_samples, self.utterance_index, self.settings.audio
+        )
         pb.sample_rate_hz = self._encoder.sample_rate_hz
         self.sample_offset += num_samples
         return pb

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ from ..model.assets import (
     verify_assets,
 )
 from ..model.llama import LlamaDecoder, SlotKVCache
-from ..model.vocoders import HiFiGANVocoder, VocosVocoder
+from ..model.vocoders import HiFiGANVocoder, Vocoder, VocosVocoder
 from .prompts import PromptBuilder
 from .sampling import SamplingParams
 from .scheduler import Sequence, StepPlan
@@ -34,12 +35,17 @@ from .types import ChunkingOptions, UtteranceRequest, VoiceSpec
 
 log = logging.getLogger(__name__)
 
-REFINE_SAMPLING = SamplingParams(temperature=0.7, top_p=0.7, top_k=20, repetition_penalty=1.0, max_new_tokens=384)
+REFINE_SAMPLING = SamplingParams(
+    temperature=0.7, top_p=0.7, top_k=20, repetition_penalty=1.0, max_new_tokens=384
+)
 """ChatTTS's RefineTextParams defaults."""
 
 
-def build_streaming_decoder(modules: ChatTTSModules, config: EngineConfig, device: torch.device) -> StreamingDecoder:
+def build_streaming_decoder(
+    modules: ChatTTSModules, config: EngineConfig, device: torch.device
+) -> StreamingDecoder:
     """The Decoder + the configured vocoder, chunked as the server's flags say."""
+    vocoder: Vocoder
     if config.vocoder == "hifigan":
         assert config.hifigan_checkpoint is not None
         vocoder = HiFiGANVocoder.from_checkpoint(config.hifigan_checkpoint, device=device)
@@ -62,6 +68,11 @@ def _chunking(default: ChunkingConfig, options: ChunkingOptions) -> ChunkingConf
     return replace(default, **overrides) if overrides else default
 
 
+def _slot(seq: Sequence) -> int:
+    assert seq.slot_id is not None, "a running sequence holds a slot"
+    return seq.slot_id
+
+
 class ModelLoadError(RuntimeError):
     """The model folder is missing, incomplete or fails verification."""
 
@@ -80,7 +91,7 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
 
 
-def locate_model(config: ModelConfig) -> ChatTTSModules | str:
+def locate_model(config: ModelConfig) -> str:
     """The model folder to load: verified weights, or the dev model built on first use."""
     if config.model_dir is None:
         log.warning(
@@ -142,7 +153,13 @@ class _SlotState:
 
 
 class ModelRunner:
-    def __init__(self, modules: ChatTTSModules, config: EngineConfig, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        modules: ChatTTSModules,
+        config: EngineConfig,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
         self.modules = modules
         self.config = config
         self.device = device
@@ -155,9 +172,13 @@ class ModelRunner:
         self.sample_rate = shapes.vocos.sample_rate
         self.text_eos = modules.tokenizer.eos_token
 
-        self.llama = LlamaDecoder.from_state_dict(modules.gpt_config, modules.gpt_state_dict, device, dtype)
+        self.llama = LlamaDecoder.from_state_dict(
+            modules.gpt_config, modules.gpt_state_dict, device, dtype
+        )
         modules.gpt_state_dict.clear()
-        self.cache = SlotKVCache(self.llama.shape, config.max_streams, config.max_tokens, device, dtype)
+        self.cache = SlotKVCache(
+            self.llama.shape, config.max_streams, config.max_tokens, device, dtype
+        )
         log.info(
             "KV cache: %d slots x %d tokens, %.1f MiB (%s)",
             config.max_streams,
@@ -166,15 +187,21 @@ class ModelRunner:
             dtype,
         )
         with torch.inference_mode():
-            embed = modules.embed
+            embed: Any = modules.embed
             # Effective (weight-normed) head weights, computed once: (num_vq, V, D) and (V_text, D).
             self.head_code = torch.stack([h.weight.detach().float() for h in embed.head_code])
             self.head_text = embed.head_text.weight.detach().float()
-            self.emb_code = torch.stack([e.weight.detach().float() for e in embed.emb_code])  # (num_vq, V, D)
+            self.emb_code = torch.stack(
+                [e.weight.detach().float() for e in embed.emb_code]
+            )  # (num_vq, V, D)
             self.emb_text = embed.emb_text.weight.detach().float()  # (V_text, D)
         self.prompts = PromptBuilder(modules, device)
-        self.code_sampler = SlotSampler(config.max_streams, self.num_vq, self.num_audio_tokens, self.eos_code, device)
-        self.text_sampler = SlotSampler(config.max_streams, 1, self.head_text.shape[0], self.text_eos, device)
+        self.code_sampler = SlotSampler(
+            config.max_streams, self.num_vq, self.num_audio_tokens, self.eos_code, device
+        )
+        self.text_sampler = SlotSampler(
+            config.max_streams, 1, self.head_text.shape[0], self.text_eos, device
+        )
         self.decoder = build_streaming_decoder(modules, config, device)
         self._states: dict[str, _SlotState] = {}
 
@@ -185,7 +212,13 @@ class ModelRunner:
         started = time.monotonic()
         model_dir = locate_model(model_config)
         modules = load_chattts(model_dir, device, dtype)
-        log.info("loaded ChatTTS from %s on %s/%s in %.1f s", model_dir, device, dtype, time.monotonic() - started)
+        log.info(
+            "loaded ChatTTS from %s on %s/%s in %.1f s",
+            model_dir,
+            device,
+            dtype,
+            time.monotonic() - started,
+        )
         return cls(modules, engine_config, device, dtype)
 
     # -- per request -------------------------------------------------------------------------
@@ -238,15 +271,22 @@ class ModelRunner:
             state = self._states[seq.request_id]
             assert seq.slot_id is not None
             hidden = self.llama.prefill(
-                seq.slot_id, state.prompt[chunk.start : chunk.start + chunk.length], chunk.start, self.cache
+                seq.slot_id,
+                state.prompt[chunk.start : chunk.start + chunk.length],
+                chunk.start,
+                self.cache,
             )
             seq.num_prefilled += chunk.length
             if chunk.completes_prompt:
                 self._begin_pass(seq, state)
                 rows.append((seq, hidden[-1]))
         if plan.decode:
-            slot_ids = torch.tensor([s.slot_id for s in plan.decode], dtype=torch.long, device=self.device)
-            positions = torch.tensor([s.input_position for s in plan.decode], dtype=torch.long, device=self.device)
+            slot_ids = torch.tensor(
+                [s.slot_id for s in plan.decode], dtype=torch.long, device=self.device
+            )
+            positions = torch.tensor(
+                [s.input_position for s in plan.decode], dtype=torch.long, device=self.device
+            )
             embeds = torch.stack([self._states[s.request_id].next_embed for s in plan.decode])  # type: ignore[misc]
             hidden = self.llama.decode(slot_ids, embeds.to(self.dtype), positions, self.cache)
             rows.extend(zip(plan.decode, hidden, strict=True))
@@ -261,14 +301,18 @@ class ModelRunner:
         self._decode_audio(outputs)
         return list(outputs.values())
 
-    def _code_step(self, rows: list[tuple[Sequence, torch.Tensor]], outputs: dict[str, StepOutput]) -> None:
+    def _code_step(
+        self, rows: list[tuple[Sequence, torch.Tensor]], outputs: dict[str, StepOutput]
+    ) -> None:
         seqs = [s for s, _ in rows]
         hidden = torch.stack([h for _, h in rows]).float()  # (B, D)
         logits = torch.einsum("bd,qvd->bqv", hidden, self.head_code)  # (B, num_vq, V)
-        slots = [s.slot_id for s in seqs]
+        slots = [_slot(s) for s in seqs]
         codes = self.code_sampler.sample(slots, logits)  # (B, num_vq)
         # Next input: the sum of the codebooks' embeddings of the sampled codes.
-        next_embeds = self.emb_code[torch.arange(self.num_vq, device=self.device), codes].sum(1)  # (B, D)
+        next_embeds = self.emb_code[torch.arange(self.num_vq, device=self.device), codes].sum(
+            1
+        )  # (B, D)
         code_rows = codes.tolist()
         kept: list[int] = []
         for i, seq in enumerate(seqs):
@@ -295,11 +339,13 @@ class ModelRunner:
         out.num_tokens = len(state.codes)
         out.codes = np.asarray(state.codes, dtype=np.int64).reshape(-1, self.num_vq)
 
-    def _text_step(self, rows: list[tuple[Sequence, torch.Tensor]], outputs: dict[str, StepOutput]) -> None:
+    def _text_step(
+        self, rows: list[tuple[Sequence, torch.Tensor]], outputs: dict[str, StepOutput]
+    ) -> None:
         seqs = [s for s, _ in rows]
         hidden = torch.stack([h for _, h in rows]).float()
         logits = (hidden @ self.head_text.T)[:, None, :]  # (B, 1, V_text)
-        slots = [s.slot_id for s in seqs]
+        slots = [_slot(s) for s in seqs]
         tokens = self.text_sampler.sample(slots, logits)[:, 0]
         for i, seq in enumerate(seqs):
             state = self._states[seq.request_id]
@@ -324,7 +370,8 @@ class ModelRunner:
     def _decode_audio(self, outputs: dict[str, StepOutput]) -> None:
         """Run the streaming decoder for every stream that has a chunk ready (batched)."""
         owner: dict[int, str] = {}
-        running, finishing = [], []
+        running: list[DecodeStream] = []
+        finishing: list[DecodeStream] = []
         for rid, out in outputs.items():
             stream = self._states[rid].stream
             if stream is None:
@@ -350,7 +397,9 @@ class ModelRunner:
         positions = torch.full((batch_size,), 8, dtype=torch.long, device=self.device)
         embeds = torch.zeros(batch_size, d, device=self.device, dtype=self.dtype)
         for _ in range(2):
-            self.llama.prefill(0, torch.zeros(16, d, device=self.device, dtype=self.dtype), 0, self.cache)
+            self.llama.prefill(
+                0, torch.zeros(16, d, device=self.device, dtype=self.dtype), 0, self.cache
+            )
             self.llama.decode(slots, embeds, positions, self.cache)
         stream = self.decoder.open()
         stream.push(torch.zeros(24, d, device=self.device))

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pybase16384 as b14
@@ -398,8 +399,8 @@ class ChatTTSModules:
 
     model_dir: Path
     shapes: ModelShapes
-    embed: torch.nn.Module  # ChatTTS Embed: emb_text/emb_code and weight-normed heads, fp32
-    gpt_config: object  # transformers LlamaConfig from gpt/config.json
+    embed: Any  # ChatTTS Embed: emb_text/emb_code and weight-normed heads, fp32
+    gpt_config: Any  # transformers LlamaConfig from gpt/config.json
     gpt_state_dict: dict[
         str, torch.Tensor
     ]  # Llama weights ("layers.N...", "norm.weight"), device/dtype
@@ -408,9 +409,9 @@ class ChatTTSModules:
         torch.nn.Module
     )  # full ChatTTS DVAE (mel encoder + FSQ) for reference-audio speakers, fp32
     vocos: torch.nn.Module  # vocos.Vocos: log-mel -> 24 kHz audio, fp32
-    tokenizer: object  # ChatTTS.model.Tokenizer
-    speaker: object  # ChatTTS.model.Speaker sized to the GPT width
-    normalizer: object  # ChatTTS.norm.Normalizer with the package's homophones map
+    tokenizer: Any  # ChatTTS.model.Tokenizer
+    speaker: Any  # ChatTTS.model.Speaker sized to the GPT width
+    normalizer: Any  # ChatTTS.norm.Normalizer with the package's homophones map
 
 
 def build_vocos(config):  # -> vocos.Vocos
