@@ -60,9 +60,17 @@ def wait_until(predicate, timeout_s: float, what: str) -> None:
 class Streamer(threading.Thread):
     """Runs one Synthesize on its own thread; records the first-chunk event and the final code."""
 
-    def __init__(self, target: str, req: tts_pb2.SynthesizeRequest, timeout: float = 60) -> None:
+    def __init__(
+        self,
+        target: str,
+        req: tts_pb2.SynthesizeRequest,
+        timeout: float = 60,
+        gate: threading.Event | None = None,
+    ) -> None:
         super().__init__(daemon=True)
         self.target, self.req, self.timeout = target, req, timeout
+        self.gate = gate
+        """If given, the reader stops after its first reply until the gate opens (it holds its place)."""
         self.first = threading.Event()
         self.code: grpc.StatusCode | None = None
         self.details = ""
@@ -76,6 +84,8 @@ class Streamer(threading.Thread):
                 ):
                     self.replies += 1
                     self.first.set()
+                    if self.gate is not None:
+                        self.gate.wait(30)
                 self.code = grpc.StatusCode.OK
             except grpc.RpcError as exc:
                 self.code, self.details = exc.code(), exc.details() or ""
@@ -105,7 +115,10 @@ def engine_idle(srv: InProcessServer) -> bool:
 
 def test_over_admission_is_refused_fast_and_admitted_streams_finish(small):
     adm = small.server.admission
-    long = [Streamer(small.target, request("One long stream.", 50)) for _ in range(2)]
+    # The two admitted streams stop reading after their first chunk, so they hold their places
+    # (their generation pauses on the full output buffer) until the gate opens.
+    gate = threading.Event()
+    long = [Streamer(small.target, request("One long stream.", 50), gate=gate) for _ in range(2)]
     for s in long:
         s.start()
     for s in long:
@@ -133,6 +146,7 @@ def test_over_admission_is_refused_fast_and_admitted_streams_finish(small):
     trailers = dict(info.value.trailing_metadata() or ())
     assert int(trailers["grpc-retry-pushback-ms"]) > 0
 
+    gate.set()
     assert [s.result() for s in long] == [grpc.StatusCode.OK] * 2
     assert queued.result() == grpc.StatusCode.OK
     wait_until(lambda: engine_idle(small), 5, "slots to be released")
