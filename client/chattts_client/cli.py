@@ -14,6 +14,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import BinaryIO, TextIO
 
 import grpc
@@ -80,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="output file, '-' for stdout; WAV for linear16, raw encoded bytes otherwise",
     )
     say.add_argument("--voice", help="seed:N, N, preset:NAME, NAME or emb:STRING")
+    say.add_argument(
+        "--reference",
+        metavar="FILE",
+        help="zero-shot voice: a short clip (WAV/FLAC/Ogg) of the speaker",
+    )
+    say.add_argument("--transcript", default="", help="what is said in --reference")
     say.add_argument("--speed", type=float, help="speed level 0..9")
     say.add_argument("--refine", action="store_true", help="run ChatTTS refine-text first")
     say.add_argument("--temperature", type=float)
@@ -199,6 +206,8 @@ def _say(args: argparse.Namespace, stdin: TextIO, stdout: BinaryIO, err: TextIO)
         encoding=args.encoding,
         sample_rate_hz=args.sample_rate,
         max_new_tokens=args.max_new_tokens,
+        reference_audio=Path(args.reference).read_bytes() if args.reference else None,
+        reference_transcript=args.transcript,
     )
     sink = _AudioSink(args.output, args.encoding, stdout)
     with _client(args) as client:

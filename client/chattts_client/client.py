@@ -165,15 +165,23 @@ def make_config(
     sample_rate_hz: int = 0,
     max_new_tokens: int | None = None,
     min_new_tokens: int | None = None,
+    reference_audio: bytes | None = None,
+    reference_transcript: str = "",
 ) -> tts_pb2.SynthesisConfig:
     """Build a SynthesisConfig; None leaves a field unset (the server's default).
 
     `voice` is parsed by `parse_voice`, `encoding` by `parse_encoding`. Values are range-checked
-    by the server, which answers INVALID_ARGUMENT naming the field.
+    by the server, which answers INVALID_ARGUMENT naming the field. `reference_audio` (an audio
+    file's bytes) with its `reference_transcript` asks for a zero-shot voice instead of `voice`.
     """
     config = tts_pb2.SynthesisConfig()
+    if voice is not None and reference_audio is not None:
+        raise ValueError("give either voice or reference_audio, not both")
     if voice is not None:
         config.voice.CopyFrom(parse_voice(voice))
+    if reference_audio is not None:
+        config.voice.reference.audio = reference_audio
+        config.voice.reference.transcript = reference_transcript
     config.audio_format.encoding = parse_encoding(encoding)
     config.audio_format.sample_rate_hz = sample_rate_hz
     if speed is not None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from chattts_client._proto.chattts.v1 import tts_pb2
 
 from ..engine.types import (
@@ -112,6 +114,8 @@ class Validator:
                     f"has {values.size} values; this model's speakers have {self.speaker_dim}",
                 )
             return VoiceSpec(VoiceKind.EMBEDDING, embedding=voice.speaker_embedding)
+        if which == "reference":
+            return reference_voice(voice.reference, f"{path}.reference", self.native_sample_rate)
         preset = self.voices.get(voice.preset)
         if preset is None:
             known = ", ".join(p.name for p in self.voices.list()) or "none"
@@ -209,6 +213,52 @@ class Validator:
             rates = ", ".join(str(r) for r in SUPPORTED_SAMPLE_RATES)
             raise FieldError(f"{path}.sample_rate_hz", f"must be 0 or one of {rates}, got {rate}")
         return AudioOptions(encoding=encoding, sample_rate_hz=rate)
+
+
+MAX_REFERENCE_BYTES = 960 * 1024
+MAX_REFERENCE_S = 10.0
+MAX_TRANSCRIPT_CHARS = 500
+
+
+def reference_voice(ref: tts_pb2.ReferenceVoice, path: str, rate: int) -> VoiceSpec:
+    """Decode and check a zero-shot reference clip: mono float32 at the model's rate."""
+    import hashlib
+    import io
+
+    import soundfile as sf
+    import soxr
+
+    if not ref.audio:
+        raise FieldError(f"{path}.audio", "must hold an audio file (WAV, FLAC or Ogg)")
+    if len(ref.audio) > MAX_REFERENCE_BYTES:
+        raise FieldError(
+            f"{path}.audio", f"is {len(ref.audio)} bytes; the limit is {MAX_REFERENCE_BYTES}"
+        )
+    transcript = ref.transcript.strip()
+    if not transcript or len(transcript) > MAX_TRANSCRIPT_CHARS:
+        raise FieldError(f"{path}.transcript", f"must be 1 to {MAX_TRANSCRIPT_CHARS} characters")
+    try:
+        with sf.SoundFile(io.BytesIO(ref.audio)) as f:
+            if f.frames > MAX_REFERENCE_S * f.samplerate:
+                raise FieldError(f"{path}.audio", f"is longer than {MAX_REFERENCE_S:g} s")
+            audio = f.read(dtype="float32", always_2d=True)
+            source_rate = f.samplerate
+    except FieldError:
+        raise
+    except Exception:  # soundfile raises several types for undecodable bytes
+        raise FieldError(f"{path}.audio", "is not a readable WAV, FLAC or Ogg file") from None
+    mono = audio.mean(axis=1)
+    if source_rate != rate:
+        mono = soxr.resample(mono, source_rate, rate).astype(np.float32)
+    if mono.size < rate // 2 or not np.isfinite(mono).all():
+        raise FieldError(f"{path}.audio", "must hold at least 0.5 s of finite audio")
+    pcm = np.ascontiguousarray(mono, dtype=np.float32).tobytes()
+    return VoiceSpec(
+        VoiceKind.REFERENCE,
+        reference_pcm=pcm,
+        reference_id=hashlib.sha256(pcm).hexdigest()[:16],
+        transcript=transcript,
+    )
 
 
 def audio_chunk_pb(

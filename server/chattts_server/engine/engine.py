@@ -266,6 +266,9 @@ class ChatTTSEngine:
                     work.first_audio_at = now
                 work.num_samples += len(pcm)
                 work.handle.emit(AudioChunk(pcm))
+            if out.error is not None:
+                self._finish(seq, handles, error=out.error)
+                continue
             if out.restart is not None:
                 prompt_len, max_new = out.restart
                 self.scheduler.restart(seq, prompt_len, max_new)

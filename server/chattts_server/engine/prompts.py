@@ -32,12 +32,24 @@ class PromptBuilder:
         self.device = device
         self.num_vq = modules.shapes.embed.num_vq
         self._speaker_cache: dict[tuple[str, int, str], torch.Tensor] = {}
+        self._reference_cache: dict[str, torch.Tensor] = {}
 
     def normalize(self, text: str) -> str:
         normalized = self.m.normalizer(text, True, True, None)
         if not normalized.strip():
             raise InvalidRequestError("text", "nothing speakable is left after normalization")
         return str(normalized)
+
+    def reference_codes(self, voice: VoiceSpec) -> torch.Tensor:
+        """(num_vq, T) DVAE codes of a reference clip, as `Chat.sample_audio_speaker` makes them."""
+        cached = self._reference_cache.get(voice.reference_id)
+        if cached is None:
+            wav = torch.frombuffer(bytearray(voice.reference_pcm), dtype=torch.float32)
+            cached = self.m.dvae.sample_audio(wav.to(self.device)).to(torch.int32).cpu()
+            if len(self._reference_cache) > 64:
+                self._reference_cache.clear()
+            self._reference_cache[voice.reference_id] = cached
+        return cached
 
     def speaker(self, voice: VoiceSpec) -> torch.Tensor:
         """(D,) float16 speaker embedding, as ChatTTS's Speaker would produce it."""
@@ -70,6 +82,16 @@ class PromptBuilder:
     @torch.inference_mode()
     def code_prompt(self, text: str, voice: VoiceSpec, speed: int) -> Prompt:
         m = self.m
+        if voice.kind is VoiceKind.REFERENCE:
+            # Upstream's spk_smp/txt_smp path: [Stts][empty_spk]{transcript}[speed_N]{text}[Ptts]
+            # followed by the clip's audio codes.
+            decorated = m.speaker.decorate_code_prompts(
+                [text], f"[speed_{speed}]", voice.transcript, None
+            )
+            input_ids, _, text_mask = m.tokenizer.encode(
+                decorated, self.num_vq, prompt=self.reference_codes(voice), device=self.device
+            )
+            return Prompt(m.embed(input_ids, text_mask)[0].float(), text)
         decorated = m.speaker.decorate_code_prompts([text], f"[speed_{speed}]", None, "spk")
         input_ids, _, text_mask = m.tokenizer.encode(decorated, self.num_vq, device=self.device)
         emb = m.embed(input_ids, text_mask)  # (1, L, D)

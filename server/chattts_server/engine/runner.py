@@ -31,7 +31,7 @@ from .sampling import SamplingParams
 from .scheduler import Sequence, StepPlan
 from .slot_sampler import SlotSampler
 from .streaming_decode import ChunkingConfig, DecodeStream, StreamingDecoder
-from .types import ChunkingOptions, UtteranceRequest, VoiceSpec
+from .types import ChunkingOptions, InvalidRequestError, UtteranceRequest, VoiceSpec
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,8 @@ class StepOutput:
     """(prompt_len, max_new_tokens) of a second pass on the same slot (refine -> codes)."""
     codes: np.ndarray | None = None
     """(num_tokens, num_vq) audio codes of a finished utterance (for parity tests)."""
+    error: Exception | None = None
+    """This sequence failed on its own (the others in the step are unaffected)."""
 
 
 @dataclass
@@ -233,8 +235,23 @@ class ModelRunner:
         else:
             prompt = self.prompts.code_prompt(text, request.voice, request.speed)
             state = _SlotState(request, "code", prompt.embeds.to(self.dtype), text)
+        prompt_len = int(state.prompt.shape[0])
+        seq.max_new_tokens = self._fit(
+            prompt_len, seq.max_new_tokens, request.sampling.min_new_tokens
+        )
         self._states[seq.request_id] = state
-        return int(state.prompt.shape[0])
+        return prompt_len
+
+    def _fit(self, prompt_len: int, max_new_tokens: int, min_new_tokens: int) -> int:
+        """Clamp a pass's token budget to what is left of a KV slot after its prompt."""
+        room = self.config.max_tokens - prompt_len
+        if room < max(1, min_new_tokens):
+            raise InvalidRequestError(
+                "text",
+                f"the prompt takes {prompt_len} of the {self.config.max_tokens} positions of a KV slot "
+                f"(--max-tokens), leaving too few for {max(1, min_new_tokens)} audio tokens",
+            )
+        return min(max_new_tokens, room)
 
     def release(self, seq: Sequence) -> None:
         self._states.pop(seq.request_id, None)
@@ -357,7 +374,10 @@ class ModelRunner:
                 self.text_sampler.append([slots[i]], tokens[i : i + 1, None])
                 state.next_embed = self.emb_text[token]
             if token == self.text_eos or seq.num_generated >= seq.max_new_tokens:
-                self._start_code_pass(seq, state, out)
+                try:
+                    self._start_code_pass(seq, state, out)
+                except InvalidRequestError as exc:
+                    out.error = exc
 
     def _start_code_pass(self, seq: Sequence, state: _SlotState, out: StepOutput) -> None:
         refined = self.prompts.refined_text(state.tokens) or state.text
@@ -365,7 +385,11 @@ class ModelRunner:
         prompt = self.prompts.code_prompt(refined, r.voice, r.speed)
         state.mode, state.text, state.tokens = "code", refined, []
         state.prompt = prompt.embeds.to(self.dtype)
-        out.restart = (int(state.prompt.shape[0]), r.sampling.max_new_tokens)
+        prompt_len = int(state.prompt.shape[0])
+        out.restart = (
+            prompt_len,
+            self._fit(prompt_len, r.sampling.max_new_tokens, r.sampling.min_new_tokens),
+        )
 
     def _decode_audio(self, outputs: dict[str, StepOutput]) -> None:
         """Run the streaming decoder for every stream that has a chunk ready (batched)."""

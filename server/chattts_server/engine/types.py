@@ -61,6 +61,7 @@ class VoiceKind(enum.Enum):
     DEFAULT = "default"
     SEED = "seed"
     EMBEDDING = "embedding"
+    REFERENCE = "reference"
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ class VoiceSpec:
     kind: VoiceKind = VoiceKind.DEFAULT
     seed: int = 0
     embedding: str = ""
+    reference_pcm: bytes = field(default=b"", repr=False)
+    """REFERENCE: the clip as float32 mono PCM at the model's rate."""
+    reference_id: str = ""
+    """REFERENCE: a digest of the clip, so it is encoded once and reused."""
+    transcript: str = ""
+    """REFERENCE: what is said in the clip."""
 
 
 @dataclass(frozen=True)

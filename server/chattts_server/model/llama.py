@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +58,8 @@ class SlotKVCache:
     One tensor ``kv`` of shape (layers, 2, slots, kv_heads, max_tokens, head_dim); index 0 of the
     second axis is K, 1 is V. A slot is reused by the next request without clearing: attention
     only ever reads positions a request has written. It starts zeroed so that never-written
-    positions are finite (a masked NaN would still poison the softmax).
+    positions are finite (a masked NaN would still poison the softmax). Its device and dtype
+    must be the decoder's.
     """
 
     def __init__(
@@ -112,35 +113,61 @@ def _apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotated * sin
 
 
-class _Projection(nn.Module):
-    """``x @ W.T + b`` for several weights that read the same input (Q/K/V, gate/up).
+def onednn_available() -> bool:
+    """Whether this torch build has the oneDNN linear ops :class:`LlamaDecoder` can use on CPU."""
+    ops = torch.ops.mkldnn
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(ops, "_reorder_linear_weight")
+        and hasattr(ops, "_linear_pointwise")
+    )
 
-    Fused: one matmul over the stacked weights, then split (fewer kernel launches, better on
-    GPUs). Split: one matmul per weight (on CPU, MKL runs the stacked (6144, 768) matrix ~10%
-    slower than two (3072, 768) ones at batch 4-16; see bench/bench_decode_step.py).
+
+# Batch size oneDNN packs the weights for; measured to matter little between 1 and 64.
+_ONEDNN_BATCH_HINT = 16
+
+
+class _Projection(nn.Module):
+    """``x @ W.T + b`` for one or more weights that read the same input (Q/K/V, gate/up).
+
+    ``fuse`` stacks the weights into one matmul and splits the output. ``onednn`` keeps the
+    weight in oneDNN's packed layout and runs ``torch.ops.mkldnn._linear_pointwise`` (the op
+    torch's inductor uses for CPU linears): on a 2-core AMD EPYC it ran the decode step's
+    matmuls 2x (batch 1) to 3x (batch 2-8) faster than ``F.linear``'s MKL path; see
+    bench/bench_decode_step.py.
     """
 
-    weight0: Tensor  # then weight1, ... when split
+    weight0: Tensor  # then weight1, ... when not fused; oneDNN-packed when onednn
     bias0: Tensor | None
 
-    def __init__(self, weights: list[Tensor], biases: list[Tensor | None], fuse: bool) -> None:
+    def __init__(
+        self, weights: list[Tensor], biases: list[Tensor | None], fuse: bool, onednn: bool
+    ) -> None:
         super().__init__()
         self.sizes = [w.shape[0] for w in weights]
+        self.onednn = onednn
         has_bias = all(b is not None for b in biases)
         if fuse and len(weights) > 1:
             weights = [torch.cat(weights, dim=0)]
             biases = [torch.cat(cast("list[Tensor]", biases), dim=0) if has_bias else None]
         self.num_matmuls = len(weights)
         for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
+            if onednn:
+                w = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), _ONEDNN_BATCH_HINT)
             self.register_buffer(f"weight{i}", w)
             self.register_buffer(f"bias{i}", b if has_bias else None)
 
+    def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        if self.onednn:
+            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        return F.linear(x, weight, bias)
+
     def forward(self, x: Tensor) -> list[Tensor]:
         if self.num_matmuls == 1:
-            y = F.linear(x, self.weight0, self.bias0)
+            y = self._linear(x, self.weight0, self.bias0)
             return [y] if len(self.sizes) == 1 else list(y.split(self.sizes, dim=-1))
         return [
-            F.linear(x, getattr(self, f"weight{i}"), getattr(self, f"bias{i}"))
+            self._linear(x, getattr(self, f"weight{i}"), getattr(self, f"bias{i}"))
             for i in range(self.num_matmuls)
         ]
 
@@ -151,20 +178,23 @@ class _Layer(nn.Module):
     input_norm: Tensor
     post_norm: Tensor
 
-    def __init__(self, sd: Mapping[str, Tensor], prefix: str, eps: float, fuse: bool) -> None:
+    def __init__(
+        self, sd: Mapping[str, Tensor], prefix: str, eps: float, fuse: bool, onednn: bool
+    ) -> None:
         super().__init__()
         self.eps = eps
 
-        def proj(names: list[str], fuse: bool) -> _Projection:
+        def proj(names: list[str]) -> _Projection:
             weights = [sd[f"{prefix}{n}.weight"] for n in names]
-            return _Projection(weights, [sd.get(f"{prefix}{n}.bias") for n in names], fuse)
+            biases = [sd.get(f"{prefix}{n}.bias") for n in names]
+            return _Projection(weights, biases, fuse, onednn)
 
         self.register_buffer("input_norm", sd[prefix + "input_layernorm.weight"])
         self.register_buffer("post_norm", sd[prefix + "post_attention_layernorm.weight"])
-        self.qkv = proj([f"self_attn.{p}_proj" for p in "qkv"], fuse)
-        self.o = proj(["self_attn.o_proj"], fuse)
-        self.gate_up = proj(["mlp.gate_proj", "mlp.up_proj"], fuse)
-        self.down = proj(["mlp.down_proj"], fuse)
+        self.qkv = proj([f"self_attn.{p}_proj" for p in "qkv"])
+        self.o = proj(["self_attn.o_proj"])
+        self.gate_up = proj(["mlp.gate_proj", "mlp.up_proj"])
+        self.down = proj(["mlp.down_proj"])
 
     def mlp(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(_rms_norm(x, self.post_norm, self.eps))
@@ -175,24 +205,35 @@ class LlamaDecoder(nn.Module):
     """``LlamaModel`` without ``embed_tokens``, run over a :class:`SlotKVCache`.
 
     ``prefill`` fills one slot from embeddings (in one call or in chunks); ``decode`` advances a
-    batch of slots by one token each, every row at its own position.
+    batch of slots by one token each, every row at its own position. Build it with
+    :meth:`from_state_dict` on its final device and dtype; it is not meant to be moved after
+    (oneDNN-packed weights do not move).
     """
 
     norm: Tensor
     rope_cos: Tensor  # (max_positions, head_dim)
     rope_sin: Tensor
 
-    def __init__(self, shape: LlamaShape, inv_freq: Tensor, attention_scaling: float) -> None:
+    def __init__(
+        self,
+        shape: LlamaShape,
+        layers: list[_Layer],
+        norm: Tensor,
+        inv_freq: Tensor,
+        attention_scaling: float,
+    ) -> None:
         super().__init__()
         self.shape = shape
-        self.layers = nn.ModuleList()
-        self.register_buffer("norm", torch.ones(shape.hidden_size))
-        # Rotary tables for every position, computed as LlamaRotaryEmbedding does (fp32).
+        self.layers = nn.ModuleList(layers)
+        self.register_buffer("norm", norm)
+        # Rotary tables for every position, computed as LlamaRotaryEmbedding does (in fp32,
+        # then cast to the weights' dtype as transformers casts cos/sin).
         positions = torch.arange(shape.max_positions, dtype=torch.float32)
-        freqs = positions[:, None] * inv_freq.float()[None, :]
+        freqs = positions[:, None] * inv_freq.float().cpu()[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("rope_cos", emb.cos() * attention_scaling)
-        self.register_buffer("rope_sin", emb.sin() * attention_scaling)
+        cos, sin = emb.cos() * attention_scaling, emb.sin() * attention_scaling
+        self.register_buffer("rope_cos", cos.to(device=norm.device, dtype=norm.dtype))
+        self.register_buffer("rope_sin", sin.to(device=norm.device, dtype=norm.dtype))
         self._gqa = shape.num_kv_heads != shape.num_heads
 
     @classmethod
@@ -203,29 +244,42 @@ class LlamaDecoder(nn.Module):
         device: torch.device | str,
         dtype: torch.dtype,
         prefix: str = "",
+        matmul: Literal["auto", "torch", "onednn"] = "auto",
         fuse_projections: bool | None = None,
     ) -> LlamaDecoder:
         """Build from a ``LlamaModel`` state dict (keys ``layers.N...``, ``norm.weight``).
 
-        ``prefix`` is stripped from keys, e.g. ``"gpt."`` for ChatTTS's GPT module. Keys we do
-        not use (``embed_tokens.weight``, rotary buffers) are ignored. ``fuse_projections``
-        stacks Q/K/V and gate/up into single matmuls; by default on CUDA only.
+        ``prefix`` is stripped from keys, e.g. ``"gpt."`` for ChatTTS's GPT module; keys we do
+        not use (``embed_tokens.weight``) are ignored. ``matmul``: "onednn" runs the linears
+        on oneDNN-packed weights (CPU, fp32), "torch" through ``F.linear``; "auto" takes
+        oneDNN on CPU in fp32 where available. ``fuse_projections`` stacks Q/K/V and gate/up
+        into single matmuls; by default everywhere except ``F.linear`` on CPU, where MKL ran
+        the stacked matrices ~10% slower.
         """
+        device = torch.device(device)
+        if matmul == "auto":
+            use_onednn = device.type == "cpu" and dtype == torch.float32 and onednn_available()
+        else:
+            use_onednn = matmul == "onednn"
         if fuse_projections is None:
-            fuse_projections = torch.device(device).type == "cuda"
+            fuse_projections = use_onednn or device.type != "cpu"
         shape = LlamaShape.from_config(config)
         rope_scaling = getattr(config, "rope_scaling", None) or {}
         rope_type = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
         if rope_type in _UNSUPPORTED_ROPE_TYPES:
             raise NotImplementedError(f"rope_type {rope_type!r} is not supported")
         inv_freq, attention_scaling = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
-        model = cls(shape, inv_freq, float(attention_scaling))
-        sd = {k[len(prefix) :]: v for k, v in state_dict.items() if k.startswith(prefix)}
-        for i in range(shape.num_layers):
-            model.layers.append(_Layer(sd, f"layers.{i}.", shape.rms_norm_eps, fuse_projections))
-        model.norm = sd["norm.weight"]
-        # The rotary tables take the weights' dtype too, as transformers casts cos/sin to it.
-        return model.to(device=device, dtype=dtype).eval()
+        sd = {
+            k[len(prefix) :]: v.detach().to(device=device, dtype=dtype)
+            for k, v in state_dict.items()
+            if k.startswith(prefix) and not k.startswith(prefix + "embed_tokens.")
+        }
+        layers = [
+            _Layer(sd, f"layers.{i}.", shape.rms_norm_eps, fuse_projections, use_onednn)
+            for i in range(shape.num_layers)
+        ]
+        model = cls(shape, layers, sd["norm.weight"], inv_freq, float(attention_scaling))
+        return model.eval()
 
     def _qkv(self, layer: _Layer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, ...]:
         # x: (rows, hidden) -> q (rows, heads, hd), k and v (rows, kv_heads, hd); q, k roped.

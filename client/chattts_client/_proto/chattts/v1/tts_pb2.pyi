@@ -23,14 +23,24 @@ OGG_OPUS: AudioEncoding
 FLOAT32: AudioEncoding
 
 class Voice(_message.Message):
-    __slots__ = ("seed", "speaker_embedding", "preset")
+    __slots__ = ("seed", "speaker_embedding", "preset", "reference")
     SEED_FIELD_NUMBER: _ClassVar[int]
     SPEAKER_EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     PRESET_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
     seed: int
     speaker_embedding: str
     preset: str
-    def __init__(self, seed: _Optional[int] = ..., speaker_embedding: _Optional[str] = ..., preset: _Optional[str] = ...) -> None: ...
+    reference: ReferenceVoice
+    def __init__(self, seed: _Optional[int] = ..., speaker_embedding: _Optional[str] = ..., preset: _Optional[str] = ..., reference: _Optional[_Union[ReferenceVoice, _Mapping]] = ...) -> None: ...
+
+class ReferenceVoice(_message.Message):
+    __slots__ = ("audio", "transcript")
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    TRANSCRIPT_FIELD_NUMBER: _ClassVar[int]
+    audio: bytes
+    transcript: str
+    def __init__(self, audio: _Optional[bytes] = ..., transcript: _Optional[str] = ...) -> None: ...
 
 class AudioFormat(_message.Message):
     __slots__ = ("encoding", "sample_rate_hz")
