@@ -10,10 +10,11 @@ other processes hits them alike; the header prints the load average. For each ba
              rows at mixed positions around `context`.
 - scattered: slot ids 0, 2, 4, ...: attention over the slot range, queries scattered into it.
 - gathered:  slot ids 0, 3, 6, ...: the range is over 2B, so the rows' K/V are gathered.
-- fused:     as ours, with Q/K/V and gate/up stacked into single matmuls (--fused).
+- torch:     as ours, with F.linear (MKL on CPU) instead of oneDNN matmuls.
 
 Usage: python bench/bench_decode_step.py [--layers 20 --hidden 768 --heads 12 --inter 3072]
-       [--batches 1,4,8,16] [--context 100] [--steps 10] [--fused]
+       [--batches 1,4,8,16] [--context 100] [--steps 10]
+       [--layouts scattered,gathered,torch]
 """
 
 from __future__ import annotations
@@ -99,13 +100,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    parser.add_argument("--fused", action="store_true", help="also time fused projections")
+    parser.add_argument(
+        "--layouts",
+        default="scattered,gathered",
+        help="extra columns besides bare and ours: scattered, gathered, torch (empty for none)",
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     batches = [int(b) for b in args.batches.split(",")]
+    extra = [name for name in args.layouts.split(",") if name]
     config = LlamaConfig(
         hidden_size=args.hidden,
         intermediate_size=args.inter,
@@ -116,14 +122,16 @@ def main() -> None:
         vocab_size=8,  # embed_tokens is unused: ChatTTS feeds inputs_embeds
     )
     model = LlamaModel(config).to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
-    decoder = LlamaDecoder.from_state_dict(config, model.state_dict(), device, dtype)
-    fused = None
-    if args.fused:
-        fused = LlamaDecoder.from_state_dict(
-            config, model.state_dict(), device, dtype, fuse_projections=True
+    decoders = {"ours": LlamaDecoder.from_state_dict(config, model.state_dict(), device, dtype)}
+    if "torch" in extra:
+        decoders["torch"] = LlamaDecoder.from_state_dict(
+            config, model.state_dict(), device, dtype, matmul="torch"
         )
+    # Slot ids each column uses for batch b: ours and torch 0..b-1, scattered every 2nd, gathered
+    # every 3rd (a range over 2b, so decode gathers rows).
+    spacing = {"ours": 1, "torch": 1, "scattered": 2, "gathered": 3}
     max_tokens = args.context + args.context // 10 + 2
-    num_slots = 3 * (max(batches) - 1) + 1
+    num_slots = max(spacing[n] for n in ["ours", *extra]) * (max(batches) - 1) + 1
     cache = SlotKVCache(LlamaShape.from_config(config), num_slots, max_tokens, device, dtype)
 
     print(
@@ -132,18 +140,15 @@ def main() -> None:
         f"{args.threads} threads, median ms of {args.steps}, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    names = ["bare", "ours", "scattered", "gathered"] + (["fused"] if fused else [])
+    names = ["bare", "ours", *extra]
     print(" ".join(f"{n:>9}" for n in ["B", *names, "ours/bare"]))
     with torch.inference_mode():
         for batch in batches:
-            steps = {
-                "bare": _bare_step(model, batch, args.context),
-                "ours": _ours_step(decoder, cache, list(range(batch)), args.context),
-                "scattered": _ours_step(decoder, cache, list(range(0, 2 * batch, 2)), args.context),
-                "gathered": _ours_step(decoder, cache, list(range(0, 3 * batch, 3)), args.context),
-            }
-            if fused is not None:
-                steps["fused"] = _ours_step(fused, cache, list(range(batch)), args.context)
+            steps = {"bare": _bare_step(model, batch, args.context)}
+            for name in names[1:]:
+                slot_ids = list(range(0, spacing[name] * batch, spacing[name]))
+                decoder = decoders["torch" if name == "torch" else "ours"]
+                steps[name] = _ours_step(decoder, cache, slot_ids, args.context)
             ms = _interleaved_ms(steps, args.steps, device)
             cells = [f"{ms[n]:>9.1f}" for n in names]
             print(f"{batch:>9} {' '.join(cells)} {ms['ours'] / ms['bare']:>9.2f}")

@@ -8,6 +8,7 @@ Refine text:  `[Sbreak]{text}[Pbreak][oral_N][laugh_N][break_N]`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -45,7 +46,8 @@ class PromptBuilder:
         cached = self._reference_cache.get(voice.reference_id)
         if cached is None:
             wav = torch.frombuffer(bytearray(voice.reference_pcm), dtype=torch.float32)
-            cached = self.m.dvae.sample_audio(wav.to(self.device)).to(torch.int32).cpu()
+            dvae: Any = self.m.dvae
+            cached = dvae.sample_audio(wav.to(self.device)).to(torch.int32).cpu()
             if len(self._reference_cache) > 64:
                 self._reference_cache.clear()
             self._reference_cache[voice.reference_id] = cached
