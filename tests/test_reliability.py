@@ -118,7 +118,8 @@ def test_over_admission_is_refused_fast_and_admitted_streams_finish(small):
     # The two admitted streams stop reading after their first chunk, so they hold their places
     # (their generation pauses on the full output buffer) until the gate opens.
     gate = threading.Event()
-    long = [Streamer(small.target, request("One long stream.", 50), gate=gate) for _ in range(2)]
+    # 300 tokens is ~300 KB of audio: more than the HTTP/2 window and the output buffer hold.
+    long = [Streamer(small.target, request("One long stream.", 300), gate=gate) for _ in range(2)]
     for s in long:
         s.start()
     for s in long:
