@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import grpc
@@ -99,37 +101,60 @@ class InProcessServer:
         self._thread.join(10)
 
 
-def start_server_process(
-    args: list[str], cache: Path, env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen[str], int]:
-    """`chattts-server` as a subprocess on a free port; returns (process, port) once it listens."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "chattts_server.main",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--dev-model",
-        "tiny",
-        "--dev-model-cache",
-        str(cache),
-        "--device",
-        "cpu",
-        *args,
-    ]
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    """A `chattts-server` subprocess whose output (log lines included) is kept in `log`."""
+
+    proc: subprocess.Popen[str]
+    port: int
+    metrics_port: int
+    log: list[str] = field(default_factory=list)
+    voices: Path | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return "".join(self.log)
+
+    def count(self, needle: str) -> int:
+        return sum(needle in line for line in list(self.log))
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10)
+
+
+def launch(args: list[str], cache: Path, metrics: bool = True) -> ServerProcess:
+    """Start `chattts-server` (tiny dev model) on a free loopback port and, if `metrics`, a free
+    metrics port; returns once it listens. Its output is kept in `.log` (and echoed to stderr)."""
+    metrics_port = free_port() if metrics else 0
+    cmd = [sys.executable, "-m", "chattts_server.main", "--host", "127.0.0.1", "--port", "0"]
+    cmd += ["--dev-model", "tiny", "--dev-model-cache", str(cache), "--device", "cpu"]
+    cmd += ["--metrics-port", str(metrics_port), *args]
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": f"{REPO / 'client'}:{REPO / 'server'}", **(env or {})},
+        env={**os.environ, "PYTHONPATH": f"{REPO / 'client'}:{REPO / 'server'}"},
     )
     assert proc.stdout is not None
+    lines: list[str] = []
     deadline = time.monotonic() + 120
-    lines = []
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
@@ -137,14 +162,16 @@ def start_server_process(
         lines.append(line)
         m = re.search(r"listening on port (\d+)", line)
         if m:
-            port = int(m.group(1))
-            threading.Thread(target=_drain_output, args=(proc,), daemon=True).start()
-            return proc, port
+            srv = ServerProcess(proc, int(m.group(1)), metrics_port, lines)
+            threading.Thread(target=_tee, args=(proc, lines), daemon=True).start()
+            return srv
     proc.kill()
+    proc.wait(10)
     raise RuntimeError("server did not start:\n" + "".join(lines))
 
 
-def _drain_output(proc: subprocess.Popen[str]) -> None:
+def _tee(proc: subprocess.Popen[str], sink: list[str]) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
+        sink.append(line)
         sys.stderr.write("[server] " + line)

@@ -4,33 +4,21 @@ voice presets and their SIGHUP reload, and one voice across the sentences of a s
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 import pytest
 
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from serverutil import REPO, wait_serving
+from serverutil import ServerProcess, launch, wait_serving
 
 MAX_STREAMS = 2
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> dict[str, float]:
@@ -50,76 +38,6 @@ def fixed(num_tokens: int, seed: int = 7, **config: object) -> tts_pb2.Synthesis
         sampling=tts_pb2.Sampling(seed=seed, min_new_tokens=num_tokens, max_new_tokens=num_tokens),
         **config,
     )
-
-
-@dataclass
-class ServerProcess:
-    """A `chattts-server` subprocess whose output (log lines included) is kept in `log`."""
-
-    proc: subprocess.Popen[str]
-    port: int
-    metrics_port: int
-    log: list[str] = field(default_factory=list)
-    voices: Path | None = None
-
-    @property
-    def target(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def log_text(self) -> str:
-        return "".join(self.log)
-
-    def count(self, needle: str) -> int:
-        return sum(needle in line for line in list(self.log))
-
-    def stop(self, timeout_s: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(10)
-
-
-def launch(args: list[str], cache: Path, metrics: bool = True) -> ServerProcess:
-    """Start `chattts-server` on a free loopback port (and a free metrics port); returns once it
-    listens. Like serverutil.start_server_process, but keeps the output for the test to read."""
-    metrics_port = free_port() if metrics else 0
-    cmd = [sys.executable, "-m", "chattts_server.main", "--host", "127.0.0.1", "--port", "0"]
-    cmd += ["--dev-model", "tiny", "--dev-model-cache", str(cache), "--device", "cpu"]
-    cmd += ["--metrics-port", str(metrics_port), *args]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": f"{REPO / 'client'}:{REPO / 'server'}"},
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"listening on port (\d+)", line)
-        if m:
-            srv = ServerProcess(proc, int(m.group(1)), metrics_port, lines)
-            threading.Thread(target=_tee, args=(proc, lines), daemon=True).start()
-            return srv
-    proc.kill()
-    proc.wait(10)
-    raise RuntimeError("server did not start:\n" + "".join(lines))
-
-
-def _tee(proc: subprocess.Popen[str], sink: list[str]) -> None:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        sink.append(line)
-        sys.stderr.write("[server] " + line)
 
 
 def _write_preset(folder: Path, name: str, description: str, seed: int) -> None:

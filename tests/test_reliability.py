@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from conftest import DEV_MODEL_CACHE
-from serverutil import REPO, InProcessServer, start_server_process, tiny_server_config, wait_serving
+from serverutil import REPO, InProcessServer, launch, tiny_server_config, wait_serving
 
 SYNTH = "/chattts.v1.TextToSpeech/Synthesize"
 
@@ -326,7 +326,8 @@ def _health(target: str) -> int | None:
 
 
 def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
-    proc, port = start_server_process(["--grace-s", "10", "--no-warmup"], DEV_MODEL_CACHE)
+    srv = launch(["--grace-s", "10", "--no-warmup"], DEV_MODEL_CACHE, metrics=False)
+    proc, port = srv.proc, srv.port
     target = f"127.0.0.1:{port}"
     try:
         wait_serving(target)
@@ -348,7 +349,8 @@ def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
 
 
 def test_sigterm_cancels_streams_past_the_grace_period(tiny_model_dir):
-    proc, port = start_server_process(["--grace-s", "0.5", "--no-warmup"], DEV_MODEL_CACHE)
+    srv = launch(["--grace-s", "0.5", "--no-warmup"], DEV_MODEL_CACHE, metrics=False)
+    proc, port = srv.proc, srv.port
     target = f"127.0.0.1:{port}"
     try:
         wait_serving(target)

@@ -12,8 +12,7 @@ import grpc
 import pytest
 
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from serverutil import wait_serving
-from test_operations import ServerProcess, launch
+from serverutil import ServerProcess, launch, wait_serving
 
 pytestmark = pytest.mark.slow  # two subprocess servers: ~25 s to start on 2 cores
 
