@@ -364,3 +364,25 @@ def test_sigterm_cancels_streams_past_the_grace_period(tiny_model_dir):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_broken_engine_turns_not_serving_and_the_server_exits_nonzero(tiny_model_dir):
+    """A fault that leaves the engine unusable (every step fails) must not limp on: the stream
+    gets a clean error, health goes NOT_SERVING and `wait()` reports exit code 1 so a supervisor
+    restarts the process."""
+    with InProcessServer(tiny_server_config(DEV_MODEL_CACHE, max_streams=2)) as srv:
+        assert srv.server is not None
+        engine = srv.server.engine
+
+        def broken_step(plan):
+            raise RuntimeError("device lost")
+
+        engine.runner.step = broken_step
+        # One failed step may be one bad request; three in a row mean the engine is broken.
+        for _ in range(3):
+            s = Streamer(srv.target, request("Doomed.", 40))
+            s.start()
+            assert s.result(30) in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE)
+            assert "Traceback" not in s.details
+        assert srv.call(srv.server.wait(), timeout_s=30) == 1
+        assert not engine.healthy
