@@ -200,6 +200,7 @@ class TTSServer:
         started = time.monotonic()
         if self.admission is not None:
             self.admission.stop_accepting()
+        if self.admission is not None and self.admission.active:
             try:
                 await asyncio.wait_for(self.admission.wait_idle(), grace)
             except TimeoutError:

@@ -148,7 +148,10 @@ class ChatTTSEngine:
             self._on_ready()
             self._loop()
         except BaseException as exc:  # noqa: BLE001 - anything here leaves the engine unusable
-            log.exception("engine failed")
+            if type(exc).__name__ == "ModelLoadError":
+                log.error("cannot load the model: %s", exc)  # a user error: no traceback
+            else:
+                log.exception("engine failed")
             self._healthy = False
             self._fail_all(EngineUnavailableError("engine failed"))
             self._on_fatal(exc)
