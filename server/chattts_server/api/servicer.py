@@ -145,8 +145,11 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         total_chars = 0
         try:
             async for message in request_iterator:
-                if message.WhichOneof("request") != "text":
+                which = message.WhichOneof("request")
+                if which == "config":
                     raise FieldError("config", "config may be sent only once, as the first message")
+                if which != "text":
+                    raise FieldError("text", "every message after the config must carry text")
                 text = message.text.text
                 self.validator.text(text, "text.text", allow_empty=message.text.flush)
                 total_chars += len(text)

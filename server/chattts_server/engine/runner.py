@@ -326,10 +326,9 @@ class ModelRunner:
         logits = torch.einsum("bd,qvd->bqv", hidden, self.head_code)  # (B, num_vq, V)
         slots = [_slot(s) for s in seqs]
         codes = self.code_sampler.sample(slots, logits)  # (B, num_vq)
-        # Next input: the sum of the codebooks' embeddings of the sampled codes.
-        next_embeds = self.emb_code[torch.arange(self.num_vq, device=self.device), codes].sum(
-            1
-        )  # (B, D)
+        # Next input: the sum of the codebooks' embeddings of the sampled codes, (B, D).
+        codebooks = torch.arange(self.num_vq, device=self.device)
+        next_embeds = self.emb_code[codebooks, codes].sum(1)
         code_rows = codes.tolist()
         kept: list[int] = []
         for i, seq in enumerate(seqs):
