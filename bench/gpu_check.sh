@@ -5,6 +5,8 @@
 # each step has a timeout, and all of them share one overall deadline.
 #
 # Usage (repo root):  OUT=/tmp/out bash bench/gpu_check.sh   [BUDGET_S=470 TOKENS=200 REQUESTS=16]
+# On the lent machine (no network): first `bash bench/fetch_gpu_wheels.sh` here, then
+#   device run: command="OUT=$OUT bash bench/gpu_check.sh", carry=[".whl"], timeout_s=540
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/gpu}
@@ -37,7 +39,15 @@ step() {
 echo "== machine"; date; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 $PY --version
 
-if ! $PY -c "import torch, torchaudio, ChatTTS, transformers, grpc_health, grpc_reflection, matplotlib, pytest" 2>/dev/null; then
+# The lent machine has no network: carry the missing wheels (bench/fetch_gpu_wheels.sh fills
+# .whl/ here; pass carry=[".whl"]). Elsewhere, install the project normally.
+if [ -d .whl ]; then
+  step install 180 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH="$PYTHONPATH:/tmp/site"
+  # /tmp/site must win over the image's transformers 5 and huggingface-hub 1.x.
+  export PYTHONPATH="/tmp/site:$PYTHONPATH"
+elif ! $PY -c "import torch, torchaudio, ChatTTS, transformers, grpc_health, grpc_reflection, matplotlib, pytest" 2>/dev/null; then
   step install 240 $PY -m pip install -q -e ".[server,dev]" matplotlib
 fi
 $PY - <<'PYEOF' | tee "$OUT/env.txt"
