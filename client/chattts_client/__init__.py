@@ -5,11 +5,13 @@ from chattts_client.client import (
     DEFAULT_TARGET,
     AsyncEventStream,
     AsyncTTSClient,
-    AudioChunkEvent,
-    Event,
     EventStream,
     SynthesisStats,
     TTSClient,
+)
+from chattts_client.messages import (
+    AudioChunkEvent,
+    Event,
     UtteranceEndEvent,
     VoiceInfo,
     event_from_pb,

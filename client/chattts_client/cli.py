@@ -21,10 +21,12 @@ import grpc
 
 from chattts_client.client import (
     DEFAULT_TARGET,
-    AudioChunkEvent,
     EventStream,
     SynthesisStats,
     TTSClient,
+)
+from chattts_client.messages import (
+    AudioChunkEvent,
     UtteranceEndEvent,
     make_config,
 )
