@@ -26,3 +26,13 @@ def test_stubs_match_the_proto(tmp_path):
     assert generated.keys() == committed.keys()
     stale = [str(k) for k in generated if generated[k] != committed[k]]
     assert not stale, f"stubs differ from protos/: {stale}; run `make proto`"
+
+
+def test_client_package_needs_no_torch_or_server_code():
+    """A user who only calls the service installs no torch: the client must not import it."""
+    code = (
+        "import sys, chattts_client, chattts_client.cli, chattts_client.wav\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'chattts_server', 'ChatTTS'))\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO / "client")
