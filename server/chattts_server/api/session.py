@@ -6,6 +6,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import TypeAlias
 
 import numpy as np
 
@@ -15,7 +16,7 @@ from ..audio.encoding import EncodedChunk, make_encoder
 from ..engine.types import AudioChunk, Engine, UtteranceDone, UtteranceRequest
 from .convert import StreamSettings, audio_chunk_pb, utterance_end_pb
 
-Reply = tts_pb2.AudioChunk | tts_pb2.UtteranceEnd
+Reply: TypeAlias = tts_pb2.AudioChunk | tts_pb2.UtteranceEnd
 
 
 class Session:

@@ -411,22 +411,32 @@ class ModelRunner:
 
     @torch.inference_mode()
     def warmup(self, batch_size: int) -> None:
-        """Touch every code path (prefill, the largest decode batch, heads, vocoder) once."""
+        """Run every code path once before health reports SERVING: the prompt builder (its
+        first call JIT-compiles ChatTTS's numba normalizer), prefill, decode at each batch size
+        the scheduler will use (powers of two up to `batch_size`, and `batch_size`), the heads
+        and sampling, and the streaming Decoder + vocoder."""
         started = time.monotonic()
-        # The first normalizer call JIT-compiles ChatTTS's numba helpers (seconds): do it now.
         self.prompts.code_prompt(self.prompts.normalize("Warm up, please."), VoiceSpec(), 5)
         d = self.speaker_dim
-        slots = torch.arange(batch_size, device=self.device)
-        positions = torch.full((batch_size,), 8, dtype=torch.long, device=self.device)
-        embeds = torch.zeros(batch_size, d, device=self.device, dtype=self.dtype)
-        for _ in range(2):
-            self.llama.prefill(
-                0, torch.zeros(16, d, device=self.device, dtype=self.dtype), 0, self.cache
+        sizes = sorted(
+            {batch_size} | {2**i for i in range(batch_size.bit_length()) if 2**i <= batch_size}
+        )
+        self.llama.prefill(
+            0, torch.zeros(16, d, device=self.device, dtype=self.dtype), 0, self.cache
+        )
+        for size in sizes:
+            slots = torch.arange(size, device=self.device)
+            positions = torch.full((size,), 8, dtype=torch.long, device=self.device)
+            hidden = self.llama.decode(
+                slots,
+                torch.zeros(size, d, device=self.device, dtype=self.dtype),
+                positions,
+                self.cache,
             )
-            self.llama.decode(slots, embeds, positions, self.cache)
+            torch.einsum("bd,qvd->bqv", hidden.float(), self.head_code)
         stream = self.decoder.open()
         stream.push(torch.zeros(24, d, device=self.device))
         self.decoder.finish([stream])
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        log.info("warm-up (decode batch %d) took %.2f s", batch_size, time.monotonic() - started)
+        log.info("warm-up (decode batches %s) took %.2f s", sizes, time.monotonic() - started)
