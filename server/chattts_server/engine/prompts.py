@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..model.assets import ChatTTSModules
+from .numbers import register_number_normalizers
 from .types import InvalidRequestError, VoiceKind, VoiceSpec
 
 DEFAULT_VOICE_SEED = 2
@@ -32,6 +33,7 @@ class PromptBuilder:
         self.m = modules
         self.device = device
         self.num_vq = modules.shapes.embed.num_vq
+        register_number_normalizers(modules.normalizer)
         self._speaker_cache: dict[tuple[str, int, str], torch.Tensor] = {}
         self._reference_cache: dict[str, torch.Tensor] = {}
 

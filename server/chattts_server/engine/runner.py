@@ -416,7 +416,9 @@ class ModelRunner:
         the scheduler will use (powers of two up to `batch_size`, and `batch_size`), the heads
         and sampling, and the streaming Decoder + vocoder."""
         started = time.monotonic()
-        self.prompts.code_prompt(self.prompts.normalize("Warm up, please."), VoiceSpec(), 5)
+        self.prompts.code_prompt(
+            self.prompts.normalize("Warm up [uv_break] in 2 minutes, please!"), VoiceSpec(), 5
+        )
         d = self.speaker_dim
         sizes = sorted(
             {batch_size} | {2**i for i in range(batch_size.bit_length()) if 2**i <= batch_size}
