@@ -178,6 +178,7 @@ class ModelRunner:
             modules.gpt_config, modules.gpt_state_dict, device, dtype
         )
         modules.gpt_state_dict.clear()
+        self._check_kv_fits(config, device, dtype)
         self.cache = SlotKVCache(
             self.llama.shape, config.max_streams, config.max_tokens, device, dtype
         )
@@ -206,6 +207,30 @@ class ModelRunner:
         )
         self.decoder = build_streaming_decoder(modules, config, device)
         self._states: dict[str, _SlotState] = {}
+
+    def _check_kv_fits(
+        self, config: EngineConfig, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        """On CUDA, size against the memory actually free after the weights are loaded: refuse
+        a cache that cannot fit (with the slot count that would) rather than dying mid-serve."""
+        if device.type != "cuda":
+            return
+        per_slot = SlotKVCache.bytes_per_slot(self.llama.shape, config.max_tokens, dtype)
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+        # Leave a quarter of what is free for activations, the vocoder and the allocator.
+        fits = int(0.75 * free_bytes) // per_slot
+        log.info(
+            "KV cache: %d slots requested, %d would fit in %.1f GiB free",
+            config.max_streams,
+            fits,
+            free_bytes / 2**30,
+        )
+        if config.max_streams > fits:
+            raise ModelLoadError(
+                f"--max-streams {config.max_streams} x --max-tokens {config.max_tokens} needs "
+                f"{config.max_streams * per_slot / 2**30:.1f} GiB of KV cache; {free_bytes / 2**30:.1f} GiB "
+                f"is free, so at most {fits} slots fit"
+            )
 
     @classmethod
     def load(cls, model_config: ModelConfig, engine_config: EngineConfig) -> ModelRunner:
