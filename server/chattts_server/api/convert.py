@@ -14,6 +14,7 @@ import numpy as np
 
 from chattts_client._proto.chattts.v1 import tts_pb2
 
+from ..audio.encoding import SUPPORTED_SAMPLE_RATES
 from ..engine.types import (
     ChunkingOptions,
     RefineOptions,
@@ -24,7 +25,6 @@ from ..engine.types import (
 )
 from ..voices import VoiceLibrary, decode_speaker_embedding
 
-SUPPORTED_SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 ENCODING_NAMES = {
     tts_pb2.AUDIO_ENCODING_UNSPECIFIED: "LINEAR16",
     tts_pb2.LINEAR16: "LINEAR16",
