@@ -251,13 +251,9 @@ def _channel_spec(
 # --- clients --------------------------------------------------------------------------------
 
 
-class TTSClient:
-    """Blocking client. Thread-safe; one channel for all calls.
-
-    `ca_cert`, `client_cert` and `client_key` are PEM file paths or bytes; `ca_cert=None` with
-    `tls=True` uses the system roots. `token` is sent as `authorization: Bearer <token>`.
-    `tls_server_name` overrides the name checked against the server certificate.
-    """
+class _ClientBase:
+    """The constructor both clients share: it validates the options into a channel spec, then
+    `_connect` makes (or defers) the channel."""
 
     def __init__(
         self,
@@ -281,6 +277,21 @@ class TTSClient:
             max_message_bytes,
             tls_server_name,
         )
+        self._connect()
+
+    def _connect(self) -> None:
+        raise NotImplementedError
+
+
+class TTSClient(_ClientBase):
+    """Blocking client. Thread-safe; one channel for all calls.
+
+    `ca_cert`, `client_cert` and `client_key` are PEM file paths or bytes; `ca_cert=None` with
+    `tls=True` uses the system roots. `token` is sent as `authorization: Bearer <token>`.
+    `tls_server_name` overrides the name checked against the server certificate.
+    """
+
+    def _connect(self) -> None:
         spec = self._spec
         if spec.credentials is None:
             self._channel = grpc.insecure_channel(spec.target, options=spec.options)
@@ -344,35 +355,15 @@ class TTSClient:
         self.close()
 
 
-class AsyncTTSClient:
+class AsyncTTSClient(_ClientBase):
     """asyncio client; same constructor as `TTSClient`.
 
     The channel is created on first use inside the running loop, so the client may be built
     outside it; use one client from one event loop only.
     """
 
-    def __init__(
-        self,
-        target: str = DEFAULT_TARGET,
-        *,
-        tls: bool = False,
-        ca_cert: PathOrBytes | None = None,
-        client_cert: PathOrBytes | None = None,
-        client_key: PathOrBytes | None = None,
-        token: str | None = None,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        tls_server_name: str | None = None,
-    ) -> None:
-        self._spec = _channel_spec(
-            target,
-            tls,
-            ca_cert,
-            client_cert,
-            client_key,
-            token,
-            max_message_bytes,
-            tls_server_name,
-        )
+    def _connect(self) -> None:
+        # The channel is made on first use, inside the running loop (see _get_stub).
         self._channel: grpc.aio.Channel | None = None
         self._stub: tts_pb2_grpc.TextToSpeechStub | None = None
 
