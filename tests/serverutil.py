@@ -127,6 +127,15 @@ class ServerProcess:
     def count(self, needle: str) -> int:
         return sum(needle in line for line in list(self.log))
 
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Whatever the test did, leave no server behind."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
     def stop(self, timeout_s: float = 30.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

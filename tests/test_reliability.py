@@ -326,44 +326,31 @@ def _health(target: str) -> int | None:
 
 
 def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
-    srv = launch(["--grace-s", "10", "--no-warmup"], DEV_MODEL_CACHE, metrics=False)
-    proc, port = srv.proc, srv.port
-    target = f"127.0.0.1:{port}"
-    try:
+    with launch(["--grace-s", "10", "--no-warmup"], DEV_MODEL_CACHE, metrics=False) as srv:
+        target = srv.target
         wait_serving(target)
         s = Streamer(target, request("Finish me please.", 40))
         s.start()
         assert s.first.wait(30)
-        proc.send_signal(signal.SIGTERM)
+        srv.proc.send_signal(signal.SIGTERM)
         wait_until(
             lambda: _health(target) == health_pb2.HealthCheckResponse.NOT_SERVING, 5, "NOT_SERVING"
         )
         err = _code(target, request())
         assert err.code() == grpc.StatusCode.UNAVAILABLE
         assert s.result(30) == grpc.StatusCode.OK
-        assert proc.wait(30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        assert srv.proc.wait(30) == 0
 
 
 def test_sigterm_cancels_streams_past_the_grace_period(tiny_model_dir):
-    srv = launch(["--grace-s", "0.5", "--no-warmup"], DEV_MODEL_CACHE, metrics=False)
-    proc, port = srv.proc, srv.port
-    target = f"127.0.0.1:{port}"
-    try:
-        wait_serving(target)
-        s = Streamer(target, request("Too long to finish.", 380))
+    with launch(["--grace-s", "0.5", "--no-warmup"], DEV_MODEL_CACHE, metrics=False) as srv:
+        wait_serving(srv.target)
+        s = Streamer(srv.target, request("Too long to finish.", 380))
         s.start()
         assert s.first.wait(30)
-        proc.send_signal(signal.SIGTERM)
+        srv.proc.send_signal(signal.SIGTERM)
         assert s.result(15) in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
-        assert proc.wait(20) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
+        assert srv.proc.wait(20) == 0
 
 
 def test_broken_engine_turns_not_serving_and_the_server_exits_nonzero(tiny_model_dir):
