@@ -1,6 +1,7 @@
 """Soak test: many short streams, a share cancelled after the first chunk; nothing may leak.
 
     python bench/soak.py [--streams 2000 --concurrency 16 --cancel-fraction 0.3 --tokens 8]
+    python bench/soak.py --smoke   # 24 streams of 4 tokens: checks the script, measures nothing
 
 Starts `chattts-server` (tiny model, --max-streams 16 --max-queue 64, metrics on) as a subprocess,
 drives it with grpc.aio clients, and reports the server's active slots and streams (Prometheus
@@ -16,7 +17,6 @@ import collections
 import os
 import random
 import re
-import socket
 import sys
 import time
 import urllib.request
@@ -25,18 +25,12 @@ from pathlib import Path
 import grpc
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "client"), str(REPO / "server")]
+sys.path[:0] = [str(REPO / "client"), str(REPO / "server")]
 
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc  # noqa: E402
-from serverutil import start_server_process, wait_serving  # noqa: E402
+from chattts_server.launcher import launch  # noqa: E402
 
 CACHE = REPO / ".cache" / "dev-models"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def proc_figures(pid: int) -> dict[str, float]:
@@ -97,46 +91,54 @@ async def drive(
     return codes
 
 
+def settle(port: int, timeout_s: float = 10.0) -> dict[str, float]:
+    """The server's gauges once no stream is active or queued (or whatever they are at timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        figures = metrics(port)
+        if not any(figures.values()) or time.monotonic() > deadline:
+            return figures
+        time.sleep(0.1)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--streams", type=int, default=2000)
-    p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--cancel-fraction", type=float, default=0.3)
-    p.add_argument("--tokens", type=int, default=8)
-    a = p.parse_args()
-
-    from chattts_server.model.assets import build_dev_assets
-
-    build_dev_assets("tiny", CACHE)
-    mport = free_port()
-    proc, port = start_server_process(
-        [
-            "--max-streams",
-            "16",
-            "--max-queue",
-            "64",
-            "--metrics-port",
-            str(mport),
-            "--log-level",
-            "WARNING",
-        ],
-        CACHE,
+    p.add_argument("--streams", type=int, default=2000, help="streams to run (%(default)s)")
+    p.add_argument("--concurrency", type=int, default=16, help="streams open at once (%(default)s)")
+    p.add_argument(
+        "--cancel-fraction",
+        type=float,
+        default=0.3,
+        help="share of streams cancelled after their first chunk (%(default)s)",
     )
-    target = f"127.0.0.1:{port}"
-    try:
-        wait_serving(target)
+    p.add_argument("--tokens", type=int, default=8, help="audio tokens per stream (%(default)s)")
+    p.add_argument("--cache", default=str(CACHE), help="dev-model cache folder (%(default)s)")
+    p.add_argument(
+        "--smoke", action="store_true", help="a few seconds: 24 streams of 4 tokens, no warm-up"
+    )
+    a = p.parse_args()
+    server_args = ["--max-streams", "16", "--max-queue", "64", "--log-level", "WARNING"]
+    if a.smoke:
+        a.streams, a.concurrency, a.tokens = 24, 8, 4
+        server_args.append("--no-warmup")
+
+    from chattts_server.model.dev_assets import build_dev_assets
+
+    build_dev_assets("tiny", a.cache)
+    with launch(server_args, dev_model="tiny", cache=a.cache, metrics=True, cwd=REPO) as srv:
+        srv.wait_serving()
         # A few streams first so lazily created threads and buffers exist before the baseline.
-        asyncio.run(drive(target, 16, 16, 0.0, a.tokens))
-        time.sleep(1)
-        before, m_before = proc_figures(proc.pid), metrics(mport)
+        asyncio.run(drive(srv.target, 16, 16, 0.0, a.tokens))
+        m_before = settle(srv.metrics_port)
+        before = proc_figures(srv.pid)
         started = time.monotonic()
-        codes = asyncio.run(drive(target, a.streams, a.concurrency, a.cancel_fraction, a.tokens))
+        codes = asyncio.run(
+            drive(srv.target, a.streams, a.concurrency, a.cancel_fraction, a.tokens)
+        )
         wall = time.monotonic() - started
-        time.sleep(2)  # let cancelled streams settle
-        after, m_after = proc_figures(proc.pid), metrics(mport)
-    finally:
-        proc.terminate()
-        rc = proc.wait(60)
+        m_after = settle(srv.metrics_port)  # cancelled streams free their slots asynchronously
+        after = proc_figures(srv.pid)
+        rc = srv.stop(timeout_s=60)
 
     print(
         f"streams={a.streams} concurrency={a.concurrency} cancel_fraction={a.cancel_fraction} tokens={a.tokens}"
