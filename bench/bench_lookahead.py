@@ -45,7 +45,7 @@ def build_modules(
 ) -> tuple[torch.nn.Module, torch.nn.Module]:
     """(Decoder, Vocos) at the official shapes: random weights, or loaded from `model_dir`."""
     if model_dir:
-        from chattts_server.model.assets import load_chattts
+        from chattts_server.model.loader import load_chattts
 
         modules = load_chattts(model_dir, torch.device("cpu"), torch.float32)
         return modules.decoder, modules.vocos
@@ -53,7 +53,7 @@ def build_modules(
     from ChatTTS.model import DVAE
     from ChatTTS.model.dvae import ConvNeXtBlock
 
-    from chattts_server.model.assets import build_vocos
+    from chattts_server.model.chattts_config import build_vocos
 
     torch.manual_seed(0)
     config = Config()

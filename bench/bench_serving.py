@@ -89,7 +89,7 @@ def run_upstream(model_dir: Path, device: str, tokens: int, requests: int) -> Le
     import torch
     from ChatTTS import Chat
 
-    from chattts_server.model.assets import upstream_chat
+    from chattts_server.model.loader import upstream_chat
 
     chat = upstream_chat(model_dir, torch.device(device))
     torch.manual_seed(2)
@@ -406,7 +406,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     args = parser.parse_args()
 
-    from chattts_server.model.assets import build_dev_assets
+    from chattts_server.model.dev_assets import build_dev_assets
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

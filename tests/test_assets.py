@@ -11,26 +11,22 @@ import numpy as np
 import pytest
 import torch
 
-from chattts_server.model.assets import (
-    OFFICIAL_FILES,
-    build_dev_assets,
-    chattts_config,
-    check_consistent,
-    file_sha256,
-    load_chattts,
-    official_sha256_map,
-    read_shapes,
-    resolve_model_dir,
-    sha256_key,
-    speaker_stat,
-    upstream_chat,
-    verify_assets,
-)
-from chattts_server.model.dev_assets import STAMP_FILE, variant_shapes
+from chattts_server.model.chattts_config import chattts_config, speaker_stat
+from chattts_server.model.dev_assets import STAMP_FILE, build_dev_assets, variant_shapes
+from chattts_server.model.loader import load_chattts, upstream_chat
+from chattts_server.model.shapes import check_consistent, read_shapes
 from chattts_server.model.tokenizer_vocab import (
     CONTROL_TOKENS,
     OFFICIAL_VOCAB_SIZE,
     build_tokenizer,
+)
+from chattts_server.model.verify import (
+    OFFICIAL_FILES,
+    file_sha256,
+    official_sha256_map,
+    resolve_model_dir,
+    sha256_key,
+    verify_assets,
 )
 
 

@@ -26,7 +26,7 @@ from chattts_server.engine.types import (
     VoiceKind,
     VoiceSpec,
 )
-from chattts_server.model.assets import load_chattts, upstream_chat
+from chattts_server.model.loader import load_chattts, upstream_chat
 
 CPU = torch.device(os.environ.get("CHATTTS_TEST_DEVICE", "cpu"))
 """Where runner and upstream run; bench/gpu_check.sh sets CHATTTS_TEST_DEVICE=cuda (fp32 both)."""

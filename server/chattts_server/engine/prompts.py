@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..model.assets import ChatTTSModules
+from ..model.loader import ChatTTSModules
 from .numbers import register_number_normalizers
 from .types import InvalidRequestError, VoiceKind, VoiceSpec
 

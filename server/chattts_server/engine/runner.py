@@ -17,14 +17,10 @@ import numpy as np
 import torch
 
 from ..config import EngineConfig, ModelConfig
-from ..model.assets import (
-    ChatTTSModules,
-    build_dev_assets,
-    load_chattts,
-    resolve_model_dir,
-    verify_assets,
-)
+from ..model.dev_assets import build_dev_assets
 from ..model.llama import LlamaDecoder, SlotKVCache
+from ..model.loader import ChatTTSModules, load_chattts
+from ..model.verify import resolve_model_dir, verify_assets
 from ..model.vocoders import HiFiGANVocoder, Vocoder, VocosVocoder
 from .prompts import PromptBuilder
 from .sampling import SamplingParams

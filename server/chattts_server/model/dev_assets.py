@@ -18,17 +18,17 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors.torch import save_file
 
-from .assets import (
-    OFFICIAL_FILES,
+from .chattts_config import build_vocos, chattts_config
+from .shapes import (
     ConvStackShapes,
     DvaeShapes,
     EmbedShapes,
     GptShapes,
     ModelShapes,
     VocosShapes,
-    chattts_config,
 )
 from .tokenizer_vocab import OFFICIAL_VOCAB_SIZE, build_tokenizer
+from .verify import OFFICIAL_FILES
 
 if TYPE_CHECKING:
     from ChatTTS.model import DVAE
@@ -165,8 +165,6 @@ def _save(state_dict: dict[str, torch.Tensor], path: Path, **metadata: str) -> N
 def _write_assets(model_dir: Path, variant: str) -> None:
     from ChatTTS.model import DVAE, Embed
     from transformers import LlamaConfig, LlamaModel
-
-    from .assets import build_vocos
 
     asset = model_dir / "asset"
     num_text_tokens = build_tokenizer(

@@ -1,0 +1,176 @@
+"""Load a ChatTTS model from its asset files: pick device and dtype, find (or build) the model
+folder, verify it, and construct ChatTTS's modules sized to the files.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+from ..config import ModelConfig
+from .chattts_config import build_vocos, chattts_config
+from .dev_assets import build_dev_assets
+from .errors import ModelLoadError
+from .shapes import ModelShapes, check_consistent, read_shapes
+from .verify import resolve_model_dir, verify_assets
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("--device cuda, but CUDA is not available")
+    return torch.device(name)
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def locate_model(config: ModelConfig) -> str:
+    """The model folder to load: verified weights, or the dev model built on first use."""
+    if config.model_dir is None:
+        log.warning(
+            "no --model-dir given: serving the RANDOM-WEIGHT '%s' dev model. Its audio is noise; "
+            "point --model-dir at real ChatTTS weights for speech.",
+            config.dev_model,
+        )
+        return str(build_dev_assets(config.dev_model, config.dev_model_cache))
+    try:
+        root = resolve_model_dir(config.model_dir)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"--model-dir {config.model_dir}: {exc}") from None
+    problems = verify_assets(root)
+    if problems:
+        listing = "; ".join(problems[:5])
+        if not config.allow_unverified:
+            raise ModelLoadError(
+                f"--model-dir {root} does not match ChatTTS's published sha256 map ({listing}). "
+                "Use official weights, or pass --allow-unverified to load them anyway."
+            )
+        log.warning("loading UNVERIFIED model files from %s: %s", root, listing)
+    return str(root)
+
+
+@dataclass
+class ChatTTSModules:
+    """The ChatTTS modules loaded from one asset folder, ready for inference (all eval)."""
+
+    model_dir: Path
+    shapes: ModelShapes
+    embed: Any  # ChatTTS Embed: emb_text/emb_code and weight-normed heads, fp32
+    gpt_config: Any  # transformers LlamaConfig from gpt/config.json
+    # Llama weights ("layers.N...", "norm.weight") on the device, in the load dtype
+    gpt_state_dict: dict[str, torch.Tensor]
+    decoder: torch.nn.Module  # ChatTTS DVAE without encoder: hidden states -> log-mel, fp32
+    # the full ChatTTS DVAE (mel encoder + FSQ) for reference-audio speakers, fp32
+    dvae: torch.nn.Module
+    vocos: torch.nn.Module  # vocos.Vocos: log-mel -> 24 kHz audio, fp32
+    tokenizer: Any  # ChatTTS.model.Tokenizer
+    speaker: Any  # ChatTTS.model.Speaker sized to the GPT width
+    normalizer: Any  # ChatTTS.norm.Normalizer with the package's homophones map
+
+
+def _new_dvae(config, device: torch.device, with_encoder: bool):
+    from ChatTTS.model import DVAE
+
+    if with_encoder:
+        return DVAE(
+            decoder_config=asdict(config.dvae.decoder),
+            encoder_config=asdict(config.dvae.encoder),
+            vq_config=asdict(config.dvae.vq),
+            dim=config.dvae.decoder.idim,
+            device=device,
+        )
+    return DVAE(decoder_config=asdict(config.decoder), dim=config.decoder.idim, device=device)
+
+
+def load_chattts(model_dir: Path | str, device: torch.device, dtype: torch.dtype) -> ChatTTSModules:
+    """Load every module from the asset files onto `device`.
+
+    Only the GPT weights take `dtype`; Embed (embeddings and heads), Decoder, DVAE and Vocos
+    stay fp32, as upstream keeps them (the heads run on fp32 hidden states, iSTFT needs fp32).
+    """
+    from ChatTTS.model import Embed, Speaker, Tokenizer
+    from ChatTTS.norm import Normalizer
+    from ChatTTS.utils import load_safetensors
+    from transformers import LlamaConfig
+
+    root = resolve_model_dir(model_dir)
+    asset = root / "asset"
+    shapes = read_shapes(root)
+    check_consistent(shapes)
+    config = chattts_config(shapes)
+
+    tokenizer = Tokenizer(str(asset / "tokenizer"))
+    if tokenizer.len > shapes.embed.num_text_tokens:
+        raise ValueError(
+            f"tokenizer has {tokenizer.len} tokens; Embed has {shapes.embed.num_text_tokens}"
+        )
+
+    gpt_state_dict = {
+        key.removeprefix("model."): tensor.to(dtype=dtype)
+        for key, tensor in load_file(
+            str(asset / "gpt" / "model.safetensors"), device=str(device)
+        ).items()
+        if not key.removeprefix("model.").startswith("embed_tokens.")
+    }
+
+    # Module constructors draw random init (and DVAE a random coef) that the files overwrite;
+    # keep those draws off the caller's generator so loading does not shift seeded sampling.
+    with torch.random.fork_rng(devices=[]):
+        embed = Embed(
+            shapes.embed.hidden_size,
+            shapes.embed.num_audio_tokens,
+            shapes.embed.num_text_tokens,
+            shapes.embed.num_vq,
+        )
+        embed.load_pretrained(str(asset / "Embed.safetensors"), device=device)
+
+        decoder = _new_dvae(config, device, with_encoder=False)
+        decoder.load_pretrained(str(asset / "Decoder.safetensors"), device)
+        dvae = _new_dvae(config, device, with_encoder=True)
+        dvae.load_pretrained(str(asset / "DVAE.safetensors"), device)
+
+        vocos = build_vocos(config)
+        vocos.load_state_dict(load_safetensors(str(asset / "Vocos.safetensors")))
+
+    homophones = resources.files("ChatTTS").joinpath("res", "homophones_map.json")
+    return ChatTTSModules(
+        model_dir=root,
+        shapes=shapes,
+        embed=embed.eval(),
+        gpt_config=LlamaConfig.from_json_file(str(asset / "gpt" / "config.json")),
+        gpt_state_dict=gpt_state_dict,
+        decoder=decoder.eval(),
+        dvae=dvae.eval(),
+        vocos=vocos.to(device).eval(),
+        tokenizer=tokenizer,
+        speaker=Speaker(shapes.gpt.hidden_size, config.spk_stat, device),
+        normalizer=Normalizer(str(homophones), logging.getLogger("chattts_server.normalizer")),
+    )
+
+
+def upstream_chat(model_dir: Path | str, device: torch.device | None = None):  # -> ChatTTS.Chat
+    """An upstream ChatTTS Chat loaded from these files (any size), for parity tests and benchmarks."""
+    from ChatTTS import Chat
+
+    root = resolve_model_dir(model_dir)
+    shapes = read_shapes(root)
+    check_consistent(shapes)
+    chat = Chat(logging.getLogger("chattts_server.upstream"))
+    chat.config = chattts_config(shapes)
+    paths = {name: str(root / rel) for name, rel in asdict(chat.config.path).items()}
+    if not chat._load(device=device or torch.device("cpu"), compile=False, **paths):
+        raise RuntimeError(f"ChatTTS could not load {root}")
+    return chat

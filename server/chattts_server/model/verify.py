@@ -1,0 +1,74 @@
+"""The official ChatTTS asset layout and its sha256 verification against ChatTTS's published map."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+
+# The official asset files, relative to the model dir (the folder that holds `asset/`).
+OFFICIAL_FILES: tuple[str, ...] = (
+    "asset/Decoder.safetensors",
+    "asset/DVAE.safetensors",
+    "asset/Embed.safetensors",
+    "asset/Vocos.safetensors",
+    "asset/gpt/config.json",
+    "asset/gpt/model.safetensors",
+    "asset/tokenizer/special_tokens_map.json",
+    "asset/tokenizer/tokenizer_config.json",
+    "asset/tokenizer/tokenizer.json",
+)
+
+
+def resolve_model_dir(path: Path | str) -> Path:
+    """The folder holding `asset/`, given either that folder or the `asset/` folder itself."""
+    path = Path(path).expanduser()
+    if (path / "asset").is_dir():
+        return path
+    if path.name == "asset" and path.is_dir():
+        return path.parent
+    raise FileNotFoundError(f"{path} holds no ChatTTS asset/ folder")
+
+
+def official_sha256_map() -> dict[str, str]:
+    """ChatTTS's published sha256 map (keys like `sha256_asset_gpt_config_json`)."""
+    text = resources.files("ChatTTS").joinpath("res", "sha256_map.json").read_text()
+    return dict(json.loads(text))
+
+
+def sha256_key(relpath: str) -> str:
+    """The sha256 map key ChatTTS uses for an asset path: asset/gpt/config.json -> sha256_asset_gpt_config_json."""
+    return "sha256_" + relpath.replace("/", "_").replace(".", "_")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_assets(model_dir: Path | str, sha256_map: Mapping[str, str] | None = None) -> list[str]:
+    """Check every official file against the sha256 map (ChatTTS's own unless given).
+
+    Returns one human-readable problem per bad file; an empty list means all files match.
+    """
+    sha256_map = official_sha256_map() if sha256_map is None else sha256_map
+    try:
+        root = resolve_model_dir(model_dir)
+    except FileNotFoundError:
+        return [f"missing {relpath}" for relpath in OFFICIAL_FILES]
+    problems = []
+    for relpath in OFFICIAL_FILES:
+        path = root / relpath
+        expected = sha256_map.get(sha256_key(relpath))
+        if not path.is_file():
+            problems.append(f"missing {relpath}")
+        elif expected is None:
+            problems.append(f"{relpath}: no sha256 in the map")
+        elif file_sha256(path) != expected:
+            problems.append(f"{relpath}: sha256 mismatch")
+    return problems
