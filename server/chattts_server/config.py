@@ -232,74 +232,218 @@ def build_parser() -> argparse.ArgumentParser:
         description="Streaming ChatTTS speech synthesis over gRPC (chattts.v1.TextToSpeech).",
     )
     g = p.add_argument_group("network")
-    g.add_argument("--host", default=d.network.host, help="listen address (default %(default)s)")
     g.add_argument(
-        "--port", type=int, default=d.network.port, help="gRPC port (default %(default)s)"
+        "--host", default=d.network.host, help="address to listen on (default: %(default)s)"
     )
     g.add_argument(
-        "--metrics-port", type=int, default=d.network.metrics_port, help="Prometheus port, 0 = off"
+        "--port",
+        type=int,
+        default=d.network.port,
+        help="gRPC port; 0 picks a free one, printed at start-up (default: %(default)s)",
     )
-    g.add_argument("--keepalive-time-s", type=float, default=d.network.keepalive_time_s)
-    g.add_argument("--keepalive-timeout-s", type=float, default=d.network.keepalive_timeout_s)
-    g.add_argument("--max-connection-age-s", type=float, default=d.network.max_connection_age_s)
     g.add_argument(
-        "--max-connection-age-grace-s", type=float, default=d.network.max_connection_age_grace_s
+        "--metrics-port",
+        type=int,
+        default=d.network.metrics_port,
+        help="Prometheus metrics HTTP port; 0 turns it off (default: %(default)s)",
+    )
+    g.add_argument(
+        "--keepalive-time-s",
+        type=float,
+        default=d.network.keepalive_time_s,
+        help="ping idle connections this often, in seconds (default: %(default)s)",
+    )
+    g.add_argument(
+        "--keepalive-timeout-s",
+        type=float,
+        default=d.network.keepalive_timeout_s,
+        help="close a connection whose ping is unanswered this long, in seconds (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-connection-age-s",
+        type=float,
+        default=d.network.max_connection_age_s,
+        help="gracefully close connections older than this (load balancers rebalance); 0 = never (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-connection-age-grace-s",
+        type=float,
+        default=d.network.max_connection_age_grace_s,
+        help="streams on an aged-out connection get this long to finish, in seconds (default: %(default)s)",
     )
 
     g = p.add_argument_group("model")
     g.add_argument(
-        "--model-dir", help="ChatTTS asset folder (official layout); default: the dev model"
+        "--model-dir",
+        help="ChatTTS asset folder in the official layout (default: none, serve the dev model)",
     )
     g.add_argument(
         "--dev-model",
         choices=["tiny", "full"],
         default=d.model.dev_model,
-        help="random-weight dev model (its audio is noise)",
+        help="random-weight model served without --model-dir; its audio is noise (default: %(default)s)",
     )
-    g.add_argument("--dev-model-cache", default=str(d.model.dev_model_cache))
+    g.add_argument(
+        "--dev-model-cache",
+        default=str(d.model.dev_model_cache),
+        help="where dev models are built once and reused (default: %(default)s)",
+    )
     g.add_argument(
         "--allow-unverified",
         action="store_true",
         help="load model files that do not match ChatTTS's sha256 map",
     )
-    g.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.model.device)
     g.add_argument(
-        "--dtype", choices=["auto", "float32", "float16", "bfloat16"], default=d.model.dtype
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        default=d.model.device,
+        help="where the model runs; auto picks CUDA when available (default: %(default)s)",
     )
-    g.add_argument("--voices-dir", help="folder of voice presets (*.json)")
+    g.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "float16", "bfloat16"],
+        default=d.model.dtype,
+        help="GPT weight dtype; auto = bfloat16 on CUDA, float32 on CPU (default: %(default)s)",
+    )
+    g.add_argument(
+        "--voices-dir",
+        help="folder of named voice presets (*.json) served by ListVoices (default: none)",
+    )
 
     g = p.add_argument_group("engine")
-    g.add_argument("--max-streams", type=int, default=d.engine.max_streams)
-    g.add_argument("--max-tokens", type=int, default=d.engine.max_tokens)
-    g.add_argument("--max-new-tokens", type=int, default=d.engine.max_new_tokens)
-    g.add_argument("--prefill-chunk-tokens", type=int, default=d.engine.prefill_chunk_tokens)
-    g.add_argument("--output-buffer-chunks", type=int, default=d.engine.output_buffer_chunks)
+    g.add_argument(
+        "--max-streams",
+        type=int,
+        default=d.engine.max_streams,
+        help="streams generating at once; also the number of KV-cache slots (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-tokens",
+        type=int,
+        default=d.engine.max_tokens,
+        help="KV-cache positions per slot: prompt plus audio tokens of one sentence (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=d.engine.max_new_tokens,
+        help="default and ceiling of audio tokens per sentence, 47 a second of speech (default: %(default)s)",
+    )
+    g.add_argument(
+        "--prefill-chunk-tokens",
+        type=int,
+        default=d.engine.prefill_chunk_tokens,
+        help="prefill long prompts this many tokens at a time, between decode steps (default: %(default)s)",
+    )
+    g.add_argument(
+        "--output-buffer-chunks",
+        type=int,
+        default=d.engine.output_buffer_chunks,
+        help="audio chunks buffered per stream before it waits for its reader (default: %(default)s)",
+    )
     g.add_argument("--no-warmup", action="store_true", help="skip the start-up warm-up generation")
-    g.add_argument("--first-chunk-tokens", type=int, default=d.engine.first_chunk_tokens)
-    g.add_argument("--max-chunk-tokens", type=int, default=d.engine.max_chunk_tokens)
-    g.add_argument("--lookahead-tokens", type=int, default=d.engine.lookahead_tokens)
-    g.add_argument("--vocoder", choices=["vocos", "hifigan"], default=d.engine.vocoder)
-    g.add_argument("--hifigan-checkpoint")
+    g.add_argument(
+        "--first-chunk-tokens",
+        type=int,
+        default=d.engine.first_chunk_tokens,
+        help="tokens in the first audio chunk; 0 = the streaming decoder's choice (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-chunk-tokens",
+        type=int,
+        default=d.engine.max_chunk_tokens,
+        help="cap on tokens per audio chunk; 0 = the streaming decoder's choice (default: %(default)s)",
+    )
+    g.add_argument(
+        "--lookahead-tokens",
+        type=int,
+        default=d.engine.lookahead_tokens,
+        help="tokens of lookahead per chunk; -1 = the streaming decoder's choice (default: %(default)s)",
+    )
+    g.add_argument(
+        "--vocoder",
+        choices=["vocos", "hifigan"],
+        default=d.engine.vocoder,
+        help="mel-to-audio vocoder: ChatTTS's Vocos, or HiFi-GAN from a checkpoint (default: %(default)s)",
+    )
+    g.add_argument(
+        "--hifigan-checkpoint",
+        help="HiFi-GAN V1 generator (100-band 24 kHz mel, hop 256) for --vocoder hifigan (default: none)",
+    )
 
     g = p.add_argument_group("limits and admission")
-    g.add_argument("--max-queue", type=int, default=d.admission.max_queue)
-    g.add_argument("--retry-pushback-ms", type=int, default=d.admission.retry_pushback_ms)
-    g.add_argument("--grace-s", type=float, default=d.admission.grace_s)
-    g.add_argument("--max-text-chars", type=int, default=d.limits.max_text_chars)
-    g.add_argument("--max-stream-chars", type=int, default=d.limits.max_stream_chars)
-    g.add_argument("--max-sentence-chars", type=int, default=d.limits.max_sentence_chars)
-    g.add_argument("--max-receive-bytes", type=int, default=d.limits.max_receive_bytes)
-    g.add_argument("--max-send-bytes", type=int, default=d.limits.max_send_bytes)
+    g.add_argument(
+        "--max-queue",
+        type=int,
+        default=d.admission.max_queue,
+        help="streams that may wait for a slot; beyond, RESOURCE_EXHAUSTED at once (default: %(default)s)",
+    )
+    g.add_argument(
+        "--retry-pushback-ms",
+        type=int,
+        default=d.admission.retry_pushback_ms,
+        help="grpc-retry-pushback-ms sent with RESOURCE_EXHAUSTED (default: %(default)s)",
+    )
+    g.add_argument(
+        "--grace-s",
+        type=float,
+        default=d.admission.grace_s,
+        help="on SIGTERM, streams in flight get this long to finish, in seconds (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-text-chars",
+        type=int,
+        default=d.limits.max_text_chars,
+        help="characters per text message and per Synthesize request (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-stream-chars",
+        type=int,
+        default=d.limits.max_stream_chars,
+        help="characters over the whole life of one StreamingSynthesize stream (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-sentence-chars",
+        type=int,
+        default=d.limits.max_sentence_chars,
+        help="speak buffered text this long even without a sentence end (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-receive-bytes",
+        type=int,
+        default=d.limits.max_receive_bytes,
+        help="largest request message accepted; larger get RESOURCE_EXHAUSTED (default: %(default)s)",
+    )
+    g.add_argument(
+        "--max-send-bytes",
+        type=int,
+        default=d.limits.max_send_bytes,
+        help="largest response message sent (default: %(default)s)",
+    )
 
     g = p.add_argument_group("security")
-    g.add_argument("--tls-cert")
-    g.add_argument("--tls-key")
-    g.add_argument("--tls-client-ca")
-    g.add_argument("--auth-token-file")
-    g.add_argument("--no-reflection", action="store_true")
+    g.add_argument(
+        "--tls-cert",
+        help="server certificate chain (PEM); with --tls-key turns on TLS (default: plaintext)",
+    )
+    g.add_argument("--tls-key", help="server private key (PEM), with --tls-cert (default: none)")
+    g.add_argument(
+        "--tls-client-ca",
+        help="CA bundle for client certificates; turns on mutual TLS (default: none)",
+    )
+    g.add_argument(
+        "--auth-token-file",
+        help="file of accepted bearer tokens, one a line; turns on token auth (default: none)",
+    )
+    g.add_argument(
+        "--no-reflection", action="store_true", help="do not serve gRPC server reflection"
+    )
 
     p.add_argument(
-        "--log-level", default=d.log_level, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+        "--log-level",
+        default=d.log_level,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="Python logging level (default: %(default)s)",
     )
     return p
 
