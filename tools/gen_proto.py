@@ -5,10 +5,12 @@ rewrite them to absolute imports under `chattts_client._proto` so the stubs live
 package and need no top-level `chattts` module on sys.path.
 
 Usage: python tools/gen_proto.py [OUT_DIR]   (default: client/chattts_client/_proto)
+       python tools/gen_proto.py --check     (generate into a temp dir, compare, write nothing)
 """
 
 from __future__ import annotations
 
+import argparse
 import re
 import shutil
 import sys
@@ -54,15 +56,53 @@ def generate(out_dir: Path) -> list[Path]:
     return written
 
 
-def main() -> None:
-    out_dir = (
-        Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "client" / "chattts_client" / "_proto"
+def stale_stubs(committed: Path) -> list[str]:
+    """The stub files under `committed` that differ from what protos/ generates (or are missing)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / committed.name
+        generate(out)
+        fresh = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    have = {
+        p.relative_to(committed): p.read_bytes()
+        for p in committed.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    return sorted(str(k) for k in fresh.keys() | have.keys() if fresh.get(k) != have.get(k))
+
+
+def main() -> int:
+    default_out = ROOT / "client" / "chattts_client" / "_proto"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "out_dir",
+        nargs="?",
+        type=Path,
+        default=default_out,
+        help="package folder to (re)write (default: %(default)s)",
     )
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    for path in generate(out_dir):
-        print(path.relative_to(out_dir.parent) if out_dir.parent in path.parents else path)
+    parser.add_argument(
+        "--check",
+        "--smoke",
+        action="store_true",
+        help="only compare OUT_DIR with freshly generated stubs; exit 1 if they differ",
+    )
+    args = parser.parse_args()
+    if args.check:
+        stale = stale_stubs(args.out_dir)
+        if stale:
+            print(
+                f"stubs in {args.out_dir} differ from protos/: {', '.join(stale)}; run `make proto`"
+            )
+            return 1
+        print(f"stubs in {args.out_dir} are up to date with protos/")
+        return 0
+    if args.out_dir.exists():
+        shutil.rmtree(args.out_dir)
+    for path in generate(args.out_dir):
+        parent = args.out_dir.parent
+        print(path.relative_to(parent) if parent in path.parents else path)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
