@@ -20,12 +20,15 @@ field: rerun with --model-dir on the real assets before trusting the SNR columns
 
 Usage: python bench/bench_lookahead.py [--tokens 200] [--lookaheads 0,1,2,4,8,12,16,24,32,52]
        [--repeats 3] [--threads N] [--recipes dev,strong | --model-dir DIR] [--out bench/results]
+       python bench/bench_lookahead.py --smoke   # tiny dev model, 24 tokens, into a temp dir
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -33,8 +36,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from chattts_server.engine.streaming_decode import ChunkingConfig, StreamingDecoder, chunk_schedule
-from chattts_server.model.vocoders import VocosVocoder, frames_to_tokens
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "client"), str(REPO / "server")]
+
+from chattts_server.engine.streaming_decode import (  # noqa: E402
+    ChunkingConfig,
+    StreamingDecoder,
+    chunk_schedule,
+)
+from chattts_server.model.vocoders import VocosVocoder, frames_to_tokens  # noqa: E402
 
 MS_PER_TOKEN = 1000.0 * 256 * 2 / 24000  # one GPT step of audio: 21.33 ms
 SNR_CAP_DB = 120.0  # above this the stream is exact up to fp32 rounding
@@ -260,16 +270,47 @@ def plot(rows: list[Row], first_name: str, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=200)
-    parser.add_argument("--lookaheads", default="0,1,2,4,8,12,16,24,32,52")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per lookahead (min)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
-        "--recipes", default="dev,strong", help="random-weight recipes: dev, strong"
+        "--tokens", type=int, default=200, help="tokens streamed per run (%(default)s)"
+    )
+    parser.add_argument(
+        "--lookaheads", default="0,1,2,4,8,12,16,24,32,52", help="lookaheads swept (%(default)s)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed runs per lookahead, min taken (%(default)s)"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="torch threads (%(default)s)"
+    )
+    parser.add_argument(
+        "--recipes", default="dev,strong", help="random-weight recipes: dev, strong (%(default)s)"
     )
     parser.add_argument("--model-dir", default=None, help="real ChatTTS assets instead of random")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument(
+        "--out", default=None, help="folder for lookahead.md/png (default: bench/results)"
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds: tiny dev model, 24 tokens, 2 lookaheads, 1 repeat; a temp dir unless --out",
+    )
     args = parser.parse_args()
+    if args.smoke:
+        from chattts_server.model.dev_assets import build_dev_assets
+
+        args.model_dir = str(build_dev_assets("tiny", REPO / ".cache" / "dev-models"))
+        args.tokens, args.lookaheads, args.repeats = 24, "0,4", 1
+        if args.out is None:
+            with tempfile.TemporaryDirectory(prefix="bench-lookahead-smoke-") as tmp:
+                args.out = tmp
+                run(args)
+            return
+    run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.out is None:
+        args.out = str(REPO / "bench" / "results")
     args.lookaheads = [int(v) for v in args.lookaheads.split(",")]
     args.recipes = args.recipes.split(",")
     torch.set_num_threads(args.threads)
@@ -277,7 +318,7 @@ def main() -> None:
     rows, sd, base = sweep(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    first_name = "real" if args.model_dir else args.recipes[0]
+    first_name = "tiny dev" if args.smoke else "real" if args.model_dir else args.recipes[0]
     text = table(rows, first_name)
     print(text)
     weights = (

@@ -1,14 +1,21 @@
-"""`make bench`: every benchmark, one after another, each in its own process.
+"""`make bench`: every benchmark (bench/bench_*.py), one after another, each in its own process.
 
-Runs bench_serving.py (upstream vs our server, plus the decode-step comparison at the
-server's batch sizes), bench_decode_step.py (the full 1/4/8/16 sweep with the spread-slot case)
-and bench_lookahead.py. Extra arguments go to bench_serving.py, e.g. a quick run:
-    python bench/run_all.py --tokens 100 --requests 4
-Set BENCH_DECODE_ARGS / BENCH_LOOKAHEAD_ARGS (e.g. "--tokens 100 --repeats 1") to shrink the lookahead sweep.
+bench_serving.py (upstream vs our server, plus the decode-step comparison at the server's batch
+sizes) runs first, then bench_decode_step.py (the full 1/4/8/16 sweep with the spread-slot case),
+bench_lookahead.py and any other bench_*.py. Results land in bench/results/.
+
+    python bench/run_all.py [ARGS for bench_serving.py]   e.g. --tokens 100 --requests 4
+    python bench/run_all.py --smoke   # each benchmark in its smoke mode; writes nothing here
+
+Extra arguments per benchmark come from BENCH_<NAME>_ARGS, NAME being the file name without
+`bench_` in capitals: BENCH_DECODE_STEP_ARGS (default "--steps 5"), BENCH_LOOKAHEAD_ARGS (e.g.
+"--tokens 100 --repeats 1" shrinks the lookahead sweep), BENCH_SERVING_ARGS.
+Exits 1 if any benchmark fails.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 import subprocess
@@ -18,6 +25,20 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
+FIRST = ["bench_serving.py", "bench_decode_step.py", "bench_lookahead.py"]
+DEFAULT_ARGS = {"bench_decode_step.py": "--steps 5"}
+
+
+def benchmarks() -> list[Path]:
+    """Every bench/bench_*.py, the known ones first in their usual order."""
+    found = sorted(BENCH.glob("bench_*.py"))
+    rank = {name: i for i, name in enumerate(FIRST)}
+    return sorted(found, key=lambda p: (rank.get(p.name, len(FIRST)), p.name))
+
+
+def env_args(script: Path) -> list[str]:
+    name = script.stem.removeprefix("bench_").upper()
+    return shlex.split(os.environ.get(f"BENCH_{name}_ARGS", DEFAULT_ARGS.get(script.name, "")))
 
 
 def run(cmd: list[str]) -> int:
@@ -35,16 +56,28 @@ def run(cmd: list[str]) -> int:
 
 
 def main() -> int:
-    failures = 0
-    failures += run([sys.executable, str(BENCH / "bench_serving.py"), *sys.argv[1:]]) != 0
-    decode = shlex.split(os.environ.get("BENCH_DECODE_ARGS", "--steps 5"))
-    failures += run([sys.executable, str(BENCH / "bench_decode_step.py"), *decode]) != 0
-    lookahead = BENCH / "bench_lookahead.py"
-    if lookahead.exists():
-        extra = shlex.split(os.environ.get("BENCH_LOOKAHEAD_ARGS", ""))
-        failures += run([sys.executable, str(lookahead), *extra]) != 0
-    print(f"results in {BENCH / 'results'}")
-    return 1 if failures else 0
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Unknown arguments go to bench_serving.py.",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="run each benchmark with --smoke (tiny model, seconds each, output to temp dirs)",
+    )
+    args, serving_args = parser.parse_known_args()
+    failed = []
+    for script in benchmarks():
+        if args.smoke:
+            extra = ["--smoke"]
+        else:
+            extra = env_args(script) + (serving_args if script.name == "bench_serving.py" else [])
+        if run([sys.executable, str(script), *extra]) != 0:
+            failed.append(script.name)
+    if not args.smoke:
+        print(f"results in {BENCH / 'results'}")
+    print(f"{len(failed)} of {len(benchmarks())} benchmarks failed: {', '.join(failed) or 'none'}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
