@@ -82,25 +82,41 @@ class Sampling(_message.Message):
     min_new_tokens: int
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., min_new_tokens: _Optional[int] = ...) -> None: ...
 
+class TextReleasePolicy(_message.Message):
+    __slots__ = ("clause_min_words", "max_words", "idle_ms", "first_words")
+    CLAUSE_MIN_WORDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WORDS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_MS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_WORDS_FIELD_NUMBER: _ClassVar[int]
+    clause_min_words: int
+    max_words: int
+    idle_ms: int
+    first_words: int
+    def __init__(self, clause_min_words: _Optional[int] = ..., max_words: _Optional[int] = ..., idle_ms: _Optional[int] = ..., first_words: _Optional[int] = ...) -> None: ...
+
 class SynthesisConfig(_message.Message):
-    __slots__ = ("voice", "audio_format", "prosody", "sampling")
+    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release")
     VOICE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     PROSODY_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    TEXT_RELEASE_FIELD_NUMBER: _ClassVar[int]
     voice: Voice
     audio_format: AudioFormat
     prosody: Prosody
     sampling: Sampling
-    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ...) -> None: ...
+    text_release: TextReleasePolicy
+    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ...) -> None: ...
 
 class TextInput(_message.Message):
-    __slots__ = ("text", "flush")
+    __slots__ = ("text", "flush", "clear")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     FLUSH_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
     text: str
     flush: bool
-    def __init__(self, text: _Optional[str] = ..., flush: _Optional[bool] = ...) -> None: ...
+    clear: bool
+    def __init__(self, text: _Optional[str] = ..., flush: _Optional[bool] = ..., clear: _Optional[bool] = ...) -> None: ...
 
 class StreamingSynthesizeRequest(_message.Message):
     __slots__ = ("config", "text")

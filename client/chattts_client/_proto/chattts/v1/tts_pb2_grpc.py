@@ -59,17 +59,21 @@ class TextToSpeechServicer:
     def StreamingSynthesize(self, request_iterator, context):
         """Bidirectional streaming synthesis. The first request must carry
         `config`; every later request carries `text`. Text is buffered and
-        synthesized sentence by sentence: a sentence end (. ! ? 。 ！ ？ ; and
-        newlines) or `flush` starts synthesis of what is buffered. Half-closing
-        the request stream means "finish what you have, then end".
+        released for synthesis as utterances by `SynthesisConfig.text_release`:
+        at sentence ends (. ! ? ; 。 ！ ？ ； and newlines), at clause boundaries
+        once enough text is buffered, after a number of words, and after an idle
+        gap, so text without punctuation (live captions) is spoken while it
+        streams. `flush` releases what is buffered at once. Half-closing the
+        request stream means "finish what you have, then end".
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Synthesize(self, request, context):
-        """One text in, streamed audio out. The text is split into sentences the
-        same way as in StreamingSynthesize. This is the call for grpcurl users.
+        """One text in, streamed audio out. The text is split into utterances at
+        sentence ends, and long sentences at clause boundaries (see
+        TextReleasePolicy). This is the call for grpcurl users.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
