@@ -17,12 +17,13 @@ import pytest
 
 from chattts_server.engine.types import (
     ChunkingOptions,
-    SamplingOptions,
+    SamplingParams,
     UtteranceRequest,
     VoiceKind,
     VoiceSpec,
 )
-from test_generation_parity import Driver, make_runner
+from chattts_server.engine.core import EngineCore
+from test_generation_parity import make_runner, run_core
 
 LENGTHS = [12, 60, 20, 44, 16, 52, 28, 36]
 """Tokens per request (min = max); kept small so the sequential 'alone' runs fit the time."""
@@ -48,7 +49,7 @@ def request(i: int, n: int | None = None, seed: int | None = None) -> UtteranceR
         text=TEXTS[i % len(TEXTS)],
         voice=VoiceSpec(VoiceKind.SEED, seed=i),
         speed=i % 10,
-        sampling=SamplingOptions(
+        sampling=SamplingParams(
             seed=100 + i if seed is None else seed, min_new_tokens=n, max_new_tokens=n
         ),
         # One audio chunk at the end: the codes are under test here, and per-chunk vocoding
@@ -68,14 +69,14 @@ def test_concurrent_equals_alone(runner_and_config):
     runner, config = runner_and_config
     alone = {}
     for i in range(len(LENGTHS)):
-        res = Driver(runner, config).run({0: [request(i)]})[f"r{i}"]
+        res = run_core(EngineCore.from_config(runner, config), {0: [request(i)]})[f"r{i}"]
         assert res.codes is not None and res.codes.shape == (LENGTHS[i], 4)
         alone[i] = res.codes
     # Together: staggered joins, so rows sit at different positions and slots.
     joins: dict[int, list[UtteranceRequest]] = {}
     for i in range(len(LENGTHS)):
         joins.setdefault((i * 3) % 11, []).append(request(i))
-    results = Driver(runner, config).run(joins)
+    results = run_core(EngineCore.from_config(runner, config), joins)
     for i in range(len(LENGTHS)):
         np.testing.assert_array_equal(results[f"r{i}"].codes, alone[i], err_msg=f"request {i}")
 
@@ -94,12 +95,11 @@ def test_memory_flat_over_many_requests(runner_and_config):
     )
 
     def run_batch(start: int, count: int, n: int) -> None:
-        driver = Driver(runner, config)
         reqs = [
             replace(request(start + k, n=n, seed=start + k), request_id=f"m{start + k}")
             for k in range(count)
         ]
-        results = driver.run({0: reqs})
+        results = run_core(EngineCore.from_config(runner, config), {0: reqs})
         assert all(res.codes is not None and res.codes.shape == (n, 4) for res in results.values())
 
     run_batch(0, 10, 16)  # the first 10 requests
@@ -118,5 +118,5 @@ def test_memory_flat_over_many_requests(runner_and_config):
     )
     assert runner.cache.kv is kv and runner.cache.kv.data_ptr() == kv_ptr
     assert runner.code_sampler.history.tokens is hist and hist.data_ptr() == hist_ptr
-    assert not runner._states, "runner kept per-request state after release"
+    assert not runner._slots and not runner._pending, "runner kept per-request state"
     assert growth_mb < 50

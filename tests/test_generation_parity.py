@@ -2,8 +2,9 @@
 
 Deterministic sampling on both sides: upstream with temperature 1e-6 (its multinomial is then
 an argmax) and top_K=1; ours with top_k=1 (greedy). The repetition penalty (1.05) and
-min_new_tokens=max_new_tokens are active on both sides. The runner is driven directly with a
-Scheduler (no engine thread), so the test sees each finished utterance's codes.
+min_new_tokens=max_new_tokens are active on both sides. The test drives the EngineCore's step
+directly (no engine thread), so the test sees each finished utterance's
+codes.
 Set CHATTTS_TEST_DEVICE=cuda to run both sides on a GPU.
 """
 
@@ -17,11 +18,11 @@ import pytest
 import torch
 
 from chattts_server.config import EngineConfig
+from chattts_server.engine.core import EngineCore
 from chattts_server.engine.runner import ModelRunner
-from chattts_server.engine.scheduler import Scheduler, Sequence
 from chattts_server.engine.types import (
     RefineOptions,
-    SamplingOptions,
+    SamplingParams,
     UtteranceRequest,
     VoiceKind,
     VoiceSpec,
@@ -42,53 +43,33 @@ class Result:
     text: str = ""
 
 
-class Driver:
-    """Scheduler + ModelRunner in the test's thread; requests may join at any step."""
-
-    def __init__(self, runner: ModelRunner, config: EngineConfig) -> None:
-        self.runner = runner
-        self.scheduler = Scheduler(
-            config.max_streams, config.max_tokens, config.prefill_chunk_tokens
-        )
-        self.results: dict[str, Result] = {}
-        self.steps = 0
-
-    def submit(self, request: UtteranceRequest) -> None:
-        seq = Sequence(request.request_id, 0, request.sampling.max_new_tokens)
-        seq.prompt_len = self.runner.open(seq, request)
-        self.scheduler.add(seq)
-        self.results[request.request_id] = Result()
-
-    def step(self) -> None:
-        plan = self.scheduler.schedule()
-        for seq in plan.aborted:
-            self.runner.release(seq)
-        for out in self.runner.step(plan):
-            res = self.results[out.seq.request_id]
+def run_core(
+    core: EngineCore,
+    joins: dict[int, list[UtteranceRequest]],
+    max_steps: int = 5000,
+) -> dict[str, Result]:
+    """Step `core` until idle; `joins[k]` are submitted before step k. Each request's audio,
+    codes and ending, by request id."""
+    joins = dict(joins)
+    results: dict[str, Result] = {}
+    for step in range(max_steps):
+        if not (core.has_unfinished_requests or joins):
+            break
+        for request in joins.pop(step, []):
+            core.add_request(request)
+            results[request.request_id] = Result()
+        for out in core.step():
+            res = results[out.request_id]
             res.audio.extend(out.audio)
-            if out.restart is not None:
-                self.scheduler.restart(out.seq, *out.restart)
-            if out.finish_reason is not None:
-                res.codes, res.finish_reason, res.text = out.codes, out.finish_reason, out.text
-                self.scheduler.finish(out.seq)
-                self.runner.release(out.seq)
-        self.steps += 1
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.scheduler.running or self.scheduler.waiting)
-
-    def run(
-        self, joins: dict[int, list[UtteranceRequest]] | None = None, max_steps: int = 5000
-    ) -> dict[str, Result]:
-        """Step until idle; `joins[k]` are submitted before step k."""
-        joins = dict(joins or {})
-        while (self.busy or joins) and self.steps < max_steps:
-            for request in joins.pop(self.steps, []):
-                self.submit(request)
-            self.step()
-        assert not self.busy, "did not finish"
-        return self.results
+            assert out.error is None, out.error
+            if out.done is not None:
+                res.codes, res.finish_reason, res.text = (
+                    out.codes,
+                    out.done.finish_reason,
+                    out.done.text,
+                )
+    assert not core.has_unfinished_requests, "did not finish"
+    return results
 
 
 def make_runner(
@@ -101,7 +82,7 @@ def make_runner(
 
 @pytest.fixture(scope="module")
 def shared_runner(tiny_model_dir) -> tuple[ModelRunner, EngineConfig]:
-    """One runner for the module (loading costs seconds); each test uses a fresh Scheduler."""
+    """One runner for the module (loading costs seconds); each test uses a fresh EngineCore."""
     return make_runner(tiny_model_dir, max_streams=4)
 
 
@@ -142,7 +123,7 @@ def parity_request(rid: str, text: str, spk: str, n: int) -> UtteranceRequest:
         text=text,
         voice=VoiceSpec(VoiceKind.EMBEDDING, embedding=spk),
         speed=5,
-        sampling=SamplingOptions(
+        sampling=SamplingParams(
             top_k=1, repetition_penalty=1.05, min_new_tokens=n, max_new_tokens=n
         ),
     )
@@ -157,7 +138,9 @@ def test_codes_match_upstream_alone(shared_runner, upstream, speaker):
     expected = upstream_codes(upstream, TEXT, speaker, N)
     assert expected.shape == (N, 4)
     runner, config = shared_runner
-    results = Driver(runner, config).run({0: [parity_request("p", TEXT, speaker, N)]})
+    results = run_core(
+        EngineCore.from_config(runner, config), {0: [parity_request("p", TEXT, speaker, N)]}
+    )
     got = results["p"].codes
     assert got is not None and got.shape == expected.shape
     np.testing.assert_array_equal(got, expected)
@@ -166,34 +149,34 @@ def test_codes_match_upstream_alone(shared_runner, upstream, speaker):
 def test_codes_match_upstream_inside_a_batch(shared_runner, upstream, speaker):
     expected = upstream_codes(upstream, TEXT, speaker, N)
     runner, config = shared_runner
-    driver = Driver(runner, config)
     others = [
         UtteranceRequest(
             "a",
             "a much longer sentence that keeps going for quite a while.",
             voice=VoiceSpec(VoiceKind.SEED, seed=3),
             speed=2,
-            sampling=SamplingOptions(seed=11, min_new_tokens=70, max_new_tokens=70),
+            sampling=SamplingParams(seed=11, min_new_tokens=70, max_new_tokens=70),
         ),
         UtteranceRequest(
             "b",
             "short one.",
-            sampling=SamplingOptions(seed=12, min_new_tokens=15, max_new_tokens=15),
+            sampling=SamplingParams(seed=12, min_new_tokens=15, max_new_tokens=15),
         ),
         UtteranceRequest(
             "c",
             "another request joins later.",
             voice=VoiceSpec(VoiceKind.SEED, seed=5),
             speed=8,
-            sampling=SamplingOptions(
+            sampling=SamplingParams(
                 seed=13, temperature=0.7, min_new_tokens=55, max_new_tokens=55
             ),
         ),
     ]
     # 'a' and 'b' start first (slots 0, 1); ours joins mid-flight (slot 2); 'b' finishes and
     # frees slot 1, which 'c' takes while ours is still generating.
-    results = driver.run(
-        {0: others[:2], 5: [parity_request("p", TEXT, speaker, N)], 20: others[2:]}
+    results = run_core(
+        EngineCore.from_config(runner, config),
+        {0: others[:2], 5: [parity_request("p", TEXT, speaker, N)], 20: others[2:]},
     )
     for rid, n in (("a", 70), ("b", 15), ("c", 55)):
         assert results[rid].codes is not None and results[rid].codes.shape == (n, 4)
@@ -206,9 +189,9 @@ def test_refine_text_request_completes_with_audio(shared_runner):
         "r",
         "refine this sentence please.",
         refine=RefineOptions(enabled=True),
-        sampling=SamplingOptions(seed=1, min_new_tokens=20, max_new_tokens=20),
+        sampling=SamplingParams(seed=1, min_new_tokens=20, max_new_tokens=20),
     )
-    res = Driver(runner, config).run({0: [request]})["r"]
+    res = run_core(EngineCore.from_config(runner, config), {0: [request]})["r"]
     assert res.finish_reason == "max_tokens"
     assert res.codes is not None and res.codes.shape == (20, 4)
     assert res.text

@@ -361,10 +361,10 @@ def test_broken_engine_turns_not_serving_and_the_server_exits_nonzero(tiny_model
         assert srv.server is not None
         engine = srv.server.engine
 
-        def broken_step(plan):
+        def broken_execute(plan):
             raise RuntimeError("device lost")
 
-        engine.runner.step = broken_step
+        engine.runner.execute = broken_execute
         # One failed step may be one bad request; three in a row mean the engine is broken.
         for _ in range(3):
             s = Streamer(srv.target, request("Doomed.", 40))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_server.api.convert import FieldError, StreamSettings, Validator
+from chattts_server.engine.types import ModelInfo
 from chattts_server.audio.encoding import SUPPORTED_ENCODINGS
 from chattts_server.voices import VoiceLibrary
 
@@ -75,8 +76,16 @@ def configs(draw) -> tts_pb2.SynthesisConfig:
 
 VALIDATOR = Validator(
     VoiceLibrary(None),
-    speaker_dim=768,
-    max_new_tokens=384,
+    ModelInfo(
+        sample_rate=24000,
+        speaker_dim=768,
+        num_vq=4,
+        num_audio_codes=626,
+        max_new_tokens=384,
+        max_tokens=512,
+        device="cpu",
+        dtype="float32",
+    ),
     max_text_chars=4000,
     supported_encodings=SUPPORTED_ENCODINGS,
 )
@@ -94,7 +103,8 @@ def test_validation_returns_settings_or_field_error(cfg, text):
         s = result.sampling
         assert math.isfinite(s.temperature) and 0 < s.temperature <= 5
         assert 0 < s.top_p <= 1 and 1 <= s.top_k <= 626
-        assert 1 <= s.max_new_tokens <= 384 and 0 <= s.min_new_tokens <= s.max_new_tokens
+        max_new = 384 if s.max_new_tokens is None else s.max_new_tokens
+        assert 1 <= max_new <= 384 and 0 <= s.min_new_tokens <= max_new
         assert 0 <= result.speed <= 9
     try:
         assert VALIDATOR.text(text, "text") == text

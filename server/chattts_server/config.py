@@ -34,6 +34,11 @@ class ModelConfig:
     """'auto' (CUDA when available), 'cpu' or 'cuda'."""
     dtype: str = "auto"
     """'auto' (bfloat16 on CUDA, float32 on CPU), 'float32', 'float16' or 'bfloat16'."""
+    quantize: str = "none"
+    """GPT linear layers on CPU with an fp32 model: 'none' (fp32), 'bf16', 'int8' or 'auto'
+    (the fastest per batch size among the modes within the quality budget)."""
+    threads: int = 0
+    """torch intra-op threads; 0 sizes them from CPU affinity and the cgroup CPU quota."""
 
     def validate(self) -> None:
         _check(
@@ -48,6 +53,11 @@ class ModelConfig:
             self.dtype in ("auto", "float32", "float16", "bfloat16"),
             f"--dtype must be auto, float32, float16 or bfloat16, got {self.dtype!r}",
         )
+        _check(
+            self.quantize in ("none", "bf16", "int8", "auto"),
+            f"--quantize must be none, bf16, int8 or auto, got {self.quantize!r}",
+        )
+        _check(0 <= self.threads <= 1024, "--threads must be in [0, 1024]")
 
 
 @dataclass(frozen=True)
@@ -64,12 +74,12 @@ class EngineConfig:
     """Audio chunks buffered per request before its generation pauses for the reader."""
     warmup: bool = True
     """Run a warm-up generation at start-up, before health reports SERVING."""
-    first_chunk_tokens: int = 0
-    """Tokens in the first audio chunk; 0 keeps the streaming decoder's default."""
-    max_chunk_tokens: int = 0
-    """Cap on tokens per audio chunk; 0 keeps the streaming decoder's default."""
-    lookahead_tokens: int = -1
-    """Tokens of lookahead per chunk; -1 keeps the streaming decoder's default."""
+    first_chunk_tokens: int | None = None
+    """Tokens in the first audio chunk; None keeps the streaming decoder's default (8)."""
+    max_chunk_tokens: int | None = None
+    """Cap on tokens per audio chunk; None keeps the streaming decoder's default (32)."""
+    lookahead_tokens: int | None = None
+    """Tokens of lookahead per chunk; None keeps the streaming decoder's default (8)."""
     vocoder: str = "vocos"
     """'vocos' (ChatTTS's own) or 'hifigan' (needs hifigan_checkpoint)."""
     hifigan_checkpoint: Path | None = None
@@ -88,9 +98,18 @@ class EngineConfig:
         _check(
             1 <= self.output_buffer_chunks <= 1024, "--output-buffer-chunks must be in [1, 1024]"
         )
-        _check(0 <= self.first_chunk_tokens <= 512, "--first-chunk-tokens must be in [0, 512]")
-        _check(0 <= self.max_chunk_tokens <= 1024, "--max-chunk-tokens must be in [0, 1024]")
-        _check(-1 <= self.lookahead_tokens <= 128, "--lookahead-tokens must be in [-1, 128]")
+        _check(
+            self.first_chunk_tokens is None or 1 <= self.first_chunk_tokens <= 512,
+            "--first-chunk-tokens must be in [1, 512]",
+        )
+        _check(
+            self.max_chunk_tokens is None or 1 <= self.max_chunk_tokens <= 1024,
+            "--max-chunk-tokens must be in [1, 1024]",
+        )
+        _check(
+            self.lookahead_tokens is None or 0 <= self.lookahead_tokens <= 128,
+            "--lookahead-tokens must be in [0, 128]",
+        )
         _check(self.vocoder in ("vocos", "hifigan"), "--vocoder must be vocos or hifigan")
         _check(
             self.vocoder != "hifigan" or self.hifigan_checkpoint is not None,
@@ -306,6 +325,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="GPT weight dtype; auto = bfloat16 on CUDA, float32 on CPU (default: %(default)s)",
     )
     g.add_argument(
+        "--quantize",
+        choices=["none", "bf16", "int8", "auto"],
+        default=d.model.quantize,
+        help="GPT linear layers on CPU (fp32 model): none = fp32; bf16 and int8 weights; auto = "
+        "fastest per batch size among modes within 30 dB hidden-state SNR (default: %(default)s)",
+    )
+    g.add_argument(
+        "--threads",
+        type=int,
+        default=d.model.threads,
+        help="torch intra-op threads; 0 = CPUs allowed by affinity and cgroup quota "
+        "(default: %(default)s)",
+    )
+    g.add_argument(
         "--voices-dir",
         help="folder of named voice presets (*.json) served by ListVoices (default: none)",
     )
@@ -346,19 +379,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--first-chunk-tokens",
         type=int,
         default=d.engine.first_chunk_tokens,
-        help="tokens in the first audio chunk; 0 = the streaming decoder's choice (default: %(default)s)",
+        help="tokens in the first audio chunk (default: the streaming decoder's 8)",
     )
     g.add_argument(
         "--max-chunk-tokens",
         type=int,
         default=d.engine.max_chunk_tokens,
-        help="cap on tokens per audio chunk; 0 = the streaming decoder's choice (default: %(default)s)",
+        help="cap on tokens per audio chunk (default: the streaming decoder's 32)",
     )
     g.add_argument(
         "--lookahead-tokens",
         type=int,
         default=d.engine.lookahead_tokens,
-        help="tokens of lookahead per chunk; -1 = the streaming decoder's choice (default: %(default)s)",
+        help="tokens of lookahead per chunk (default: the streaming decoder's 8)",
     )
     g.add_argument(
         "--vocoder",
@@ -459,6 +492,8 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
             allow_unverified=a.allow_unverified,
             device=a.device,
             dtype=a.dtype,
+            quantize=a.quantize,
+            threads=a.threads,
         ),
         engine=EngineConfig(
             max_streams=a.max_streams,

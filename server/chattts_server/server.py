@@ -17,7 +17,6 @@ from chattts_client._proto.chattts.v1 import tts_pb2
 
 from .api.admission import Admission
 from .api.auth import BearerTokenInterceptor, load_tokens
-from .api.convert import Validator
 from .api.servicer import TextToSpeechServicer, add_to_server
 from .audio.encoding import SUPPORTED_ENCODINGS
 from .config import ServerConfig
@@ -97,10 +96,8 @@ class TTSServer:
         credentials = self._credentials()
         self.server = grpc.aio.server(options=_grpc_options(cfg), interceptors=interceptors)
 
-        validator = Validator(self.voices, speaker_dim=0)  # replaced once the model is loaded
         self.servicer = TextToSpeechServicer(
             self.engine,
-            validator,
             self.voices,
             self.admission,
             cfg.limits,
@@ -135,8 +132,8 @@ class TTSServer:
         self.metrics.bind(
             active=lambda: admission.active,
             queued=lambda: admission.waiting,
-            slots_in_use=lambda: len(self.engine.scheduler.running),
-            slots_total=lambda: self.engine.scheduler.num_slots,
+            slots_in_use=lambda: self.engine.stats().active_requests,
+            slots_total=lambda: self.engine.stats().num_slots,
         )
 
         def on_ready() -> None:
@@ -162,14 +159,7 @@ class TTSServer:
 
     def _on_engine_ready(self) -> None:
         assert self.servicer is not None and self.admission is not None
-        self.servicer.validator = Validator(
-            self.voices,
-            speaker_dim=self.engine.speaker_dim,
-            native_sample_rate=self.engine.sample_rate,
-            max_new_tokens=self.config.engine.max_new_tokens,
-            max_text_chars=self.config.limits.max_text_chars,
-            supported_encodings=tuple(SUPPORTED_ENCODINGS),
-        )
+        self.servicer.bind_model(self.engine.model_info, tuple(SUPPORTED_ENCODINGS))
         if self._draining:
             return
         self.admission.accepting = True

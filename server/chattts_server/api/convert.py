@@ -17,12 +17,15 @@ from chattts_client._proto.chattts.v1 import tts_pb2
 from ..audio.encoding import SUPPORTED_SAMPLE_RATES
 from ..engine.types import (
     ChunkingOptions,
+    ModelInfo,
     RefineOptions,
-    SamplingOptions,
-    UtteranceDone,
+    SamplingParams,
     VoiceKind,
     VoiceSpec,
 )
+from ..text import control_tokens
+from ..text.duration import max_segment_s
+from ..text.release import ReleasePolicy
 from ..voices import VoiceLibrary, decode_speaker_embedding
 
 ENCODING_NAMES = {
@@ -49,7 +52,8 @@ class FieldError(ValueError):
 class AudioOptions:
     encoding: str = "LINEAR16"
     """One of ENCODING_VALUES' keys."""
-    sample_rate_hz: int = 24000
+    sample_rate_hz: int | None = None
+    """Output rate; None is the model's own rate."""
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,11 @@ class StreamSettings:
     voice: VoiceSpec = field(default_factory=VoiceSpec)
     speed: int = 5
     refine: RefineOptions = field(default_factory=RefineOptions)
-    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     audio: AudioOptions = field(default_factory=AudioOptions)
     chunking: ChunkingOptions = field(default_factory=ChunkingOptions)
+    text_release: ReleasePolicy = field(default_factory=ReleasePolicy)
+    """When streamed text is released, and the longest utterance (by estimated duration)."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +75,8 @@ class Validator:
     """Validates requests against the server's limits and the loaded model."""
 
     voices: VoiceLibrary
-    speaker_dim: int
-    native_sample_rate: int = 24000
-    max_new_tokens: int = 768
+    model: ModelInfo
+    """The loaded model: speaker size, sample rate, code vocabulary, token ceiling."""
     max_text_chars: int = 4000
     supported_encodings: tuple[str, ...] = ("LINEAR16",)
 
@@ -84,6 +89,10 @@ class Validator:
             raise FieldError(field_name, "must not be empty or whitespace only")
         if "\x00" in text:
             raise FieldError(field_name, "must not contain NUL characters")
+        try:
+            control_tokens.check(text)
+        except ValueError as exc:
+            raise FieldError(field_name, str(exc)) from None
         return text
 
     def settings(self, config: tts_pb2.SynthesisConfig, prefix: str = "config") -> StreamSettings:
@@ -95,7 +104,27 @@ class Validator:
             refine=self._refine(config.prosody, f"{prefix}.prosody"),
             sampling=self._sampling(config.sampling, f"{prefix}.sampling"),
             audio=self._audio(config.audio_format, f"{prefix}.audio_format"),
+            text_release=self._text_release(config, prefix),
         )
+
+    def _text_release(self, config: tts_pb2.SynthesisConfig, prefix: str) -> ReleasePolicy:
+        """The stream's release policy; its duration budget comes from the server's per-utterance
+        token ceiling (not the stream's own max_new_tokens, which only truncates)."""
+        pb, d = config.text_release, ReleasePolicy()
+        values = {}
+        for name in ("clause_min_words", "max_words", "idle_ms", "first_words"):
+            values[name] = getattr(pb, name) if pb.HasField(name) else getattr(d, name)
+        policy = ReleasePolicy(
+            **values,
+            max_segment_s=max_segment_s(self.model.max_new_tokens),
+            speed=self._speed(config.prosody, f"{prefix}.prosody"),
+        )
+        try:
+            policy.check()
+        except ValueError as exc:
+            name, _, description = str(exc).partition(" ")
+            raise FieldError(f"{prefix}.text_release.{name}", description) from None
+        return policy
 
     def _voice(self, voice: tts_pb2.Voice, path: str) -> VoiceSpec:
         which = voice.WhichOneof("source")
@@ -108,14 +137,14 @@ class Validator:
                 values = decode_speaker_embedding(voice.speaker_embedding)
             except ValueError as exc:
                 raise FieldError(f"{path}.speaker_embedding", str(exc)) from None
-            if values.size != self.speaker_dim:
+            if values.size != self.model.speaker_dim:
                 raise FieldError(
                     f"{path}.speaker_embedding",
-                    f"has {values.size} values; this model's speakers have {self.speaker_dim}",
+                    f"has {values.size} values; this model's speakers have {self.model.speaker_dim}",
                 )
             return VoiceSpec(VoiceKind.EMBEDDING, embedding=voice.speaker_embedding)
         if which == "reference":
-            return reference_voice(voice.reference, f"{path}.reference", self.native_sample_rate)
+            return reference_voice(voice.reference, f"{path}.reference", self.model.sample_rate)
         preset = self.voices.get(voice.preset)
         if preset is None:
             known = ", ".join(p.name for p in self.voices.list()) or "none"
@@ -154,8 +183,9 @@ class Validator:
             break_level=level("break_level", 6, 7),
         )
 
-    def _sampling(self, s: tts_pb2.Sampling, path: str) -> SamplingOptions:
-        d = SamplingOptions(max_new_tokens=self.max_new_tokens)
+    def _sampling(self, s: tts_pb2.Sampling, path: str) -> SamplingParams:
+        d = SamplingParams()
+        ceiling = self.model.max_new_tokens
         temperature = (
             self._finite(s.temperature, f"{path}.temperature", 0, 5, low_open=True)
             if s.HasField("temperature")
@@ -173,23 +203,25 @@ class Validator:
         )
         top_k = d.top_k
         if s.HasField("top_k"):
-            if not 1 <= s.top_k <= 626:
-                raise FieldError(f"{path}.top_k", f"must be in [1, 626], got {s.top_k}")
+            num_codes = self.model.num_audio_codes
+            if not 1 <= s.top_k <= num_codes:
+                raise FieldError(f"{path}.top_k", f"must be in [1, {num_codes}], got {s.top_k}")
             top_k = s.top_k
         max_new = d.max_new_tokens
         if s.HasField("max_new_tokens"):
-            if not 1 <= s.max_new_tokens <= self.max_new_tokens:
+            if not 1 <= s.max_new_tokens <= ceiling:
                 raise FieldError(
-                    f"{path}.max_new_tokens",
-                    f"must be in [1, {self.max_new_tokens}], got {s.max_new_tokens}",
+                    f"{path}.max_new_tokens", f"must be in [1, {ceiling}], got {s.max_new_tokens}"
                 )
             max_new = s.max_new_tokens
         min_new = 0
         if s.HasField("min_new_tokens"):
-            if s.min_new_tokens > max_new:
-                raise FieldError(f"{path}.min_new_tokens", f"must be <= max_new_tokens ({max_new})")
+            if s.min_new_tokens > (max_new or ceiling):
+                raise FieldError(
+                    f"{path}.min_new_tokens", f"must be <= max_new_tokens ({max_new or ceiling})"
+                )
             min_new = s.min_new_tokens
-        return SamplingOptions(
+        return SamplingParams(
             temperature=temperature,
             top_p=top_p,
             top_k=top_k,
@@ -208,7 +240,7 @@ class Validator:
                 f"{path}.encoding",
                 f"{encoding} is not supported by this server (supported: {', '.join(self.supported_encodings)})",
             )
-        rate = fmt.sample_rate_hz or self.native_sample_rate
+        rate = fmt.sample_rate_hz or self.model.sample_rate
         if rate not in SUPPORTED_SAMPLE_RATES:
             rates = ", ".join(str(r) for r in SUPPORTED_SAMPLE_RATES)
             raise FieldError(f"{path}.sample_rate_hz", f"must be 0 or one of {rates}, got {rate}")
@@ -238,6 +270,10 @@ def reference_voice(ref: tts_pb2.ReferenceVoice, path: str, rate: int) -> VoiceS
     if not transcript or len(transcript) > MAX_TRANSCRIPT_CHARS:
         raise FieldError(f"{path}.transcript", f"must be 1 to {MAX_TRANSCRIPT_CHARS} characters")
     try:
+        control_tokens.check(transcript)
+    except ValueError as exc:
+        raise FieldError(f"{path}.transcript", str(exc)) from None
+    try:
         with sf.SoundFile(io.BytesIO(ref.audio)) as f:
             if f.frames > MAX_REFERENCE_S * f.samplerate:
                 raise FieldError(f"{path}.audio", f"is longer than {MAX_REFERENCE_S:g} s")
@@ -258,31 +294,4 @@ def reference_voice(ref: tts_pb2.ReferenceVoice, path: str, rate: int) -> VoiceS
         reference_pcm=pcm,
         reference_id=hashlib.sha256(pcm).hexdigest()[:16],
         transcript=transcript,
-    )
-
-
-def audio_chunk_pb(
-    data: bytes, sample_offset: int, num_samples: int, utterance_index: int, audio: AudioOptions
-) -> tts_pb2.AudioChunk:
-    return tts_pb2.AudioChunk(
-        audio=data,
-        sample_offset=sample_offset,
-        num_samples=num_samples,
-        utterance_index=utterance_index,
-        sample_rate_hz=audio.sample_rate_hz,
-        encoding=ENCODING_VALUES[audio.encoding],
-    )
-
-
-def utterance_end_pb(
-    done: UtteranceDone, utterance_index: int, native_rate: int
-) -> tts_pb2.UtteranceEnd:
-    return tts_pb2.UtteranceEnd(
-        utterance_index=utterance_index,
-        text=done.text,
-        audio_duration_s=done.num_samples / native_rate,
-        time_to_first_audio_s=done.time_to_first_audio_s,
-        generation_time_s=done.generation_time_s,
-        num_tokens=done.num_tokens,
-        finish_reason=done.finish_reason,
     )

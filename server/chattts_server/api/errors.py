@@ -1,39 +1,77 @@
-"""Turning failures into gRPC statuses with useful details (and never a traceback)."""
+"""The one place failures become gRPC statuses (with useful details, never a traceback)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from ..engine.types import EngineError, EngineUnavailableError, InvalidRequestError
+from .admission import AdmissionRejected
 from .convert import FieldError
 
 
-async def abort_invalid(context: grpc.aio.ServicerContext, error: FieldError) -> None:
-    """Abort with INVALID_ARGUMENT and a google.rpc.BadRequest naming the field."""
+def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status and message a failure is reported with."""
+    if isinstance(exc, InvalidRequestError):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, FieldError):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, AdmissionRejected):
+        if exc.code == "exhausted":
+            return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
+    if isinstance(exc, EngineUnavailableError):
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
+    if isinstance(exc, EngineError):
+        return grpc.StatusCode.INTERNAL, f"synthesis failed: {exc}"
+    if isinstance(exc, TimeoutError):
+        return grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded"
+    if isinstance(exc, asyncio.CancelledError):
+        return grpc.StatusCode.CANCELLED, "cancelled"
+    return grpc.StatusCode.UNKNOWN, "unexpected error"
+
+
+def is_ours(exc: BaseException) -> bool:
+    """A failure `abort_with` knows how to report (anything else is a bug: let it raise)."""
+    return isinstance(
+        exc, (InvalidRequestError, FieldError, AdmissionRejected, EngineError, TimeoutError)
+    )
+
+
+async def abort_with(
+    context: grpc.aio.ServicerContext, exc: BaseException, retry_pushback_ms: int = 0
+) -> None:
+    """End the call with the status of `exc`: a google.rpc.BadRequest naming the field for
+    invalid input, grpc-retry-pushback-ms (which gRPC retry policies honour) when full."""
+    code, message = status_of(exc)
+    if isinstance(exc, (FieldError, InvalidRequestError)):
+        await _abort_invalid(context, exc.field_name, exc.description, message)
+    elif code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        await context.abort(code, message, (("grpc-retry-pushback-ms", str(retry_pushback_ms)),))
+    else:
+        await context.abort(code, message)
+
+
+async def _abort_invalid(
+    context: grpc.aio.ServicerContext, field_name: str, description: str, message: str
+) -> None:
     detail = any_pb2.Any()
     detail.Pack(
         error_details_pb2.BadRequest(
             field_violations=[
                 error_details_pb2.BadRequest.FieldViolation(
-                    field=error.field_name, description=error.description
+                    field=field_name, description=description
                 )
             ]
         )
     )
     status = rpc_status.to_status(
-        status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(error), details=[detail])
+        status_pb2.Status(
+            code=grpc.StatusCode.INVALID_ARGUMENT.value[0], message=message, details=[detail]
+        )
     )
     await context.abort(status.code, status.details, status.trailing_metadata)
-
-
-async def abort_resource_exhausted(
-    context: grpc.aio.ServicerContext, message: str, retry_pushback_ms: int
-) -> None:
-    """RESOURCE_EXHAUSTED with grpc-retry-pushback-ms, which gRPC retry policies honour."""
-    await context.abort(
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        message,
-        (("grpc-retry-pushback-ms", str(retry_pushback_ms)),),
-    )

@@ -15,20 +15,23 @@ from google.protobuf.message import DecodeError, Message
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 from ..config import AdmissionConfig, LimitsConfig
-from ..engine.types import Engine, EngineError, EngineUnavailableError, InvalidRequestError
+from ..engine.types import Engine, ModelInfo
 from ..metrics import Metrics
-from ..text_buffer import SentenceBuffer, split_sentences
+from ..text.release import split_sentences
 from ..voices import VoiceLibrary
 from .admission import Admission, AdmissionRejected
-from .convert import FieldError, Validator
-from .errors import abort_invalid, abort_resource_exhausted
-from .session import Reply, Session
+from .convert import FieldError, StreamSettings, Validator
+from .errors import abort_with, is_ours, status_of
+from .events import AudioOut, SessionEvent, to_pb
+from .session import Session
+from .text_reader import read_text
 
 log = logging.getLogger(__name__)
 
 _M = TypeVar("_M", bound=Message)
 
 _END = object()
+_NOT_ACCEPTING = "server is not accepting streams (starting or draining)"
 
 
 def _deadline(context: grpc.aio.ServicerContext) -> float | None:
@@ -40,7 +43,6 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
     def __init__(
         self,
         engine: Engine,
-        validator: Validator,
         voices: VoiceLibrary,
         admission: Admission,
         limits: LimitsConfig,
@@ -48,12 +50,27 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         metrics: Metrics,
     ) -> None:
         self.engine = engine
-        self.validator = validator
+        self._validator: Validator | None = None
         self.voices = voices
         self.admission = admission
         self.limits = limits
         self.admission_config = admission_config
         self.metrics = metrics
+
+    def bind_model(self, model: ModelInfo, supported_encodings: tuple[str, ...]) -> None:
+        """The model is loaded: validate requests against it (before this, nothing is admitted)."""
+        self._validator = Validator(
+            self.voices,
+            model,
+            max_text_chars=self.limits.max_text_chars,
+            supported_encodings=supported_encodings,
+        )
+
+    @property
+    def validator(self) -> Validator:
+        if self._validator is None:
+            raise AdmissionRejected("unavailable", "the model is still loading")
+        return self._validator
 
     # -- RPCs ------------------------------------------------------------------------------
 
@@ -70,109 +87,78 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
     async def Synthesize(
         self, request: tts_pb2.SynthesizeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
-        if not self.admission.accepting:
-            await self._refuse_unavailable(context, "Synthesize")
         try:
+            if not self.admission.accepting:
+                raise AdmissionRejected("unavailable", _NOT_ACCEPTING)
             text = self.validator.text(request.text, "text")
             settings = self.validator.settings(request.config)
-        except FieldError as exc:
-            await self._refuse_invalid(context, "Synthesize", exc)
+        except (FieldError, AdmissionRejected) as exc:
+            await self._refuse(context, "Synthesize", exc)
             return
         async with self._admitted(context, "Synthesize") as stream:
             session = Session(self.engine, settings, _deadline(context))
-            async for reply in self._run(
+            async for event in self._run(
                 session,
-                _sentences(split_sentences(text, self.limits.max_sentence_chars)),
+                _sentences(
+                    split_sentences(text, settings.text_release.max_segment_s, settings.speed)
+                ),
                 context,
                 stream,
             ):
-                yield _synthesize_response(reply)
+                yield _synthesize_response(event)
 
     async def StreamingSynthesize(
         self,
         request_iterator: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[tts_pb2.StreamingSynthesizeResponse]:
-        if not self.admission.accepting:
-            await self._refuse_unavailable(context, "StreamingSynthesize")
         try:
+            if not self.admission.accepting:
+                raise AdmissionRejected("unavailable", _NOT_ACCEPTING)
             first = await anext(aiter(request_iterator))
-        except StopAsyncIteration:
-            return
-        except FieldError as exc:
-            await self._refuse_invalid(context, "StreamingSynthesize", exc)
-            return
-        try:
             if first.WhichOneof("request") != "config":
                 raise FieldError("config", "the first message of the stream must carry config")
             settings = self.validator.settings(first.config)
-        except FieldError as exc:
-            await self._refuse_invalid(context, "StreamingSynthesize", exc)
+        except StopAsyncIteration:
+            return
+        except (FieldError, AdmissionRejected) as exc:
+            await self._refuse(context, "StreamingSynthesize", exc)
             return
         async with self._admitted(context, "StreamingSynthesize") as stream:
             session = Session(self.engine, settings, _deadline(context))
             queue: asyncio.Queue[object] = asyncio.Queue()
-            reader = asyncio.create_task(self._read_text(request_iterator, queue))
+            reader = asyncio.create_task(self._read_text(request_iterator, queue, settings))
             try:
-                async for reply in self._run(session, _drain(queue), context, stream):
-                    yield _streaming_response(reply)
+                async for event in self._run(session, _drain(queue), context, stream):
+                    yield _streaming_response(event)
             finally:
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
 
     # -- plumbing --------------------------------------------------------------------------
 
-    async def _refuse_invalid(
-        self, context: grpc.aio.ServicerContext, method: str, exc: FieldError
+    async def _refuse(
+        self, context: grpc.aio.ServicerContext, method: str, exc: BaseException
     ) -> None:
         """Refuse before admission; still counted and logged like any other stream."""
-        _StreamRecord(self.metrics, method).finish("INVALID_ARGUMENT")
-        await abort_invalid(context, exc)
-
-    async def _refuse_unavailable(self, context: grpc.aio.ServicerContext, method: str) -> None:
-        _StreamRecord(self.metrics, method).finish("UNAVAILABLE")
-        await context.abort(
-            grpc.StatusCode.UNAVAILABLE, "server is not accepting streams (starting or draining)"
-        )
+        _StreamRecord(self.metrics, method).finish(status_of(exc)[0].name)
+        await abort_with(context, exc)
 
     async def _read_text(
         self,
         request_iterator: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
         queue: asyncio.Queue[object],
+        settings: StreamSettings,
     ) -> None:
-        """Read text messages into sentences; a FieldError ends the stream with it."""
-        buffer = SentenceBuffer(self.limits.max_sentence_chars)
-        total_chars = 0
-        try:
-            async for message in request_iterator:
-                which = message.WhichOneof("request")
-                if which == "config":
-                    raise FieldError("config", "config may be sent only once, as the first message")
-                if which != "text":
-                    raise FieldError("text", "every message after the config must carry text")
-                text = message.text.text
-                self.validator.text(text, "text.text", allow_empty=message.text.flush)
-                total_chars += len(text)
-                if total_chars > self.limits.max_stream_chars:
-                    raise FieldError(
-                        "text.text",
-                        f"the stream sent over {self.limits.max_stream_chars} characters in total",
-                    )
-                for sentence in buffer.feed(text):
-                    queue.put_nowait(sentence)
-                if message.text.flush:
-                    for sentence in buffer.flush():
-                        queue.put_nowait(sentence)
-            for sentence in buffer.flush():
-                queue.put_nowait(sentence)
-            queue.put_nowait(_END)
-        except FieldError as exc:
-            queue.put_nowait(exc)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the client went away mid-read, or sent garbage
-            log.debug("request stream ended: %r", exc)
-            queue.put_nowait(_END)
+        """Read text messages into utterances by the stream's release policy (text_reader)."""
+        await read_text(
+            request_iterator,
+            queue,
+            self.validator,
+            settings.text_release,
+            self.limits.max_stream_chars,
+            _END,
+        )
 
     async def _run(
         self,
@@ -180,28 +166,26 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         sentences: AsyncIterator[object],
         context: grpc.aio.ServicerContext,
         stream: _StreamRecord,
-    ) -> AsyncIterator[Reply]:
-        """Speak each sentence in turn; map failures to statuses."""
+    ) -> AsyncIterator[SessionEvent]:
+        """Speak each sentence in turn; a failure ends the call with its status."""
         try:
             async for item in sentences:
                 if isinstance(item, FieldError):
-                    await abort_invalid(context, item)
-                    return
+                    raise item
                 assert isinstance(item, str)
-                async for reply in session.speak(item):
-                    stream.on_reply(reply)
-                    yield reply
-            for reply in session.finish():
-                yield reply
-        except InvalidRequestError as exc:
-            await abort_invalid(context, FieldError(exc.field_name, exc.description))
-        except EngineUnavailableError as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-        except EngineError as exc:
-            log.error("stream %s failed in the engine: %s", session.stream_id, exc)
-            await context.abort(grpc.StatusCode.INTERNAL, f"synthesis failed: {exc}")
-        except TimeoutError:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+                async for event in session.speak(item):
+                    stream.on_event(event)
+                    yield event
+            for event in session.finish():
+                stream.on_event(event)
+                yield event
+        except Exception as exc:
+            if not is_ours(exc):
+                raise
+            stream.status = status_of(exc)[0].name
+            if stream.status == "INTERNAL":
+                log.error("stream %s failed in the engine: %s", session.stream_id, exc)
+            await abort_with(context, exc)
 
     @asynccontextmanager
     async def _admitted(
@@ -214,23 +198,20 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 self.metrics.streams_started(method)
                 try:
                     yield record
-                    record.finish("OK")
-                except asyncio.CancelledError:
-                    record.finish("CANCELLED")
-                    raise
                 except BaseException as exc:
-                    record.finish(_status_name(context, exc))
+                    # An abort already set the status; otherwise: cancelled, or a bug.
+                    if record.status == "OK":
+                        record.status = status_of(exc)[0].name
+                    record.finish(record.status)
                     raise
+                record.finish(record.status)
         except AdmissionRejected as exc:
             self.metrics.rejected(exc.code)
-            if exc.code == "exhausted":
-                await abort_resource_exhausted(
-                    context, str(exc), self.admission_config.retry_pushback_ms
-                )
-            else:
-                await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            record.finish(status_of(exc)[0].name)
+            await abort_with(context, exc, self.admission_config.retry_pushback_ms)
         except TimeoutError:
-            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while queued")
+            record.finish("DEADLINE_EXCEEDED")
+            await abort_with(context, TimeoutError("deadline exceeded while queued"))
 
 
 def _parse(message_type: type[_M], data: bytes, field_name: str) -> _M:
@@ -260,7 +241,7 @@ def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> No
         try:
             request = _parse(tts_pb2.SynthesizeRequest, data, "request")
         except FieldError as exc:
-            await abort_invalid(context, exc)
+            await abort_with(context, exc)
             return
         async for reply in servicer.Synthesize(request, context):
             yield reply
@@ -277,7 +258,7 @@ def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> No
         try:
             request = _parse(tts_pb2.ListVoicesRequest, data, "request")
         except FieldError as exc:
-            await abort_invalid(context, exc)
+            await abort_with(context, exc)
             raise AssertionError("unreachable") from None
         return await servicer.ListVoices(request, context)
 
@@ -310,10 +291,12 @@ class _StreamRecord:
         self.num_chunks = 0
         self.audio_s = 0.0
         self.num_tokens = 0
+        self.status = "OK"
+        """The status the call ends with, once known."""
 
-    def on_reply(self, reply: Reply) -> None:
+    def on_event(self, event: SessionEvent) -> None:
         now = time.monotonic()
-        if isinstance(reply, tts_pb2.AudioChunk):
+        if isinstance(event, AudioOut):
             if self.first_audio_s is None:
                 self.first_audio_s = now - self.started
                 self.metrics.observe_ttfa(self.first_audio_s)
@@ -322,10 +305,10 @@ class _StreamRecord:
             self.last_chunk_at = now
             self.num_chunks += 1
         else:
-            self.audio_s += reply.audio_duration_s
-            self.num_tokens += reply.num_tokens
+            self.audio_s += event.audio_duration_s
+            self.num_tokens += event.done.num_tokens
             self.metrics.observe_utterance(
-                reply.generation_time_s, reply.audio_duration_s, reply.num_tokens
+                event.done.generation_time_s, event.audio_duration_s, event.done.num_tokens
             )
 
     def finish(self, status: str) -> None:
@@ -344,13 +327,6 @@ class _StreamRecord:
         )
 
 
-def _status_name(context: grpc.aio.ServicerContext, exc: BaseException) -> str:
-    code = context.code() if hasattr(context, "code") else None
-    if code is not None and hasattr(code, "name"):
-        return str(code.name)
-    return "UNKNOWN" if not isinstance(exc, grpc.RpcError) else "ABORTED"
-
-
 async def _sentences(items: list[str]) -> AsyncIterator[object]:
     for item in items:
         yield item
@@ -364,13 +340,13 @@ async def _drain(queue: asyncio.Queue[object]) -> AsyncIterator[object]:
         yield item
 
 
-def _synthesize_response(reply: Reply) -> tts_pb2.SynthesizeResponse:
-    if isinstance(reply, tts_pb2.AudioChunk):
-        return tts_pb2.SynthesizeResponse(audio=reply)
-    return tts_pb2.SynthesizeResponse(utterance_end=reply)
+def _synthesize_response(event: SessionEvent) -> tts_pb2.SynthesizeResponse:
+    if isinstance(event, AudioOut):
+        return tts_pb2.SynthesizeResponse(audio=to_pb(event))
+    return tts_pb2.SynthesizeResponse(utterance_end=to_pb(event))
 
 
-def _streaming_response(reply: Reply) -> tts_pb2.StreamingSynthesizeResponse:
-    if isinstance(reply, tts_pb2.AudioChunk):
-        return tts_pb2.StreamingSynthesizeResponse(audio=reply)
-    return tts_pb2.StreamingSynthesizeResponse(utterance_end=reply)
+def _streaming_response(event: SessionEvent) -> tts_pb2.StreamingSynthesizeResponse:
+    if isinstance(event, AudioOut):
+        return tts_pb2.StreamingSynthesizeResponse(audio=to_pb(event))
+    return tts_pb2.StreamingSynthesizeResponse(utterance_end=to_pb(event))

@@ -29,26 +29,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .types import SamplingParams
+
 # transformers' TopP/TopK warpers as ChatTTS builds them (gen_logits: min_tokens_to_keep=3).
 MIN_TOKENS_TO_KEEP = 3
 # CustomRepetitionPenaltyLogitsProcessorRepeat's past_window in ChatTTS.
 PENALTY_WINDOW = 16
-
-
-@dataclass
-class SamplingParams:
-    """One request's sampling settings; defaults are ChatTTS's ``InferCodeParams``.
-
-    Plain fields without validation: the API layer checks ranges before a request gets here.
-    """
-
-    temperature: float | Sequence[float] = 0.3  # > 0; one value or one per codebook
-    top_p: float = 0.7  # (0, 1]; 1 disables
-    top_k: int = 20  # 0 disables, 1 is greedy, 2 acts as 3 (min_tokens_to_keep)
-    repetition_penalty: float = 1.05  # > 0; 1 disables
-    seed: int | None = None  # None draws from the engine's shared generator
-    min_new_tokens: int = 0  # EOS is masked until this many tokens were generated
-    max_new_tokens: int = 2048  # enforced by the scheduler, not here
 
 
 def make_generator(seed: int | None) -> torch.Generator | None:

@@ -1,154 +1,183 @@
-"""Slot scheduler: admission into KV-cache slots, chunked prefill, continuous batching.
+"""Slot scheduler: admission into KV-cache slots, chunked prefill, continuous batching, and
+every decision about a request's life (when a pass ends, when it stops, which slot it frees).
 
-Plain Python, no tensors: the scheduler owns slot ids and per-sequence bookkeeping; the model
-runner owns the tensors those ids index. Each engine step asks `schedule()` for a `StepPlan`.
+Plain Python, no tensors: the scheduler owns slot ids and `EngineRequest`s; the model runner
+owns the tensors those ids index. Each step: `schedule()` plans (`SchedulerOutput`), the
+runner executes, `update_from_output()` reads the `ModelOutput` and decides.
 """
 
 from __future__ import annotations
 
-import enum
 import heapq
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-
-class Phase(enum.Enum):
-    WAITING = "waiting"
-    """Queued for a free slot."""
-    RUNNING = "running"
-    """Holds a slot: prefilling or decoding."""
-    FINISHED = "finished"
-    """Done, cancelled or failed; holds no slot."""
-
-
-@dataclass(eq=False)
-class Sequence:
-    """Scheduler state of one utterance generation (identity semantics: one object per request)."""
-
-    request_id: str
-    prompt_len: int
-    """Tokens of the prompt to prefill."""
-    max_new_tokens: int
-    payload: Any = None
-    """Opaque per-request state of the engine (prompt tensors, streams, output queue)."""
-    phase: Phase = Phase.WAITING
-    slot_id: int | None = None
-    num_prefilled: int = 0
-    """Prompt tokens already in the KV cache."""
-    num_generated: int = 0
-    """Tokens sampled so far in the current pass (the first comes from the prefill's last hidden)."""
-    cancelled: bool = False
-
-    @property
-    def prefill_done(self) -> bool:
-        return self.num_prefilled >= self.prompt_len
-
-    @property
-    def input_position(self) -> int:
-        """KV position of the next decode step's input (the last sampled token)."""
-        return self.prompt_len + self.num_generated - 1
+from .request import EngineRequest, Phase, RequestStatus
+from .step_io import (
+    DecodeRow,
+    ModelOutput,
+    NewSlot,
+    PassStart,
+    PrefillChunk,
+    SchedulerOutput,
+)
+from .types import InvalidRequestError
 
 
 @dataclass
-class PrefillChunk:
-    seq: Sequence
-    start: int
-    """First prompt position of the chunk."""
-    length: int
-    """Prompt tokens in the chunk."""
+class StepDecisions:
+    """What `update_from_output` decided for the requests of one step."""
 
-    @property
-    def completes_prompt(self) -> bool:
-        return self.start + self.length >= self.seq.prompt_len
-
-
-@dataclass
-class StepPlan:
-    """What the runner does in one engine step."""
-
-    prefill: list[PrefillChunk] = field(default_factory=list)
-    """Prompt chunks to write into the KV cache this step (each in its sequence's slot)."""
-    decode: list[Sequence] = field(default_factory=list)
-    """Sequences that decode one token this step, batched, each at its own position."""
-    aborted: list[Sequence] = field(default_factory=list)
-    """Cancelled sequences released this step; the engine notifies their readers."""
-
-    @property
-    def empty(self) -> bool:
-        return not (self.prefill or self.decode or self.aborted)
+    finished: list[EngineRequest] = field(default_factory=list)
+    """Utterances complete ('eos' or 'max_tokens'); their slots are free, their audio tail is
+    still in the runner (flush it with `ModelRunner.finish`)."""
+    next_pass: list[EngineRequest] = field(default_factory=list)
+    """Refine passes that ended: they keep their slot and need their audio-code prompt
+    (`ModelRunner.start_code_pass`, then `Scheduler.begin_pass`)."""
 
 
 class Scheduler:
-    def __init__(self, num_slots: int, max_tokens: int, prefill_chunk_tokens: int) -> None:
+    def __init__(
+        self,
+        num_slots: int,
+        max_tokens: int,
+        prefill_chunk_tokens: int,
+        max_new_tokens: int | None = None,
+    ) -> None:
         self.num_slots = num_slots
         self.max_tokens = max_tokens
+        """KV positions per slot: a pass's prompt plus its generated tokens must fit."""
         self.prefill_chunk_tokens = prefill_chunk_tokens
+        """Prompt tokens prefilled per step at most, over all slots."""
+        self.max_new_tokens = max_new_tokens or max_tokens - 1
+        """Token budget of a pass whose request leaves it unset."""
         self._free_slots = list(range(num_slots))
         heapq.heapify(self._free_slots)
-        self.waiting: deque[Sequence] = deque()
-        self.running: dict[int, Sequence] = {}
+        self.waiting: deque[EngineRequest] = deque()
+        self.running: dict[int, EngineRequest] = {}
+        self._released: list[int] = []
+        self._discarded: list[str] = []
 
     @property
     def num_free_slots(self) -> int:
         return len(self._free_slots)
 
-    def add(self, seq: Sequence) -> None:
-        if seq.prompt_len + seq.max_new_tokens > self.max_tokens:
-            raise ValueError(
-                f"prompt ({seq.prompt_len}) + max_new_tokens ({seq.max_new_tokens}) exceed "
-                f"the {self.max_tokens} KV positions of a slot"
+    @property
+    def has_requests(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    # -- requests in ---------------------------------------------------------------------
+
+    def fit(self, prompt_len: int, max_new_tokens: int | None, min_new_tokens: int = 0) -> int:
+        """A pass's token budget, clamped to the room a slot has left after its prompt."""
+        room = self.max_tokens - prompt_len
+        need = max(1, min_new_tokens)
+        if room < need:
+            raise InvalidRequestError(
+                "text",
+                f"the prompt takes {prompt_len} of the {self.max_tokens} positions of a KV slot "
+                f"(--max-tokens), leaving too few for {need} tokens",
             )
-        seq.phase = Phase.WAITING
-        self.waiting.append(seq)
+        return min(max_new_tokens or self.max_new_tokens, room)
 
-    def cancel(self, seq: Sequence) -> None:
+    def add(self, request: EngineRequest) -> None:
+        """Queue a request whose prompt and budget fit a slot (see `fit`)."""
+        if request.prompt_len + request.max_new_tokens > self.max_tokens:
+            raise InvalidRequestError(
+                "text", f"prompt and token budget exceed the {self.max_tokens} positions of a slot"
+            )
+        request.status = RequestStatus.WAITING
+        self.waiting.append(request)
+
+    def cancel(self, request: EngineRequest) -> None:
         """Mark for release; the slot is freed at the next `schedule()`, before any more work."""
-        seq.cancelled = True
+        request.cancelled = True
 
-    def restart(self, seq: Sequence, prompt_len: int, max_new_tokens: int) -> None:
-        """Start a new pass on the same slot (e.g. audio codes after the refine-text pass)."""
-        if prompt_len + max_new_tokens > self.max_tokens:
-            raise ValueError("second pass does not fit the slot")
-        seq.prompt_len = prompt_len
-        seq.max_new_tokens = max_new_tokens
-        seq.num_prefilled = 0
-        seq.num_generated = 0
+    # -- one step ------------------------------------------------------------------------
 
-    def finish(self, seq: Sequence) -> None:
-        """Release a sequence's slot (EOS, max tokens, error)."""
-        if seq.phase is Phase.RUNNING and seq.slot_id is not None:
-            del self.running[seq.slot_id]
-            heapq.heappush(self._free_slots, seq.slot_id)
-        elif seq.phase is Phase.WAITING:
-            self.waiting.remove(seq)
-        seq.phase = Phase.FINISHED
-        seq.slot_id = None
-
-    def schedule(self, is_paused: Callable[[Sequence], bool] = lambda s: False) -> StepPlan:
-        plan = StepPlan()
-        for seq in [s for s in self.waiting if s.cancelled]:
-            self.finish(seq)
-            plan.aborted.append(seq)
-        for seq in [s for s in self.running.values() if s.cancelled]:
-            self.finish(seq)
-            plan.aborted.append(seq)
+    def schedule(
+        self, is_paused: Callable[[EngineRequest], bool] = lambda r: False
+    ) -> SchedulerOutput:
+        """Plan the next step. `is_paused(request)` skips a decoding request this step (its
+        reader is behind); it keeps its slot."""
+        for request in [r for r in self.waiting if r.cancelled]:
+            self._finish(request, "cancelled")
+        for request in [r for r in self.running.values() if r.cancelled]:
+            self._finish(request, "cancelled")
+        plan = SchedulerOutput(released=self._released, discarded=self._discarded)
+        self._released, self._discarded = [], []
 
         while self.waiting and self._free_slots:
-            seq = self.waiting.popleft()
-            seq.slot_id = heapq.heappop(self._free_slots)
-            seq.phase = Phase.RUNNING
-            self.running[seq.slot_id] = seq
+            request = self.waiting.popleft()
+            request.slot_id = heapq.heappop(self._free_slots)
+            request.status = RequestStatus.RUNNING
+            self.running[request.slot_id] = request
+            plan.new_slots.append(NewSlot(request.request_id, request.slot_id))
 
         budget = self.prefill_chunk_tokens
         for slot_id in sorted(self.running):
-            seq = self.running[slot_id]
-            if seq.prefill_done:
-                if not is_paused(seq):
-                    plan.decode.append(seq)
+            request = self.running[slot_id]
+            if request.prefill_done:
+                if not is_paused(request):
+                    plan.decode.append(DecodeRow(slot_id, request.input_position))
             elif budget > 0:
-                length = min(budget, seq.prompt_len - seq.num_prefilled)
-                plan.prefill.append(PrefillChunk(seq, seq.num_prefilled, length))
+                length = min(budget, request.prompt_len - request.num_prefilled)
+                completes = request.num_prefilled + length >= request.prompt_len
+                plan.prefill.append(PrefillChunk(slot_id, request.num_prefilled, length, completes))
+                if completes:
+                    plan.pass_starts.append(PassStart(slot_id, request.phase, request.params))
                 budget -= length
         return plan
+
+    def update_from_output(self, plan: SchedulerOutput, output: ModelOutput) -> StepDecisions:
+        """Advance the step's requests and decide which end, fail, or move to their next pass."""
+        decisions = StepDecisions()
+        for chunk in plan.prefill:
+            self.running[chunk.slot_id].num_prefilled += chunk.length
+        for sampled in output.sampled:
+            request = self.running[sampled.slot_id]
+            request.num_generated += 1
+            if request.phase is Phase.CODES and not sampled.is_end:
+                request.num_audio_tokens += 1
+            if not (sampled.is_end or request.num_generated >= request.max_new_tokens):
+                continue
+            if request.phase is Phase.REFINE:
+                decisions.next_pass.append(request)
+            else:
+                self._finish(request, "eos" if sampled.is_end else "max_tokens", release=False)
+                decisions.finished.append(request)
+        return decisions
+
+    def begin_pass(self, request: EngineRequest, phase: Phase, prompt_len: int) -> None:
+        """Start the request's next pass on the slot it holds (audio codes after refine)."""
+        sampling = request.params.sampling
+        request.max_new_tokens = self.fit(
+            prompt_len, sampling.max_new_tokens, sampling.min_new_tokens
+        )
+        request.phase = phase
+        request.prompt_len = prompt_len
+        request.num_prefilled = 0
+        request.num_generated = 0
+
+    def fail(self, request: EngineRequest) -> None:
+        """End a request that failed on its own; its slot's state is dropped next step."""
+        self._finish(request, "error")
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _finish(self, request: EngineRequest, reason: str, release: bool = True) -> None:
+        """Free the request's slot. `release`: the runner drops the slot's state at the next
+        step (cancel, failure); otherwise the caller flushes it now (`ModelRunner.finish`)."""
+        if request.status is RequestStatus.FINISHED:
+            return
+        if request.status is RequestStatus.RUNNING and request.slot_id is not None:
+            del self.running[request.slot_id]
+            heapq.heappush(self._free_slots, request.slot_id)
+            if release:
+                self._released.append(request.slot_id)
+        elif request.status is RequestStatus.WAITING:
+            self.waiting.remove(request)
+            self._discarded.append(request.request_id)
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason

@@ -26,7 +26,7 @@ Runs on the engine thread only; nothing here locks.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import numpy as np
@@ -42,6 +42,7 @@ from ..model.vocoders import (
     decoder_receptive_field,
     num_samples,
 )
+from .types import ChunkingOptions
 
 _MAX_TOKENS = 4096  # the GPT's max_position_embeddings: no window is ever longer
 
@@ -81,6 +82,11 @@ class ChunkingConfig:
             raise ValueError(f"lookahead_tokens must be in [0, {_MAX_TOKENS}]")
         if not 0 <= self.crossfade_samples <= 48000:
             raise ValueError("crossfade_samples must be in [0, 48000]")
+
+    def with_options(self, options: ChunkingOptions) -> ChunkingConfig:
+        """This schedule with the options' set fields (server flags or one request) applied."""
+        overrides = {k: v for k, v in vars(options).items() if v is not None}
+        return replace(self, **overrides) if overrides else self
 
 
 class DecodeStream:

@@ -28,21 +28,34 @@ class EngineUnavailableError(EngineError):
 
 
 @dataclass(frozen=True)
-class SamplingOptions:
-    temperature: float = 0.3
-    """Softmax temperature of the audio-code head (ChatTTS default 0.3)."""
+class SamplingParams:
+    """One request's sampling settings; defaults are ChatTTS's ``InferCodeParams``.
+
+    The API layer checks ranges before a request gets here; the engine does not re-check.
+    """
+
+    temperature: float | tuple[float, ...] = 0.3
+    """Softmax temperature of the head (> 0): one value, or one per codebook."""
     top_p: float = 0.7
-    """Nucleus mass (ChatTTS default 0.7)."""
+    """Nucleus mass in (0, 1]; 1 disables."""
     top_k: int = 20
-    """Keep the k most likely codes; 1 is greedy (ChatTTS default 20)."""
+    """Keep the k most likely tokens; 0 disables, 1 is greedy, 2 acts as 3 (ChatTTS keeps 3)."""
     repetition_penalty: float = 1.05
-    """Penalty on codes repeated in the last 16 tokens (ChatTTS default 1.05)."""
+    """Penalty on tokens repeated in the last 16 of each codebook; 1 disables."""
     seed: int | None = None
-    """Per-request random seed; None draws from the engine's generator."""
-    max_new_tokens: int = 768
-    """Audio tokens per utterance at most."""
+    """Per-request random seed; None draws from the engine's shared generator."""
+    max_new_tokens: int | None = None
+    """Tokens per pass at most; None is the server's --max-new-tokens. Clamped to the room a
+    KV slot has left after the prompt."""
     min_new_tokens: int = 0
-    """EOS is masked until this many tokens are generated."""
+    """The end token is masked until this many tokens are generated (audio: at least 1)."""
+
+
+REFINE_SAMPLING = SamplingParams(
+    temperature=0.7, top_p=0.7, top_k=20, repetition_penalty=1.0, max_new_tokens=384
+)
+"""The refine-text pass's sampling: ChatTTS's RefineTextParams defaults (the request's seed
+is kept)."""
 
 
 @dataclass(frozen=True)
@@ -81,11 +94,15 @@ class VoiceSpec:
 
 @dataclass(frozen=True)
 class ChunkingOptions:
-    """Per-request overrides of the streaming decoder's schedule; None keeps the server's."""
+    """Overrides of the streaming decoder's chunk schedule, from the server's flags or one
+    request; None keeps the level below (request -> server flags -> the decoder's defaults)."""
 
     first_chunk_tokens: int | None = None
+    """New tokens in the first audio chunk."""
     max_chunk_tokens: int | None = None
+    """Cap on new tokens per audio chunk."""
     lookahead_tokens: int | None = None
+    """Tokens past a chunk that must exist before it is decoded."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +115,7 @@ class UtteranceRequest:
     speed: int = 5
     """ChatTTS [speed_N] level, 0..9."""
     refine: RefineOptions = field(default_factory=RefineOptions)
-    sampling: SamplingOptions = field(default_factory=SamplingOptions)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     chunking: ChunkingOptions = field(default_factory=ChunkingOptions)
     deadline: float | None = None
     """time.monotonic() after which the request is abandoned."""
@@ -110,40 +127,76 @@ class AudioChunk:
     """(num_samples,) float32 mono at the model's sample rate."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class UtteranceDone:
+    """The last event of an utterance, with its figures (all measured on the engine thread)."""
+
     text: str
-    """Text actually spoken (after refinement)."""
+    """Text actually spoken (after normalization and refinement)."""
     num_tokens: int
+    """Audio tokens generated (GPT steps; about 46.9 per second of audio)."""
     num_samples: int
+    """PCM samples emitted at the model's rate."""
     time_to_first_audio_s: float
+    """Submission to the first audio chunk produced (the whole time if there was none)."""
     generation_time_s: float
+    """Submission to the last audio chunk produced."""
     finish_reason: str
-    """'eos' or 'max_tokens'."""
+    """'eos' (the model ended the sentence) or 'max_tokens' (the token cap cut it)."""
 
 
 EngineEvent = AudioChunk | UtteranceDone
 
 
 @dataclass(frozen=True)
+class ModelInfo:
+    """What the loaded model is, published once it is ready; validation is built from it."""
+
+    sample_rate: int
+    """Hz of the PCM the vocoder produces."""
+    speaker_dim: int
+    """Values in a speaker embedding (the GPT's hidden size)."""
+    num_vq: int
+    """Audio codebooks per GPT step."""
+    num_audio_codes: int
+    """Codes per codebook, the end code included."""
+    max_new_tokens: int
+    """Ceiling (and default) of audio tokens per utterance."""
+    max_tokens: int
+    """KV positions per slot: prompt plus generated tokens."""
+    device: str
+    """Where the model runs, e.g. 'cpu' or 'cuda:0'."""
+    dtype: str
+    """The GPT's weight dtype, e.g. 'float32'."""
+
+
+@dataclass(frozen=True)
 class EngineStats:
+    """A snapshot the engine thread publishes after each step (safe to read from any thread)."""
+
     active_requests: int
+    """Utterances holding a KV slot."""
     waiting_requests: int
+    """Utterances queued for a slot."""
     num_slots: int
+    """KV slots allocated."""
     tokens_generated: int
+    """Audio and text tokens sampled since start."""
 
 
 class Engine(Protocol):
     """What the transport sees of the engine. Implementations run tensor code on their own thread."""
-
-    sample_rate: int
-    speaker_dim: int
 
     @property
     def ready(self) -> bool: ...
 
     @property
     def healthy(self) -> bool: ...
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """Valid once `ready` is true."""
+        ...
 
     def synthesize(self, request: UtteranceRequest) -> AsyncIterator[EngineEvent]:
         """Stream the audio of one utterance; closing the iterator cancels the request."""

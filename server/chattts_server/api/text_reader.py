@@ -1,0 +1,119 @@
+"""The reading side of StreamingSynthesize: request messages in, utterances to speak out.
+
+`read_text` reads the request stream after the config, validates each text message, feeds it to
+the stream's TextReleaser and puts every released utterance on the queue the speaking side
+drains. It also wakes without a new message: when text is buffered and `idle_ms` pass with no
+message, the buffer is released (a caption reader pauses, an LLM stalls on a tool call). One
+read of the request stream is kept pending across those wake-ups, because cancelling a read
+would end the request iterator.
+
+Queue protocol: strings (utterances, in order), then exactly one of `end` (the client
+half-closed or went away) or a FieldError (the stream must end with INVALID_ARGUMENT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+
+from chattts_client._proto.chattts.v1 import tts_pb2
+
+from ..text import control_tokens
+from ..text.release import ReleasePolicy, TextReleaser
+from .convert import FieldError, Validator
+
+log = logging.getLogger(__name__)
+
+_TEXT_FIELD = "text.text"
+
+
+async def read_text(
+    requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
+    queue: asyncio.Queue[object],
+    validator: Validator,
+    policy: ReleasePolicy,
+    max_stream_chars: int,
+    end: object,
+    on_clear: Callable[[], None] | None = None,
+) -> None:
+    """Read text messages into utterances on queue until the request stream ends.
+
+    `on_clear` is called on `TextInput.clear` after the buffered text and the queued
+    utterances are dropped (it stops the utterance being spoken)."""
+    releaser = TextReleaser(policy)
+    iterator = aiter(requests)
+    next_message: asyncio.Future[tts_pb2.StreamingSynthesizeRequest] | None = None
+    last_message_at = time.monotonic()
+    total_chars = 0
+
+    def put(utterances: list[str]) -> None:
+        for utterance in utterances:
+            try:
+                control_tokens.check(utterance)  # a token may arrive split over fragments
+            except ValueError as exc:
+                raise FieldError(_TEXT_FIELD, str(exc)) from None
+            queue.put_nowait(utterance)
+
+    try:
+        while True:
+            if next_message is None:
+                next_message = asyncio.ensure_future(anext(iterator))
+            timeout_s = None
+            if releaser.idle_pending:
+                timeout_s = max(0.0, last_message_at + policy.idle_ms / 1000 - time.monotonic())
+            done, _ = await asyncio.wait({next_message}, timeout=timeout_s)
+            if not done:
+                put(releaser.flush())  # idle: speak what is buffered
+                continue
+            try:
+                message = next_message.result()
+            except StopAsyncIteration:
+                break
+            next_message = None
+            last_message_at = time.monotonic()
+            which = message.WhichOneof("request")
+            if which == "config":
+                raise FieldError("config", "config may be sent only once, as the first message")
+            if which != "text":
+                raise FieldError("text", "every message after the config must carry text")
+            text_input = message.text
+            validator.text(
+                text_input.text, _TEXT_FIELD, allow_empty=text_input.flush or text_input.clear
+            )
+            total_chars += len(text_input.text)
+            if total_chars > max_stream_chars:
+                raise FieldError(
+                    _TEXT_FIELD, f"the stream sent over {max_stream_chars} characters in total"
+                )
+            if text_input.clear:
+                releaser.clear()
+                _drop_queued_utterances(queue)
+                if on_clear is not None:
+                    on_clear()
+            put(releaser.feed(text_input.text))
+            if text_input.flush:
+                put(releaser.flush())
+        put(releaser.flush())
+        queue.put_nowait(end)
+    except FieldError as exc:
+        queue.put_nowait(exc)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the client went away mid-read, or sent garbage
+        log.debug("request stream ended: %r", exc)
+        queue.put_nowait(end)
+    finally:
+        if next_message is not None and not next_message.done():
+            next_message.cancel()
+
+
+def _drop_queued_utterances(queue: asyncio.Queue[object]) -> None:
+    """Remove the utterances not yet taken by the speaking side (only strings are queued before
+    the end marker, so nothing else is lost)."""
+    while True:
+        try:
+            queue.get_nowait()
+        except asyncio.QueueEmpty:
+            return

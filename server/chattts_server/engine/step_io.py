@@ -1,0 +1,119 @@
+"""The per-step contract between the scheduler and the model runner.
+
+`SchedulerOutput` is what the scheduler hands the runner for one step: ids, positions and
+lengths only. `ModelOutput` is what the runner hands back: what it sampled and the audio that
+became ready, keyed by slot id. Neither side reaches into the other's state: the scheduler
+never sees a tensor, the runner never sees an `EngineRequest`, and only the scheduler decides
+that a request stops or moves to its next pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .request import Phase
+from .types import UtteranceRequest
+
+
+@dataclass(frozen=True)
+class NewSlot:
+    """A request that took a KV slot this step; the runner moves its prepared prompt there."""
+
+    request_id: str
+    """The id `ModelRunner.prepare` was called with."""
+    slot_id: int
+    """The slot it now holds until it finishes or is cancelled."""
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """Prompt positions [start, start + length) of one slot's current pass, written this step."""
+
+    slot_id: int
+    start: int
+    """First prompt position of the chunk (prompts longer than the step budget take several)."""
+    length: int
+    """Prompt tokens in the chunk."""
+    completes_prompt: bool
+    """The last chunk: the runner samples the pass's first token from its last hidden state."""
+
+
+@dataclass(frozen=True)
+class DecodeRow:
+    """One slot that decodes one token this step, batched with the others."""
+
+    slot_id: int
+    position: int
+    """KV position of its input, the token sampled last step."""
+
+
+@dataclass(frozen=True)
+class PassStart:
+    """A slot whose prefill completes this step starts a pass: set up its sampling (and, for
+    audio codes, its streaming decoder) from these parameters."""
+
+    slot_id: int
+    phase: Phase
+    params: UtteranceRequest
+    """The request's sampling, chunking, voice and refine settings."""
+
+
+@dataclass
+class SchedulerOutput:
+    """What the runner does in one step. Field order is execution order."""
+
+    released: list[int] = field(default_factory=list)
+    """Slots given up since the last step (cancelled or failed): drop their state first; a
+    slot here may be handed to a new request in `new_slots` of the same step."""
+    discarded: list[str] = field(default_factory=list)
+    """Prepared requests cancelled before they got a slot: drop their prompts."""
+    new_slots: list[NewSlot] = field(default_factory=list)
+    """Requests that took a slot this step."""
+    prefill: list[PrefillChunk] = field(default_factory=list)
+    """Prompt chunks to write into the KV cache, at most the scheduler's token budget."""
+    pass_starts: list[PassStart] = field(default_factory=list)
+    """Slots whose prefill completes this step (a subset of `prefill`'s slots)."""
+    decode: list[DecodeRow] = field(default_factory=list)
+    """Slots that decode one token, in slot order (so a packed batch is a cache view)."""
+
+    @property
+    def has_model_work(self) -> bool:
+        return bool(self.prefill or self.decode)
+
+    @property
+    def slot_ids(self) -> list[int]:
+        """Every slot the step computes for (prefill or decode)."""
+        return [c.slot_id for c in self.prefill] + [r.slot_id for r in self.decode]
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """The token a slot sampled this step."""
+
+    slot_id: int
+    is_end: bool
+    """It is the head's end token (the audio EOS code in any codebook, or the text EOS): the
+    runner recorded nothing for it; the scheduler ends the pass."""
+
+
+@dataclass
+class ModelOutput:
+    """What one step produced, keyed by slot id."""
+
+    sampled: list[Sampled] = field(default_factory=list)
+    """One entry per slot that sampled a token: prefills that completed a prompt, and every
+    decode row."""
+    audio: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    """PCM chunks (float32 mono at the model's rate) that became ready, in order, per slot."""
+
+
+@dataclass(frozen=True)
+class FinishedAudio:
+    """The end of one slot's utterance, from `ModelRunner.finish`."""
+
+    pcm: np.ndarray
+    """The last samples (may be empty)."""
+    codes: np.ndarray
+    """(num_tokens, num_vq) int64 audio codes of the utterance (for parity tests and debugging)."""
