@@ -1,4 +1,5 @@
-"""Time one decode step: transformers LlamaModel + DynamicCache vs our LlamaDecoder.decode.
+"""Time one decode step: transformers LlamaModel + DynamicCache vs our LlamaDecoder.decode in
+each linear mode (model/linear_modes.py).
 
 Random weights at ChatTTS's GPT shapes (timings do not depend on weight values), fp32 on CPU
 unless --device says otherwise. The contenders run in turn, step by step, so that load from
@@ -6,15 +7,18 @@ other processes hits them alike; the header prints the load average. For each ba
 
 - bare:      LlamaModel(inputs_embeds=(B, 1, D), past_key_values=DynamicCache of `context`
              tokens), all rows the same length (no padding mask: transformers' cheapest case).
-- ours:      LlamaDecoder.decode, B slots packed at ids 0..B-1 (attention over a cache view),
-             rows at mixed positions around `context`.
-- scattered: slot ids 0, 2, 4, ...: attention over the slot range, queries scattered into it.
-- gathered:  slot ids 0, 3, 6, ...: the range is over 2B, so the rows' K/V are gathered.
-- torch:     as ours, with F.linear (MKL on CPU) instead of oneDNN matmuls.
+- <mode>:    LlamaDecoder.decode with that linear mode, B slots packed at ids 0..B-1
+             (attention over a cache view), rows at mixed positions around `context`.
+- scattered: slot ids 0, 2, 4, ... (first mode): attention over the slot range, queries
+             scattered into it.
+- gathered:  slot ids 0, 3, 6, ... (first mode): the range is over 2B, so K/V are gathered.
+
+With --markdown PATH the table is also written as Markdown (per-mode ms and speed-up vs fp32
+'dense-onednn', the server's default before autotune).
 
 Usage: python bench/bench_decode_step.py [--layers 20 --hidden 768 --heads 12 --inter 3072]
-       [--batches 1,4,8,16] [--context 100] [--steps 10]
-       [--layouts scattered,gathered,torch]
+       [--batches 1,2,4,8,16] [--context 100] [--steps 10] [--modes dense,dense-onednn,...]
+       [--layouts scattered,gathered] [--markdown bench/results/decode_step.md]
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaModel
 
+from chattts_server.model.linear_modes import modes_for
 from chattts_server.model.llama import LlamaDecoder, LlamaShape, SlotKVCache
 
 
@@ -74,7 +81,11 @@ def _bare_step(model: LlamaModel, batch: int, context: int) -> Callable[[], obje
 
 
 def _ours_step(
-    decoder: LlamaDecoder, cache: SlotKVCache, slot_ids: list[int], context: int
+    decoder: LlamaDecoder,
+    cache: SlotKVCache,
+    slot_ids: list[int],
+    context: int,
+    mode: str | None = None,
 ) -> Callable[[], object]:
     device = cache.kv.device
     batch = len(slot_ids)
@@ -85,7 +96,7 @@ def _ours_step(
     )
     slots = torch.tensor(slot_ids, device=device)
     x = torch.randn(batch, decoder.shape.hidden_size, device=device, dtype=cache.kv.dtype)
-    return lambda: decoder.decode(slots, x, positions, cache)
+    return lambda: decoder.decode(slots, x, positions, cache, mode=mode)
 
 
 def main() -> None:
@@ -94,17 +105,21 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--inter", type=int, default=3072)
-    parser.add_argument("--batches", default="1,4,8,16")
+    parser.add_argument("--batches", default="1,2,4,8,16")
     parser.add_argument("--context", type=int, default=100)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per cell (median)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument(
-        "--layouts",
-        default="scattered,gathered",
-        help="extra columns besides bare and ours: scattered, gathered, torch (empty for none)",
+        "--modes", default="", help="linear modes to time (default: every one available)"
     )
+    parser.add_argument(
+        "--layouts",
+        default="",
+        help="extra columns (first mode): scattered, gathered (empty for none)",
+    )
+    parser.add_argument("--markdown", default="", help="also write the table here")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -122,36 +137,52 @@ def main() -> None:
         vocab_size=8,  # embed_tokens is unused: ChatTTS feeds inputs_embeds
     )
     model = LlamaModel(config).to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
-    decoders = {"ours": LlamaDecoder.from_state_dict(config, model.state_dict(), device, dtype)}
-    if "torch" in extra:
-        decoders["torch"] = LlamaDecoder.from_state_dict(
-            config, model.state_dict(), device, dtype, matmul="torch"
-        )
-    # Slot ids each column uses for batch b: ours and torch 0..b-1, scattered every 2nd, gathered
-    # every 3rd (a range over 2b, so decode gathers rows).
-    spacing = {"ours": 1, "torch": 1, "scattered": 2, "gathered": 3}
+    modes = args.modes.split(",") if args.modes else modes_for("auto", device, dtype)
+    decoder = LlamaDecoder.from_state_dict(config, model.state_dict(), device, dtype, modes=modes)
+    # Slot ids each column uses for batch b: modes 0..b-1, scattered every 2nd, gathered every
+    # 3rd (a range over 2b, so decode gathers rows).
+    spacing = {"scattered": 2, "gathered": 3}
     max_tokens = args.context + args.context // 10 + 2
-    num_slots = max(spacing[n] for n in ["ours", *extra]) * (max(batches) - 1) + 1
+    num_slots = max([1, *(spacing[n] for n in extra)]) * (max(batches) - 1) + 1
     cache = SlotKVCache(LlamaShape.from_config(config), num_slots, max_tokens, device, dtype)
 
-    print(
+    header = (
         f"decode step, {args.layers} layers hidden {args.hidden} heads {args.heads} "
         f"inter {args.inter}, context {args.context}, {args.dtype} on {device}, "
         f"{args.threads} threads, median ms of {args.steps}, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    names = ["bare", "ours", *extra]
-    print(" ".join(f"{n:>9}" for n in ["B", *names, "ours/bare"]))
+    print(header)
+    names = ["bare", *modes, *extra]
+    print(" ".join(f"{n:>12}" for n in ["B", *names]))
+    rows: list[tuple[int, dict[str, float]]] = []
     with torch.inference_mode():
         for batch in batches:
             steps = {"bare": _bare_step(model, batch, args.context)}
-            for name in names[1:]:
+            for name in modes:
+                steps[name] = _ours_step(decoder, cache, list(range(batch)), args.context, name)
+            for name in extra:
                 slot_ids = list(range(0, spacing[name] * batch, spacing[name]))
-                decoder = decoders["torch" if name == "torch" else "ours"]
-                steps[name] = _ours_step(decoder, cache, slot_ids, args.context)
+                steps[name] = _ours_step(decoder, cache, slot_ids, args.context, modes[0])
             ms = _interleaved_ms(steps, args.steps, device)
-            cells = [f"{ms[n]:>9.1f}" for n in names]
-            print(f"{batch:>9} {' '.join(cells)} {ms['ours'] / ms['bare']:>9.2f}")
+            rows.append((batch, ms))
+            print(f"{batch:>12} " + " ".join(f"{ms[n]:>12.1f}" for n in names), flush=True)
+    if args.markdown:
+        base = "dense-onednn" if "dense-onednn" in modes else modes[0]
+        lines = [
+            f"# Decode step per linear mode\n\n{header}.\n\nCommand: `python {' '.join(sys.argv)}`",
+            "",
+            "| batch | " + " | ".join(f"{n} ms" for n in names) + " | fastest | vs " + base + " |",
+            "|---" * (len(names) + 3) + "|",
+        ]
+        for batch, ms in rows:
+            best = min(modes, key=ms.__getitem__)
+            lines.append(
+                f"| {batch} | "
+                + " | ".join(f"{ms[n]:.1f}" for n in names)
+                + f" | {best} | {ms[base] / ms[best]:.2f}x |"
+            )
+        Path(args.markdown).write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

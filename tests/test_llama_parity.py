@@ -1,8 +1,9 @@
 """Our slot-cache Llama forward against transformers' LlamaModel on the same random weights.
 
 Tolerance: 1e-4 absolute/relative in fp32. Observed differences are around 1e-7 with F.linear
-and 1e-6 with oneDNN's matmuls (another summation order); each matmul path and fused/split
-projections run every test.
+and 1e-6 with oneDNN's matmuls (another summation order); both lossless linear modes ("dense":
+split projections, "dense-onednn": fused) run every test. The lossy modes are held to their
+own tolerances in test_linear_modes.py.
 """
 
 from __future__ import annotations
@@ -11,15 +12,14 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaModel
 
-from chattts_server.model.llama import LlamaDecoder, LlamaShape, SlotKVCache, onednn_available
+from chattts_server.model.linear_modes import onednn_available
+from chattts_server.model.llama import LlamaDecoder, LlamaShape, SlotKVCache
 
 HIDDEN = 128
 ATOL = RTOL = 1e-4
 
 
-def _models(
-    num_kv_heads: int, matmul: str = "auto", fuse: bool | None = None
-) -> tuple[LlamaModel, LlamaDecoder, LlamaShape]:
+def _models(num_kv_heads: int, mode: str = "dense") -> tuple[LlamaModel, LlamaDecoder, LlamaShape]:
     torch.manual_seed(0)
     config = LlamaConfig(
         hidden_size=HIDDEN,
@@ -36,7 +36,7 @@ def _models(
         for name, p in ref.named_parameters():
             p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.1 * torch.randn_like(p))
     ours = LlamaDecoder.from_state_dict(
-        config, ref.state_dict(), "cpu", torch.float32, matmul=matmul, fuse_projections=fuse
+        config, ref.state_dict(), "cpu", torch.float32, modes=[mode]
     )
     return ref, ours, LlamaShape.from_config(config)
 
@@ -46,12 +46,12 @@ _NO_ONEDNN = pytest.mark.skipif(not onednn_available(), reason="torch built with
 
 @pytest.fixture(
     params=[
-        (4, "torch", False),
-        (2, "torch", True),
-        pytest.param((4, "onednn", True), marks=_NO_ONEDNN),
-        pytest.param((2, "onednn", False), marks=_NO_ONEDNN),
+        (4, "dense"),
+        (2, "dense"),
+        pytest.param((4, "dense-onednn"), marks=_NO_ONEDNN),
+        pytest.param((2, "dense-onednn"), marks=_NO_ONEDNN),
     ],
-    ids=["mha-torch-split", "gqa-torch-fused", "mha-onednn-fused", "gqa-onednn-split"],
+    ids=["mha-dense", "gqa-dense", "mha-onednn", "gqa-onednn"],
 )
 def models(request: pytest.FixtureRequest) -> tuple[LlamaModel, LlamaDecoder, LlamaShape]:
     return _models(*request.param)

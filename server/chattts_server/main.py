@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from .config import ConfigError, config_from_args
-from .server import StartupError, TTSServer
+from .threads import configure_threads
+
+if TYPE_CHECKING:
+    from .server import TTSServer
 
 
 async def _serve(server: TTSServer) -> int:
@@ -28,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # Before torch loads (the server's imports load it): OpenMP reads its settings then, and
+    # the inter-op pool can be sized only before its first use.
+    configure_threads(config.model.threads or None)
+    from .server import StartupError, TTSServer
+
     try:
         return asyncio.run(_serve(TTSServer(config)))
     except StartupError as exc:

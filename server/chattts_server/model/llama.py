@@ -8,15 +8,24 @@ rotary tables computed in fp32 then cast, attention through ``scaled_dot_product
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+from . import linear_modes
+from .linear_modes import MODES, module_bytes
+
+if TYPE_CHECKING:
+    from .autotune import AutotuneResult
+
+log = logging.getLogger(__name__)
 
 # Rope types whose frequencies depend on the sequence length in ways a fixed table cannot hold.
 # ("dynamic" only changes beyond max_position_embeddings, where our tables stop anyway.)
@@ -113,63 +122,52 @@ def _apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + rotated * sin
 
 
-def onednn_available() -> bool:
-    """Whether this torch build has the oneDNN linear ops :class:`LlamaDecoder` can use on CPU."""
-    ops = torch.ops.mkldnn
-    return (
-        torch.backends.mkldnn.is_available()
-        and hasattr(ops, "_reorder_linear_weight")
-        and hasattr(ops, "_linear_pointwise")
-    )
-
-
-# Batch size oneDNN packs the weights for; measured to matter little between 1 and 64.
-_ONEDNN_BATCH_HINT = 16
-
-
 class _Projection(nn.Module):
-    """``x @ W.T + b`` for one or more weights that read the same input (Q/K/V, gate/up).
+    """``x @ W.T + b`` for one or more weights that read the same input (Q/K/V, gate/up), in
+    every allowed linear mode (``model/linear_modes.py``); ``forward`` runs the one asked for.
 
-    ``fuse`` stacks the weights into one matmul and splits the output. ``onednn`` keeps the
-    weight in oneDNN's packed layout and runs ``torch.ops.mkldnn._linear_pointwise`` (the op
-    torch's inductor uses for CPU linears): on a 2-core AMD EPYC it ran the decode step's
-    matmuls 2x (batch 1) to 3x (batch 2-8) faster than ``F.linear``'s MKL path; see
-    bench/bench_decode_step.py.
+    Modes with ``fuse`` stack the weights into one matmul and split its output.
     """
 
-    weight0: Tensor  # then weight1, ... when not fused; oneDNN-packed when onednn
-    bias0: Tensor | None
-
     def __init__(
-        self, weights: list[Tensor], biases: list[Tensor | None], fuse: bool, onednn: bool
+        self, weights: list[Tensor], biases: list[Tensor | None], modes: list[str], fuse_all: bool
     ) -> None:
         super().__init__()
         self.sizes = [w.shape[0] for w in weights]
-        self.onednn = onednn
         has_bias = all(b is not None for b in biases)
-        if fuse and len(weights) > 1:
-            weights = [torch.cat(weights, dim=0)]
-            biases = [torch.cat(cast("list[Tensor]", biases), dim=0) if has_bias else None]
-        self.num_matmuls = len(weights)
-        for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
-            if onednn:
-                w = torch.ops.mkldnn._reorder_linear_weight(w.contiguous(), _ONEDNN_BATCH_HINT)
-            self.register_buffer(f"weight{i}", w)
-            self.register_buffer(f"bias{i}", b if has_bias else None)
+        fused_w = torch.cat(weights, dim=0) if len(weights) > 1 else weights[0]
+        fused_b = (
+            torch.cat(cast("list[Tensor]", biases), dim=0)
+            if has_bias and len(weights) > 1
+            else biases[0]
+            if has_bias
+            else None
+        )
+        self.kernels = nn.ModuleDict()
+        for name in modes:
+            mode = MODES[name]
+            if mode.fuse or fuse_all or len(weights) == 1:
+                parts = [mode.build(fused_w, fused_b)]
+            else:
+                parts = [
+                    mode.build(w, b if has_bias else None)
+                    for w, b in zip(weights, biases, strict=True)
+                ]
+            self.kernels[name] = nn.ModuleList(parts)
 
-    def _linear(self, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-        if self.onednn:
-            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-        return F.linear(x, weight, bias)
+    def forward(self, x: Tensor, mode: str) -> list[Tensor]:
+        parts = cast("nn.ModuleList", self.kernels[mode])
+        if len(parts) > 1:
+            return [kernel(x) for kernel in parts]
+        y = parts[0](x)
+        return [y] if len(self.sizes) == 1 else list(y.split(self.sizes, dim=-1))
 
-    def forward(self, x: Tensor) -> list[Tensor]:
-        if self.num_matmuls == 1:
-            y = self._linear(x, self.weight0, self.bias0)
-            return [y] if len(self.sizes) == 1 else list(y.split(self.sizes, dim=-1))
-        return [
-            self._linear(x, getattr(self, f"weight{i}"), getattr(self, f"bias{i}"))
-            for i in range(self.num_matmuls)
-        ]
+    def drop(self, keep: set[str]) -> None:
+        for name in [n for n in self.kernels if n not in keep]:
+            del self.kernels[name]
+
+    def nbytes(self, mode: str) -> int:
+        return sum(module_bytes(k) for k in cast("nn.ModuleList", self.kernels[mode]))
 
 
 class _Layer(nn.Module):
@@ -179,7 +177,7 @@ class _Layer(nn.Module):
     post_norm: Tensor
 
     def __init__(
-        self, sd: Mapping[str, Tensor], prefix: str, eps: float, fuse: bool, onednn: bool
+        self, sd: Mapping[str, Tensor], prefix: str, eps: float, modes: list[str], fuse_all: bool
     ) -> None:
         super().__init__()
         self.eps = eps
@@ -187,7 +185,7 @@ class _Layer(nn.Module):
         def proj(names: list[str]) -> _Projection:
             weights = [sd[f"{prefix}{n}.weight"] for n in names]
             biases = [sd.get(f"{prefix}{n}.bias") for n in names]
-            return _Projection(weights, biases, fuse, onednn)
+            return _Projection(weights, biases, modes, fuse_all)
 
         self.register_buffer("input_norm", sd[prefix + "input_layernorm.weight"])
         self.register_buffer("post_norm", sd[prefix + "post_attention_layernorm.weight"])
@@ -196,9 +194,12 @@ class _Layer(nn.Module):
         self.gate_up = proj(["mlp.gate_proj", "mlp.up_proj"])
         self.down = proj(["mlp.down_proj"])
 
-    def mlp(self, x: Tensor) -> Tensor:
-        gate, up = self.gate_up(_rms_norm(x, self.post_norm, self.eps))
-        return self.down(F.silu(gate) * up)[0]
+    def projections(self) -> list[_Projection]:
+        return [self.qkv, self.o, self.gate_up, self.down]
+
+    def mlp(self, x: Tensor, mode: str) -> Tensor:
+        gate, up = self.gate_up(_rms_norm(x, self.post_norm, self.eps), mode)
+        return self.down(F.silu(gate) * up, mode)[0]
 
 
 class LlamaDecoder(nn.Module):
@@ -235,6 +236,9 @@ class LlamaDecoder(nn.Module):
         self.register_buffer("rope_cos", cos.to(device=norm.device, dtype=norm.dtype))
         self.register_buffer("rope_sin", sin.to(device=norm.device, dtype=norm.dtype))
         self._gqa = shape.num_kv_heads != shape.num_heads
+        self.quantize = "none"
+        self._mode_table: dict[int, str] = {}
+        self._mode_by_rows: list[str] = []
 
     @classmethod
     def from_state_dict(
@@ -244,25 +248,21 @@ class LlamaDecoder(nn.Module):
         device: torch.device | str,
         dtype: torch.dtype,
         prefix: str = "",
-        matmul: Literal["auto", "torch", "onednn"] = "auto",
-        fuse_projections: bool | None = None,
+        quantize: str = "none",
+        modes: list[str] | None = None,
     ) -> LlamaDecoder:
         """Build from a ``LlamaModel`` state dict (keys ``layers.N...``, ``norm.weight``).
 
         ``prefix`` is stripped from keys, e.g. ``"gpt."`` for ChatTTS's GPT module; keys we do
-        not use (``embed_tokens.weight``) are ignored. ``matmul``: "onednn" runs the linears
-        on oneDNN-packed weights (CPU, fp32), "torch" through ``F.linear``; "auto" takes
-        oneDNN on CPU in fp32 where available. ``fuse_projections`` stacks Q/K/V and gate/up
-        into single matmuls; by default everywhere except ``F.linear`` on CPU, where MKL ran
-        the stacked matrices ~10% slower.
+        not use (``embed_tokens.weight``) are ignored. ``quantize`` ('none', 'bf16', 'int8',
+        'auto') names the linear modes to build (``model/linear_modes.py``); ``modes`` lists
+        them by name instead. Until :meth:`autotune` runs, every batch uses the first mode
+        that ``quantize`` allows (oneDNN-packed weights on CPU where available).
         """
         device = torch.device(device)
-        if matmul == "auto":
-            use_onednn = device.type == "cpu" and dtype == torch.float32 and onednn_available()
-        else:
-            use_onednn = matmul == "onednn"
-        if fuse_projections is None:
-            fuse_projections = use_onednn or device.type != "cpu"
+        names = modes or linear_modes.modes_for(quantize, device, dtype)
+        if "dense-onednn" in names:  # the default before autotune: 1.7x F.linear on some CPUs
+            names = ["dense-onednn", *(n for n in names if n != "dense-onednn")]
         shape = LlamaShape.from_config(config)
         rope_scaling = getattr(config, "rope_scaling", None) or {}
         rope_type = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
@@ -274,28 +274,108 @@ class LlamaDecoder(nn.Module):
             for k, v in state_dict.items()
             if k.startswith(prefix) and not k.startswith(prefix + "embed_tokens.")
         }
+        fuse_all = device.type != "cpu"
         layers = [
-            _Layer(sd, f"layers.{i}.", shape.rms_norm_eps, fuse_projections, use_onednn)
+            _Layer(sd, f"layers.{i}.", shape.rms_norm_eps, names, fuse_all)
             for i in range(shape.num_layers)
         ]
         model = cls(shape, layers, sd["norm.weight"], inv_freq, float(attention_scaling))
+        model.quantize = quantize if modes is None else "explicit"
+        model.set_mode_table({1: names[0]})
+        log.info(
+            "GPT linear weights (%s): %s",
+            quantize,
+            ", ".join(f"{n} {model.weight_bytes(n) / 2**20:.0f} MiB" for n in names),
+        )
         return model.eval()
 
-    def _qkv(self, layer: _Layer, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, ...]:
+    # -- linear modes ---------------------------------------------------------------------------
+
+    @property
+    def modes(self) -> list[str]:
+        """The linear modes whose weights this decoder holds, in build order."""
+        return list(cast("_Layer", self.layers[0]).qkv.kernels.keys())
+
+    @property
+    def mode_table(self) -> dict[int, str]:
+        """Decode batch size -> linear mode; a batch of B rows uses the entry of the smallest
+        size >= B (the largest size beyond the table). Prefill uses the largest size's mode."""
+        return dict(self._mode_table)
+
+    def set_mode_table(self, table: Mapping[int, str]) -> None:
+        unknown = set(table.values()) - set(self.modes)
+        if unknown or not table:
+            raise ValueError(f"modes {sorted(unknown)} not built (have {self.modes})")
+        self._mode_table = dict(sorted(table.items()))
+        sizes = list(self._mode_table)
+        self._mode_by_rows = [
+            self._mode_table[next((b for b in sizes if b >= rows), sizes[-1])]
+            for rows in range(sizes[-1] + 1)
+        ]
+
+    def mode_for(self, num_rows: int) -> str:
+        return self._mode_by_rows[min(num_rows, len(self._mode_by_rows) - 1)]
+
+    def weight_bytes(self, mode: str | None = None) -> int:
+        """Bytes of linear weights held, for one mode or (None) all of them."""
+        projections = [p for layer in self.layers for p in cast("_Layer", layer).projections()]
+        return sum(p.nbytes(m) for p in projections for m in ([mode] if mode else self.modes))
+
+    def keep_modes(self, keep: set[str]) -> None:
+        """Free the weights of every mode not in ``keep`` (after autotune)."""
+        if not keep or keep - set(self.modes):
+            raise ValueError(f"cannot keep {sorted(keep)} of {self.modes}")
+        for layer in self.layers:
+            for proj in cast("_Layer", layer).projections():
+                proj.drop(keep)
+        self.set_mode_table(
+            {b: m for b, m in self._mode_table.items() if m in keep} or {1: next(iter(keep))}
+        )
+
+    def autotune(
+        self,
+        batch_sizes: list[int],
+        cache: SlotKVCache,
+        probe: Tensor | None = None,
+        min_snr_db: float = 30.0,
+        steps: int = 5,
+    ) -> AutotuneResult:
+        """Time each allowed mode at each decode batch size and use the fastest from now on.
+
+        Under ``quantize='auto'`` a lossy mode competes only if the hidden states it gives for
+        ``probe`` (L, D) embeddings (default: random) are within ``min_snr_db`` of the lossless
+        mode's. Logs the table and frees the weights of modes no size chose. Writes garbage into
+        slots 0..max(batch_sizes)-1 of ``cache``: call it at warm-up, before any request.
+        """
+        from .autotune import autotune
+
+        return autotune(self, batch_sizes, cache, probe, min_snr_db, steps)
+
+    def _qkv(
+        self, layer: _Layer, x: Tensor, cos: Tensor, sin: Tensor, mode: str
+    ) -> tuple[Tensor, ...]:
         # x: (rows, hidden) -> q (rows, heads, hd), k and v (rows, kv_heads, hd); q, k roped.
         s = self.shape
-        q, k, v = layer.qkv(_rms_norm(x, layer.input_norm, s.rms_norm_eps))
+        q, k, v = layer.qkv(_rms_norm(x, layer.input_norm, s.rms_norm_eps), mode)
         q = _apply_rope(q.view(x.shape[0], s.num_heads, s.head_dim), cos, sin)
         k = _apply_rope(k.view(x.shape[0], s.num_kv_heads, s.head_dim), cos, sin)
         return q, k, v.view(x.shape[0], s.num_kv_heads, s.head_dim)
 
-    def prefill(self, slot_id: int, embeds: Tensor, start_pos: int, cache: SlotKVCache) -> Tensor:
+    def prefill(
+        self,
+        slot_id: int,
+        embeds: Tensor,
+        start_pos: int,
+        cache: SlotKVCache,
+        mode: str | None = None,
+    ) -> Tensor:
         """Run ``embeds`` (L, D) at positions ``start_pos..start_pos+L-1`` of slot ``slot_id``.
 
         Writes that range of the slot's K/V and attends causally to it and to the slot's
         earlier positions, so a long prompt may come in chunks. Returns final-normed hidden
-        states (L, D).
+        states (L, D). ``mode`` forces a linear mode (default: the table's largest size's).
         """
+        mode = mode or self.mode_for(len(self._mode_by_rows))
         num_tokens = embeds.shape[0]
         end_pos = start_pos + num_tokens
         cos = self.rope_cos[start_pos:end_pos, None]
@@ -309,7 +389,7 @@ class LlamaDecoder(nn.Module):
             mask, causal = k_pos[None, :] <= q_pos[:, None], False
         x = embeds
         for i, layer in enumerate(cast("list[_Layer]", self.layers)):
-            q, k, v = self._qkv(layer, x, cos, sin)
+            q, k, v = self._qkv(layer, x, cos, sin, mode)
             k_cache, v_cache = cache.kv[i, 0, slot_id], cache.kv[i, 1, slot_id]
             k_cache[:, start_pos:end_pos] = k.transpose(0, 1)
             v_cache[:, start_pos:end_pos] = v.transpose(0, 1)
@@ -322,17 +402,23 @@ class LlamaDecoder(nn.Module):
                 enable_gqa=self._gqa,
             )  # (1, heads, L, hd)
             attn = attn[0].transpose(0, 1).reshape(num_tokens, -1)
-            x = x + layer.o(attn)[0]
-            x = x + layer.mlp(x)
+            x = x + layer.o(attn, mode)[0]
+            x = x + layer.mlp(x, mode)
         return _rms_norm(x, self.norm, self.shape.rms_norm_eps)
 
     def decode(
-        self, slot_ids: Tensor, embeds: Tensor, positions: Tensor, cache: SlotKVCache
+        self,
+        slot_ids: Tensor,
+        embeds: Tensor,
+        positions: Tensor,
+        cache: SlotKVCache,
+        mode: str | None = None,
     ) -> Tensor:
         """One token for each row: ``embeds`` (B, D) at ``positions`` (B,) of ``slot_ids`` (B,).
 
         Slot ids must be distinct. Writes K/V at (slot, position) and attends to positions
-        0..position of the row's slot. Returns final-normed hidden states (B, D).
+        0..position of the row's slot. Returns final-normed hidden states (B, D). The linear
+        mode is the :attr:`mode_table`'s for B unless ``mode`` forces one.
 
         Attention reads the slots' K/V in place where it can. It runs over the view of slot
         range min(slot_ids)..max(slot_ids) and the first max(positions)+1 positions, with a mask
@@ -345,6 +431,7 @@ class LlamaDecoder(nn.Module):
         """
         s = self.shape
         num_rows = embeds.shape[0]
+        mode = mode or self.mode_for(num_rows)
         # Python ints for the views: one host read of two small tensors per step.
         slot_list = slot_ids.tolist()
         first_slot, last_slot = min(slot_list), max(slot_list)
@@ -370,7 +457,7 @@ class LlamaDecoder(nn.Module):
 
         x = embeds
         for i, layer in enumerate(cast("list[_Layer]", self.layers)):
-            q, k, v = self._qkv(layer, x, cos, sin)
+            q, k, v = self._qkv(layer, x, cos, sin, mode)
             k_cache, v_cache = cache.kv[i, 0], cache.kv[i, 1]
             k_cache[slot_ids, :, positions] = k
             v_cache[slot_ids, :, positions] = v
@@ -390,6 +477,6 @@ class LlamaDecoder(nn.Module):
             )  # (rows or range, heads, 1, hd)
             if rel is not None:
                 attn = attn[rel]
-            x = x + layer.o(attn.reshape(num_rows, -1))[0]
-            x = x + layer.mlp(x)
+            x = x + layer.o(attn.reshape(num_rows, -1), mode)[0]
+            x = x + layer.mlp(x, mode)
         return _rms_norm(x, self.norm, s.rms_norm_eps)

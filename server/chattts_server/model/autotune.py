@@ -1,0 +1,145 @@
+"""Pick the fastest linear mode per decode batch size, on the machine the server runs on.
+
+The oneDNN-packed fp32 matmul ran 2x faster than MKL's on one 2-core CPU and no faster on
+another; int8 and bf16 differ as much. So at warm-up each allowed mode is timed at each batch
+size the scheduler will use, and the decoder runs the fastest from then on. Under
+``--quantize auto`` a lossy mode competes only where its hidden states stay within the quality
+budget (SNR against the lossless mode on the same inputs), measured here on the loaded weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from .linear_modes import MODES
+
+if TYPE_CHECKING:
+    from .llama import LlamaDecoder, SlotKVCache
+
+log = logging.getLogger(__name__)
+
+_PROBE_TOKENS = 32
+
+
+def snr_db(reference: Tensor, other: Tensor) -> float:
+    """Signal-to-noise ratio of ``other`` against ``reference``, in dB (inf when equal)."""
+    ref = reference.double()
+    noise = (other.double() - ref).pow(2).sum().item()
+    signal = ref.pow(2).sum().item()
+    if noise == 0:
+        return float("inf")
+    return 10.0 * float(torch.log10(torch.tensor(signal / noise)))
+
+
+@dataclass
+class AutotuneResult:
+    """What autotune measured and chose."""
+
+    table: dict[int, str]
+    """Decode batch size -> the mode the decoder now uses for it."""
+    ms: dict[int, dict[str, float]] = field(default_factory=dict)
+    """Decode batch size -> mode -> median ms per decode step."""
+    snr_db: dict[str, float] = field(default_factory=dict)
+    """Mode -> hidden-state SNR against the lossless reference (where measured)."""
+    excluded: dict[str, str] = field(default_factory=dict)
+    """Mode -> why it did not compete (over the quality budget)."""
+
+    def format(self) -> str:
+        modes = sorted({m for row in self.ms.values() for m in row}, key=list(MODES).index)
+        head = "batch " + " ".join(f"{m:>12}" for m in modes) + "  chosen"
+        rows = [
+            f"{b:>5} "
+            + " ".join(f"{self.ms[b].get(m, float('nan')):>9.2f} ms" for m in modes)
+            + f"  {self.table[b]}"
+            for b in sorted(self.ms)
+        ]
+        notes = [f"{m}: SNR {v:.1f} dB" for m, v in self.snr_db.items()]
+        notes += [f"{m} excluded: {why}" for m, why in self.excluded.items()]
+        return "\n".join([head, *rows, *notes])
+
+
+def measure_snr(
+    decoder: LlamaDecoder, cache: SlotKVCache, probe: Tensor, reference: str, modes: list[str]
+) -> dict[str, float]:
+    """Hidden-state SNR of each mode against ``reference`` for one prefill of ``probe``."""
+    expected = decoder.prefill(0, probe, 0, cache, mode=reference)
+    return {m: snr_db(expected, decoder.prefill(0, probe, 0, cache, mode=m)) for m in modes}
+
+
+def time_modes(
+    decoder: LlamaDecoder, cache: SlotKVCache, batch: int, modes: list[str], steps: int
+) -> dict[str, float]:
+    """Median ms per decode step of ``batch`` rows for each mode, the modes called in turn so
+    that load from elsewhere on the machine hits them alike."""
+    device, dtype = cache.kv.device, cache.kv.dtype
+    slots = torch.arange(batch, device=device)
+    context = min(64, cache.max_tokens - 1)
+    positions = torch.full((batch,), context, dtype=torch.long, device=device)
+    x = torch.randn(batch, decoder.shape.hidden_size, device=device, dtype=dtype)
+
+    def step(mode: str) -> float:
+        t0 = time.perf_counter()
+        decoder.decode(slots, x, positions, cache, mode=mode)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return (time.perf_counter() - t0) * 1e3
+
+    for mode in modes:  # first calls pay for lazy initialisation
+        step(mode)
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(steps):
+        for mode in modes:
+            times[mode].append(step(mode))
+    return {m: statistics.median(ts) for m, ts in times.items()}
+
+
+@torch.inference_mode()
+def autotune(
+    decoder: LlamaDecoder,
+    batch_sizes: list[int],
+    cache: SlotKVCache,
+    probe: Tensor | None,
+    min_snr_db: float,
+    steps: int,
+) -> AutotuneResult:
+    sizes = sorted(set(batch_sizes))
+    if not sizes or sizes[-1] > cache.num_slots:
+        raise ValueError(f"batch sizes {sizes} need 1..{cache.num_slots} slots")
+    candidates = decoder.modes
+    result = AutotuneResult(table={})
+    lossless = [m for m in candidates if MODES[m].lossless]
+    lossy = [m for m in candidates if not MODES[m].lossless]
+    if decoder.quantize == "auto" and lossless and lossy:
+        if probe is None:
+            generator = torch.Generator().manual_seed(0)
+            probe = torch.randn(_PROBE_TOKENS, decoder.shape.hidden_size, generator=generator)
+        probe = probe[: cache.max_tokens].to(device=cache.kv.device, dtype=cache.kv.dtype)
+        result.snr_db = measure_snr(decoder, cache, probe, lossless[0], lossy)
+        for mode, snr in result.snr_db.items():
+            if snr < min_snr_db:
+                result.excluded[mode] = f"hidden-state SNR {snr:.1f} dB < {min_snr_db:g} dB"
+        candidates = [m for m in candidates if m not in result.excluded]
+    started = time.perf_counter()
+    for batch in sizes:
+        ms = time_modes(decoder, cache, batch, candidates, steps) if len(candidates) > 1 else {}
+        result.ms[batch] = ms
+        result.table[batch] = min(ms, key=ms.__getitem__) if ms else candidates[0]
+    before = decoder.weight_bytes()
+    decoder.set_mode_table(result.table)
+    decoder.keep_modes(set(result.table.values()))
+    log.info(
+        "linear-mode autotune (--quantize %s, %.1f s; weights %.0f -> %.0f MiB):\n%s",
+        decoder.quantize,
+        time.perf_counter() - started,
+        before / 2**20,
+        decoder.weight_bytes() / 2**20,
+        result.format(),
+    )
+    return result

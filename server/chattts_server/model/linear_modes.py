@@ -1,0 +1,232 @@
+"""Linear-layer kernels for the GPT's projections: the same ``x @ W.T + b`` in several formats.
+
+A *mode* names one way to hold a weight and run the matmul. The decoder keeps the weights of
+every allowed mode and picks one per decode batch size (see ``model/autotune.py``): what wins
+on one CPU loses on another, so the choice is timed on the machine itself.
+
+| mode          | weight                        | activations                         | family |
+|---------------|-------------------------------|-------------------------------------|--------|
+| dense         | model dtype, ``F.linear``     | model dtype                         | none   |
+| dense-onednn  | model dtype, oneDNN-packed    | model dtype                         | none   |
+| bf16          | bf16, oneDNN-packed (AMX)     | cast to bf16 in, back to fp32 out   | bf16   |
+| int8          | int8 per output channel, fbgemm | quantized per call (uint8, dynamic) | int8 |
+| int8-onednn   | int8 per output channel, oneDNN | quantized per call (uint8, dynamic) | int8 |
+| int8-wo       | int8 per output channel       | bf16 (weight-only quantization)     | int8   |
+
+``--quantize`` names the families allowed: ``none`` (lossless), ``bf16``, ``int8``, or ``auto``
+(every family, each lossy mode only if it keeps the hidden state within the quality budget).
+Lossy modes exist only on CPU with an fp32 model: the residual stream, norms, attention and the
+KV cache stay fp32; only the matmul inputs and weights change format.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+QUANTIZE_CHOICES = ("none", "bf16", "int8", "auto")
+
+# Batch size oneDNN packs the weights for; measured to matter little between 1 and 64.
+_ONEDNN_BATCH_HINT = 16
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags of /proc/cpuinfo (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def onednn_available() -> bool:
+    """Whether this torch build has the oneDNN linear ops used for packed weights."""
+    ops = torch.ops.mkldnn
+    return (
+        torch.backends.mkldnn.is_available()
+        and hasattr(ops, "_reorder_linear_weight")
+        and hasattr(ops, "_linear_pointwise")
+    )
+
+
+def _bf16_fast() -> bool:
+    # oneDNN runs bf16 matmuls natively with AMX or AVX512-BF16; elsewhere it emulates them.
+    return onednn_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def _int8_engine(engine: str) -> bool:
+    return engine in torch.backends.quantized.supported_engines
+
+
+class DenseLinear(nn.Module):
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class OneDNNLinear(nn.Module):
+    """Weight in oneDNN's packed layout, run by ``torch.ops.mkldnn._linear_pointwise`` (the op
+    torch's inductor uses for CPU linears). ``compute_dtype`` other than the input's (bf16 on an
+    fp32 model) casts the input in and the output back."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, compute_dtype: torch.dtype) -> None:
+        super().__init__()
+        w = weight.to(compute_dtype).contiguous()
+        self.register_buffer(
+            "weight", torch.ops.mkldnn._reorder_linear_weight(w, _ONEDNN_BATCH_HINT)
+        )
+        self.register_buffer("bias", None if bias is None else bias.to(compute_dtype))
+        self.compute_dtype = compute_dtype
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch.ops.mkldnn._linear_pointwise(
+            x.to(self.compute_dtype), self.weight, self.bias, "none", [], ""
+        )
+        return y.to(x.dtype)
+
+
+def _int8_per_channel(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Symmetric int8 per output channel: (int8 weight (N, K), fp32 scales (N,))."""
+    w = weight.float()
+    scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scales
+
+
+class DynamicInt8Linear(nn.Module):
+    """``torch.ops.quantized.linear_dynamic``: int8 weights per output channel, the input
+    quantized to uint8 (one scale per call) on the fly, int32 accumulation, fp32 out.
+
+    The packed weight belongs to the quantized engine it was packed under (fbgemm: AVX2/AVX512
+    kernels; onednn: VNNI/AMX int8). ``reduce_range`` (7-bit activations) avoids the int16
+    overflow of fbgemm's pre-VNNI kernels; with VNNI the full 8 bits are safe and 4 dB better.
+    """
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, engine: str) -> None:
+        super().__init__()
+        q, scales = _int8_per_channel(weight)
+        zero = torch.zeros(q.shape[0], dtype=torch.long)
+        qweight = torch._make_per_channel_quantized_tensor(q, scales.double(), zero, 0)
+        previous = torch.backends.quantized.engine
+        try:
+            torch.backends.quantized.engine = engine
+            self.packed = torch.ops.quantized.linear_prepack(
+                qweight, None if bias is None else bias.float()
+            )
+        finally:
+            torch.backends.quantized.engine = previous
+        vnni = bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
+        self.reduce_range = engine == "fbgemm" and not vnni
+        self.nbytes = q.numel() + 4 * scales.numel()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
+
+
+class WeightOnlyInt8Linear(nn.Module):
+    """``torch._weight_int8pack_mm``: int8 weights per output channel, bf16 activations (its
+    fp32 path is scalar and slow); dequantizes inside the kernel. Fast for small batches."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        q, scales = _int8_per_channel(weight)
+        self.register_buffer("weight", q)
+        self.register_buffer("scales", scales.to(torch.bfloat16))
+        self.register_buffer("bias", None if bias is None else bias.float())
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.weight, self.scales).to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+
+@dataclass(frozen=True)
+class LinearMode:
+    name: str
+    family: str
+    """'none' (lossless), 'bf16' or 'int8': what --quantize names."""
+    build: Callable[[Tensor, Tensor | None], nn.Module]
+    available: Callable[[torch.device, torch.dtype], bool]
+    fuse: bool = True
+    """Stack projections that share an input (Q/K/V, gate/up) into one matmul."""
+
+    @property
+    def lossless(self) -> bool:
+        return self.family == "none"
+
+
+def _cpu_fp32(device: torch.device, dtype: torch.dtype) -> bool:
+    return device.type == "cpu" and dtype == torch.float32
+
+
+MODES: dict[str, LinearMode] = {
+    m.name: m
+    for m in [
+        # MKL ran the stacked Q/K/V and gate/up matrices ~10% slower than separate ones on CPU.
+        LinearMode("dense", "none", DenseLinear, lambda d, t: True, fuse=False),
+        LinearMode(
+            "dense-onednn",
+            "none",
+            lambda w, b: OneDNNLinear(w, b, w.dtype),
+            lambda d, t: (
+                d.type == "cpu" and t in (torch.float32, torch.bfloat16) and onednn_available()
+            ),
+        ),
+        LinearMode(
+            "bf16",
+            "bf16",
+            lambda w, b: OneDNNLinear(w, b, torch.bfloat16),
+            lambda d, t: _cpu_fp32(d, t) and _bf16_fast(),
+        ),
+        LinearMode(
+            "int8",
+            "int8",
+            lambda w, b: DynamicInt8Linear(w, b, "fbgemm"),
+            lambda d, t: _cpu_fp32(d, t) and _int8_engine("fbgemm"),
+        ),
+        LinearMode(
+            "int8-onednn",
+            "int8",
+            lambda w, b: DynamicInt8Linear(w, b, "onednn"),
+            lambda d, t: _cpu_fp32(d, t) and _int8_engine("onednn"),
+        ),
+        LinearMode(
+            "int8-wo",
+            "int8",
+            WeightOnlyInt8Linear,
+            lambda d, t: _cpu_fp32(d, t) and hasattr(torch, "_weight_int8pack_mm") and _bf16_fast(),
+        ),
+    ]
+}
+
+
+def modes_for(quantize: str, device: torch.device, dtype: torch.dtype) -> list[str]:
+    """The modes ``--quantize`` allows on this device and dtype, lossless first."""
+    if quantize not in QUANTIZE_CHOICES:
+        raise ValueError(f"quantize must be one of {QUANTIZE_CHOICES}, got {quantize!r}")
+    names = [
+        m.name
+        for m in MODES.values()
+        if m.available(device, dtype) and (quantize == "auto" or m.family == quantize)
+    ]
+    if not names:
+        raise ValueError(f"--quantize {quantize} has no kernel for {device.type}/{dtype}")
+    return names
+
+
+def module_bytes(module: nn.Module) -> int:
+    """Bytes a kernel's weights take (buffers, or the packed int8 weight)."""
+    total = sum(b.numel() * b.element_size() for b in module.buffers())
+    return total + int(getattr(module, "nbytes", 0))
