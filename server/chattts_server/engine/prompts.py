@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..model.loader import ChatTTSModules
-from .numbers import register_number_normalizers
+from ..text.normalize import TextNormalizer, language
 from .types import InvalidRequestError, VoiceKind, VoiceSpec
 
 DEFAULT_VOICE_SEED = 2
@@ -33,15 +33,30 @@ class PromptBuilder:
         self.m = modules
         self.device = device
         self.num_vq = modules.shapes.embed.num_vq
-        register_number_normalizers(modules.normalizer)
+        # Numbers, units and symbols spelled out before ChatTTS's own normalizer, which would
+        # drop every digit (text/normalize.py); loaded now, not on the first request.
+        self.spell = TextNormalizer()
+        self.spell.warm_up()
+        self._transcripts: dict[str, str] = {}
         self._speaker_cache: dict[tuple[str, int, str], torch.Tensor] = {}
         self._reference_cache: dict[str, torch.Tensor] = {}
 
-    def normalize(self, text: str) -> str:
-        normalized = self.m.normalizer(text, True, True, None)
+    def normalize(self, text: str, field_name: str = "text") -> str:
+        spelled = self.spell(text)
+        normalized = self.m.normalizer(spelled, True, True, language(spelled))
         if not normalized.strip():
-            raise InvalidRequestError("text", "nothing speakable is left after normalization")
+            raise InvalidRequestError(field_name, "nothing speakable is left after normalization")
         return str(normalized)
+
+    def transcript(self, voice: VoiceSpec) -> str:
+        """A reference clip's transcript, normalized like the text it prompts."""
+        cached = self._transcripts.get(voice.transcript)
+        if cached is None:
+            cached = self.normalize(voice.transcript, "config.voice.reference.transcript")
+            if len(self._transcripts) > 64:
+                self._transcripts.clear()
+            self._transcripts[voice.transcript] = cached
+        return cached
 
     def reference_codes(self, voice: VoiceSpec) -> torch.Tensor:
         """(num_vq, T) DVAE codes of a reference clip, as `Chat.sample_audio_speaker` makes them."""
@@ -90,7 +105,7 @@ class PromptBuilder:
             # Upstream's spk_smp/txt_smp path: [Stts][empty_spk]{transcript}[speed_N]{text}[Ptts]
             # followed by the clip's audio codes.
             decorated = m.speaker.decorate_code_prompts(
-                [text], f"[speed_{speed}]", voice.transcript, None
+                [text], f"[speed_{speed}]", self.transcript(voice), None
             )
             input_ids, _, text_mask = m.tokenizer.encode(
                 decorated, self.num_vq, prompt=self.reference_codes(voice), device=self.device

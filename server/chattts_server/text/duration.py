@@ -21,9 +21,9 @@ CJK_CHARS_PER_S = 4.0
 """Chinese characters a second: the slow end of ChatTTS's 4-5."""
 LATIN_CHARS_PER_S = 12.0
 """English letters and spaces a second: the slow end of ChatTTS's 12-15."""
-DIGIT_S = {"zh": 0.3, "en": 0.4}
+DIGIT_S = {"zh": 0.3, "en": 0.3}
 """A digit before normalization (a year, a distance) becomes words: 1-2 syllables in Chinese,
-about 5 letters in English."""
+about 4 letters in English."""
 PAUSE_S = {
     "[uv_break]": 0.4,
     "[v_break]": 0.4,
