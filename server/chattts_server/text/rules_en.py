@@ -202,6 +202,8 @@ def _phone(m: re.Match[str]) -> str:
     return ", ".join(spoken)
 
 
+_GROUPED = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w,]|\.\d)")
+
 # -- small symbols --------------------------------------------------------------------------
 _SMALL = (
     (re.compile(r"\bNo\.\s?(?=\d)"), "number "),
@@ -222,6 +224,8 @@ RULES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] 
     (_CLOCK, _clock),
     (_HOUR_AMPM, _hour_ampm),
     (_ROAD, _road),
+    # WeTextProcessing reads "1,234" as "thousand two hundred ..." (no "one").
+    (_GROUPED, lambda m: decimal(m.group().replace(",", ""))),
 )
 
 
