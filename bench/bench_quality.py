@@ -1,0 +1,190 @@
+"""Quality budget of the GPT's linear modes: what int8 and bf16 weights cost against fp32.
+
+Teacher-forced, so that every mode sees the same inputs: the fp32 reference ('dense') prefills a
+prompt and decodes greedily for --steps steps; every mode then prefills the same prompt and is
+fed the reference's codes step by step. Per mode:
+
+- hidden SNR: the final-normed last hidden state (what the Decoder consumes) against fp32, dB;
+- mel SNR: ChatTTS's Decoder run on those hidden states, against the Decoder on fp32's, dB;
+- code agreement: how often the mode's greedy codes equal fp32's at the same step (all 4
+  codebooks), a measure of how often sampling could differ;
+- within budget: hidden SNR >= 30 dB, the bar `--quantize auto` applies at warm-up;
+- decode ms: one decode step at batch 1 and batch 16, the modes timed in turn.
+
+Full-size dev model (random weights at the official shapes) unless --smoke (tiny model, a few
+steps, output in a temporary folder). Random weights are not trained weights: real checkpoints
+have outlier activations that dynamic int8 quantization handles worse; re-run this with
+--model-dir on the official assets before trusting int8 there (the server re-checks the SNR on
+the loaded weights at warm-up anyway).
+
+Writes <out>/quality.md.
+
+Usage: python bench/bench_quality.py [--steps 200] [--prompt-tokens 40] [--modes ...]
+       [--time-batches 1,16] [--model-dir DIR] [--out bench/results] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "server"), str(REPO / "client")]
+
+from chattts_server.model.autotune import snr_db  # noqa: E402
+from chattts_server.model.dev_assets import build_dev_assets  # noqa: E402
+from chattts_server.model.linear_modes import MODES, modes_for  # noqa: E402
+from chattts_server.model.llama import LlamaDecoder, SlotKVCache  # noqa: E402
+from chattts_server.model.loader import load_chattts  # noqa: E402
+from chattts_server.model.vocoders import decode_mel  # noqa: E402
+
+BUDGET_DB = 30.0
+REFERENCE = "dense"
+
+
+def run_mode(
+    llama: LlamaDecoder,
+    cache: SlotKVCache,
+    mode: str,
+    prompt: torch.Tensor,
+    head_code: torch.Tensor,
+    emb_code: torch.Tensor,
+    forced: torch.Tensor | None,
+    steps: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prefill `prompt`, then `steps` decode steps fed `forced` codes (greedy when None).
+    Returns hidden states (steps, D) and the greedy codes (steps, num_vq) at each step."""
+    num_vq = head_code.shape[0]
+    hidden = llama.prefill(0, prompt, 0, cache, mode=mode)[-1:]
+    hiddens, codes = [], []
+    for step in range(steps):
+        hiddens.append(hidden[0])
+        logits = torch.einsum("bd,qvd->bqv", hidden.float(), head_code)  # (1, num_vq, V)
+        greedy = logits.argmax(-1)[0]  # (num_vq,)
+        codes.append(greedy)
+        feed = greedy if forced is None else forced[step]
+        x = emb_code[torch.arange(num_vq), feed].sum(0, keepdim=True)
+        position = torch.tensor([prompt.shape[0] + step])
+        hidden = llama.decode(torch.tensor([0]), x, position, cache, mode=mode)
+    return torch.stack(hiddens), torch.stack(codes)
+
+
+def time_decode(
+    llama: LlamaDecoder, cache: SlotKVCache, modes: list[str], batch: int, steps: int
+) -> dict[str, float]:
+    slots = torch.arange(batch)
+    positions = torch.full((batch,), min(60, cache.max_tokens - 1))
+    x = torch.randn(batch, llama.shape.hidden_size) * 0.1
+    for mode in modes:
+        llama.decode(slots, x, positions, cache, mode=mode)
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for _ in range(steps):
+        for mode in modes:
+            t0 = time.perf_counter()
+            llama.decode(slots, x, positions, cache, mode=mode)
+            times[mode].append((time.perf_counter() - t0) * 1e3)
+    return {m: statistics.median(v) for m, v in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200, help="teacher-forced decode steps")
+    parser.add_argument("--prompt-tokens", type=int, default=40)
+    parser.add_argument("--modes", default="", help="comma list (default: every one available)")
+    parser.add_argument(
+        "--time-batches", default="1,16", help="decode batches to time; empty: none"
+    )
+    parser.add_argument("--time-steps", type=int, default=8)
+    parser.add_argument("--model-dir", default="", help="official assets (default: full dev model)")
+    parser.add_argument("--cache", default=str(REPO / ".cache" / "dev-models"))
+    parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    parser.add_argument("--smoke", action="store_true", help="tiny model, 12 steps, temp output")
+    args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.prompt_tokens, args.time_steps = 12, 8, 2
+        args.out = tempfile.mkdtemp(prefix="bench_quality-")
+        model_dir = build_dev_assets("tiny", args.cache)
+    else:
+        model_dir = Path(args.model_dir) if args.model_dir else build_dev_assets("full", args.cache)
+
+    torch.manual_seed(0)
+    device, dtype = torch.device("cpu"), torch.float32
+    modules = load_chattts(model_dir, device, dtype)
+    modes = args.modes.split(",") if args.modes else modes_for("auto", device, dtype)
+    modes = [REFERENCE, *(m for m in modes if m != REFERENCE)]
+    llama = LlamaDecoder.from_state_dict(
+        modules.gpt_config, modules.gpt_state_dict, device, dtype, modes=modes
+    )
+    batches = [int(b) for b in args.time_batches.split(",") if b]
+    max_tokens = args.prompt_tokens + args.steps + 8
+    cache = SlotKVCache(llama.shape, max([1, *batches]), max_tokens, device, dtype)
+    embed = modules.embed
+    head_code = torch.stack([h.weight.detach().float() for h in embed.head_code])
+    emb_code = torch.stack([e.weight.detach().float() for e in embed.emb_code])
+    num_text = embed.emb_text.weight.shape[0]
+    prompt_ids = torch.randint(0, num_text, (args.prompt_tokens,))
+    prompt = embed.emb_text.weight.detach().float()[prompt_ids]
+
+    rows = []
+    with torch.inference_mode():
+        ref_hidden, ref_codes = run_mode(
+            llama, cache, REFERENCE, prompt, head_code, emb_code, None, args.steps
+        )
+        ref_mel = decode_mel(modules.decoder, ref_hidden.T[None].float())
+        for mode in modes:
+            t0 = time.perf_counter()
+            hidden, codes = run_mode(
+                llama, cache, mode, prompt, head_code, emb_code, ref_codes, args.steps
+            )
+            mel = decode_mel(modules.decoder, hidden.T[None].float())
+            agree = (codes == ref_codes).all(-1).float().mean().item()
+            h_snr, m_snr = snr_db(ref_hidden, hidden), snr_db(ref_mel, mel)
+            rows.append((mode, h_snr, m_snr, agree, llama.weight_bytes(mode)))
+            print(
+                f"{mode:>13}: hidden SNR {h_snr:6.1f} dB, mel SNR {m_snr:6.1f} dB, "
+                f"codes agree {100 * agree:5.1f}% ({time.perf_counter() - t0:.1f} s)",
+                flush=True,
+            )
+        timing = {b: time_decode(llama, cache, modes, b, args.time_steps) for b in batches}
+
+    lines = [
+        "# Linear-mode quality budget",
+        "",
+        f"Model: {'tiny dev (smoke)' if args.smoke else model_dir}; {args.prompt_tokens}-token "
+        f"prompt, {args.steps} teacher-forced decode steps at batch 1, every mode fed fp32's "
+        f"greedy codes. Budget: hidden-state SNR >= {BUDGET_DB:g} dB (what `--quantize auto` "
+        f"allows). Command: `python {' '.join(sys.argv)}`",
+        "",
+        "| mode | family | hidden SNR dB | mel SNR dB | greedy codes = fp32 | within budget "
+        "| weights MiB | " + " | ".join(f"decode B={b} ms" for b in batches) + " |",
+        "|---" * (7 + len(batches)) + "|",
+    ]
+    for mode, h_snr, m_snr, agree, nbytes in rows:
+        ok = "yes" if h_snr >= BUDGET_DB else "no"
+        cells = "".join(f" {timing[b][mode]:.1f} |" for b in batches)
+        lines.append(
+            f"| {mode} | {MODES[mode].family} | {h_snr:.1f} | {m_snr:.1f} | {100 * agree:.1f}% "
+            f"| {ok} | {nbytes / 2**20:.0f} |{cells}"
+        )
+    lines += [
+        "",
+        "SNR is 10 log10(sum ref^2 / sum (x - ref)^2) over all steps; 'inf' means bit-equal. "
+        "int8 modes quantize the input per call (one scale for the whole batch), so their error "
+        "at batch 16 can differ from batch 1's.",
+        "",
+    ]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "quality.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    print(f"wrote {out / 'quality.md'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Linear modes of the GPT (model/linear_modes.py) and the warm-up autotune (model/autotune.py).
+
+Each mode's forward is held against transformers' LlamaModel (fp32) on the same weights, as an
+SNR of the hidden states, with these tolerances:
+
+| mode                 | tiny model (2 layers) | one full-size layer (768/3072/12 heads) |
+|----------------------|-----------------------|-----------------------------------------|
+| dense, dense-onednn  | atol/rtol 1e-4        | atol/rtol 1e-4                          |
+| bf16                 | >= 40 dB              | >= 40 dB                                |
+| int8, int8-onednn    | >= 30 dB              | >= 30 dB                                |
+| int8-wo              | >= 30 dB              | >= 30 dB                                |
+
+(Observed: bf16 ~50 dB, int8 ~40 dB; the full 20-layer figures are in bench/results/quality.md.)
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaModel
+
+from chattts_server.model.autotune import snr_db
+from chattts_server.model.linear_modes import MODES, modes_for
+from chattts_server.model.llama import LlamaDecoder, LlamaShape, SlotKVCache
+
+CPU, FP32 = torch.device("cpu"), torch.float32
+AVAILABLE = modes_for("auto", CPU, FP32)
+MIN_SNR_DB = {"bf16": 40.0, "int8": 30.0}
+
+
+def _config(hidden: int, inter: int, heads: int, layers: int) -> LlamaConfig:
+    return LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        num_hidden_layers=layers,
+        max_position_embeddings=128,
+        vocab_size=8,
+    )
+
+
+def _reference(config: LlamaConfig, scale: float) -> LlamaModel:
+    torch.manual_seed(0)
+    ref = LlamaModel(config).eval()
+    with torch.no_grad():
+        for name, p in ref.named_parameters():
+            p.copy_(
+                1 + 0.1 * torch.randn_like(p) if "norm" in name else scale * torch.randn_like(p)
+            )
+    return ref
+
+
+def _check(mode: str, expected: torch.Tensor, got: torch.Tensor) -> None:
+    if MODES[mode].lossless:
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    else:
+        snr = snr_db(expected, got)
+        assert snr >= MIN_SNR_DB[MODES[mode].family], f"{mode}: SNR {snr:.1f} dB"
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(128, 256, 4, 2, 0.1), (768, 3072, 12, 1, 0.02)],
+    ids=["tiny", "full-size-layer"],
+)
+@pytest.mark.parametrize("mode", AVAILABLE)
+@torch.inference_mode()
+def test_mode_matches_llama_model(mode: str, shape: tuple[int, int, int, int, float]) -> None:
+    hidden, inter, heads, layers, scale = shape
+    config = _config(hidden, inter, heads, layers)
+    ref = _reference(config, scale)
+    ours = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, modes=[mode])
+    cache = SlotKVCache(LlamaShape.from_config(config), 2, 64, CPU, FP32)
+    seq = torch.randn(13, hidden)
+    expected = ref(inputs_embeds=seq[None]).last_hidden_state[0]
+    _check(mode, expected[:12], ours.prefill(1, seq[:12], 0, cache))
+    step = ours.decode(torch.tensor([1]), seq[12:], torch.tensor([12]), cache)
+    _check(mode, expected[12:], step)
+
+
+def test_quantize_names_the_families() -> None:
+    assert {MODES[m].family for m in modes_for("none", CPU, FP32)} == {"none"}
+    assert set(modes_for("auto", CPU, FP32)) >= set(modes_for("none", CPU, FP32))
+    for family in ("bf16", "int8"):
+        names = [m for m in AVAILABLE if MODES[m].family == family]
+        if names:
+            assert modes_for(family, CPU, FP32) == names
+    # Lossy modes exist only for an fp32 model on CPU.
+    assert {MODES[m].family for m in modes_for("auto", CPU, torch.bfloat16)} == {"none"}
+    with pytest.raises(ValueError):
+        modes_for("int4", CPU, FP32)
+
+
+def _tiny_decoder(quantize: str) -> tuple[LlamaDecoder, SlotKVCache]:
+    config = _config(128, 256, 4, 2)
+    ref = _reference(config, 0.1)
+    ours = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, quantize=quantize)
+    return ours, SlotKVCache(LlamaShape.from_config(config), 8, 96, CPU, FP32)
+
+
+def test_autotune_picks_a_valid_mode_per_batch_size_logs_it_and_frees_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ours, cache = _tiny_decoder("auto")
+    built = ours.modes
+    before = ours.weight_bytes()
+    with caplog.at_level(logging.INFO, logger="chattts_server.model.autotune"):
+        result = ours.autotune([1, 2, 4, 8], cache, steps=2)
+    assert set(result.table) == {1, 2, 4, 8}
+    assert set(result.table.values()) <= set(built)
+    assert ours.mode_table == result.table
+    assert all(set(result.ms[b]) <= set(built) for b in result.table)
+    assert all(result.table[b] == min(result.ms[b], key=result.ms[b].get) for b in result.table)
+    assert set(ours.modes) == set(result.table.values())
+    assert ours.weight_bytes() <= before
+    assert set(result.snr_db) == {m for m in built if not MODES[m].lossless}
+    logged = caplog.text
+    assert "linear-mode autotune" in logged
+    for batch, mode in result.table.items():
+        assert f"  {mode}" in logged and f"\n{batch:>5} " in logged
+    # The tuned decoder still computes the same function (lossy modes within budget).
+    with torch.inference_mode():
+        x = torch.randn(3, 128)
+        ours.decode(torch.arange(3), x, torch.tensor([5, 6, 7]), cache)
+
+
+def test_auto_excludes_modes_under_the_quality_budget() -> None:
+    ours, cache = _tiny_decoder("auto")
+    result = ours.autotune([1, 4], cache, min_snr_db=300.0, steps=1)
+    lossy = {m for m in AVAILABLE if not MODES[m].lossless}
+    assert set(result.excluded) == lossy
+    assert all(MODES[m].lossless for m in result.table.values())
+
+
+def test_forced_int8_builds_only_int8_weights_and_reports_their_size(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    if "int8" not in AVAILABLE:
+        pytest.skip("no fbgemm int8 engine in this torch build")
+    with caplog.at_level(logging.INFO, logger="chattts_server.model.llama"):
+        ours, cache = _tiny_decoder("int8")
+    assert {MODES[m].family for m in ours.modes} == {"int8"}
+    assert "GPT linear weights (int8)" in caplog.text
+    dense, _ = _tiny_decoder("none")
+    # int8 weights take about a quarter of fp32's (plus per-channel scales).
+    assert ours.weight_bytes("int8") < 0.3 * dense.weight_bytes("dense")
+    result = ours.autotune([1, 2], cache, steps=1)
+    assert not result.snr_db  # forced: no budget check
+    assert set(result.table.values()) <= {m for m in AVAILABLE if MODES[m].family == "int8"}
+
+
+def test_mode_table_lookup_takes_the_smallest_size_at_least_the_batch() -> None:
+    ours, _ = _tiny_decoder("none")
+    a, b = ours.modes[0], ours.modes[-1]
+    ours.set_mode_table({1: a, 4: b, 16: a})
+    assert [ours.mode_for(n) for n in (1, 2, 3, 4, 5, 16, 40)] == [a, b, b, b, a, a, a]
+    with pytest.raises(ValueError):
+        ours.set_mode_table({1: "int4"})
