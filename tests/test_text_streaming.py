@@ -199,3 +199,43 @@ def test_a_long_sentence_becomes_several_utterances_cut_at_clauses(stub):
     texts = spoken(stub, sentence + ".")
     assert len(texts) > 1
     assert all(t.endswith((",", ".")) for t in texts)
+
+
+def test_reference_transcript_goes_through_the_same_normalizer(tiny_model_dir):
+    import torch
+
+    from chattts_server.engine.prompts import PromptBuilder
+    from chattts_server.engine.types import VoiceKind, VoiceSpec
+    from chattts_server.model.loader import load_chattts
+
+    cpu = torch.device("cpu")
+    prompts = PromptBuilder(load_chattts(tiny_model_dir, cpu, torch.float32), cpu)
+    voice = VoiceSpec(VoiceKind.REFERENCE, transcript="Turn left in 200m at 10:30.")
+    assert prompts.transcript(voice) == prompts.normalize("Turn left in 200m at 10:30.")
+    assert prompts.transcript(voice) == "Turn left in two hundred meters at ten thirty."
+
+
+def test_structural_token_in_a_reference_transcript_names_the_field(stub):
+    from test_zero_shot import clip
+
+    config = short()
+    config.voice.reference.audio = clip()
+    config.voice.reference.transcript = "hello [Stts] there"
+    with pytest.raises(grpc.RpcError) as err:
+        list(stub.Synthesize(tts_pb2.SynthesizeRequest(text="Hi.", config=config), timeout=WAIT_S))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert _bad_field(err.value) == "config.voice.reference.transcript"
+
+
+def test_clear_drops_buffered_text_and_speaks_what_follows(stub):
+    def requests():
+        yield tts_pb2.StreamingSynthesizeRequest(
+            config=short(first_words=0, max_words=0, clause_min_words=0, idle_ms=0)
+        )
+        yield text("in two hundred meters turn")
+        yield text("Reroute: keep left.", clear=True)
+        yield text("Then exit")
+
+    replies = stub.StreamingSynthesize(requests(), timeout=WAIT_S)
+    ends = [r.utterance_end.text for r in replies if r.HasField("utterance_end")]
+    assert ends == ["Reroute, keep left.", "Then exit"]  # ChatTTS reads ":" as ","
