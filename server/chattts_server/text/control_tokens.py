@@ -47,9 +47,9 @@ def is_allowed(token: str) -> bool:
     if token in WORD_CONTROLS:
         return True
     m = _LEVEL.fullmatch(token)
-    return (
-        bool(m) and m.group(1) in LEVEL_CONTROLS and int(m.group(2)) <= LEVEL_CONTROLS[m.group(1)]
-    )
+    if m is None or m.group(1) not in LEVEL_CONTROLS:
+        return False
+    return int(m.group(2)) <= LEVEL_CONTROLS[m.group(1)]
 
 
 def is_forbidden(token: str) -> bool:
@@ -57,7 +57,7 @@ def is_forbidden(token: str) -> bool:
     if token in STRUCTURAL or _UNUSED.fullmatch(token):
         return True
     m = _LEVEL.fullmatch(token)
-    return bool(m) and m.group(1) in LEVEL_CONTROLS and not is_allowed(token)
+    return m is not None and m.group(1) in LEVEL_CONTROLS and not is_allowed(token)
 
 
 def first_forbidden(text: str) -> str | None:
