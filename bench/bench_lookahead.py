@@ -292,7 +292,7 @@ def main() -> None:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="seconds: tiny dev model, 24 tokens, 2 lookaheads, 1 repeat; a temp dir unless --out",
+        help="seconds: tiny dev model, 24 tokens, 2 lookaheads, 1 repeat, 1 thread; a temp dir unless --out",
     )
     args = parser.parse_args()
     if args.smoke:
@@ -300,6 +300,8 @@ def main() -> None:
 
         args.model_dir = str(build_dev_assets("tiny", REPO / ".cache" / "dev-models"))
         args.tokens, args.lookaheads, args.repeats = 24, "0,4", 1
+        # One thread: on a busy machine, spinning OpenMP workers made chunks 100x slower.
+        args.threads = 1
         if args.out is None:
             with tempfile.TemporaryDirectory(prefix="bench-lookahead-smoke-") as tmp:
                 args.out = tmp
