@@ -18,7 +18,8 @@ fetch "transformers==4.57.6" "tokenizers==0.22.2" "vocos==0.1.0" "vector-quantiz
   "einx==0.4.3" frozendict loguru torch-einops-utils "pybase16384==0.3.9" "grpcio==1.85.3" \
   "grpcio-health-checking==1.85.1" "grpcio-reflection==1.85.1" "grpcio-status==1.85.3" \
   googleapis-common-protos "protobuf==7.36.2" "soxr==1.1.0" "soundfile==0.14.0" "av==18.1.0" \
-  "safetensors==0.8.0" "huggingface-hub<1.0" num2words docopt cn2an proces
+  "safetensors==0.8.0" "huggingface-hub<1.0" num2words docopt cn2an proces \
+  "wetext==0.1.8" "kaldifst==1.8.3" contractions textsearch anyascii pyahocorasick
 # ChatTTS and encodec publish only sdists: build pure-Python wheels from them here.
 python3 -m pip wheel -q --no-deps -w .whl "chattts==0.2.5" "encodec==0.1.1"
 du -sh .whl
