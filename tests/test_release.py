@@ -151,3 +151,15 @@ def test_policy_bounds():
     with pytest.raises(ValueError, match="max_words"):
         ReleasePolicy(max_words=1000).check()
     ReleasePolicy().check()
+
+
+def test_a_piece_and_its_prompt_fit_the_positions_sized_from_the_estimate():
+    """What the lead sizes defaults with: cap + prompt of the longest piece fit a slot."""
+    from chattts_server.text.duration import max_prompt_tokens
+
+    cap = 384
+    budget_s = max_segment_s(cap)
+    longest = split_sentences("短" * 200, budget_s)[0]
+    assert len(longest) + 8 <= max_prompt_tokens(budget_s)
+    english = split_sentences("a " * 300, budget_s)[0]
+    assert len(english.split()) + 8 <= max_prompt_tokens(budget_s)

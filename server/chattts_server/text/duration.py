@@ -73,6 +73,20 @@ def max_segment_s(max_new_tokens: int) -> float:
     return max(MIN_SEGMENT_S, max_new_tokens / AUDIO_TOKENS_PER_S * CAP_SHARE)
 
 
+TEXT_TOKENS_PER_S = 6.0
+"""Upper bound on prompt text tokens per estimated second of a piece: a piece holds at most
+4 CJK characters a second (one token each, plus stops) or 12 English characters a second (a
+wordpiece token per 2 characters or more)."""
+PROMPT_FRAME_TOKENS = 8
+"""Tokens around the text in an audio-code prompt: [Stts][spk_emb][speed_N] ... [Ptts]."""
+
+
+def max_prompt_tokens(max_s: float) -> int:
+    """KV positions the prompt of the longest piece (max_s of estimated speech) may take,
+    without a reference voice: for sizing the per-slot positions next to the token cap."""
+    return math.ceil(max_s * TEXT_TOKENS_PER_S) + PROMPT_FRAME_TOKENS
+
+
 def _protected(text: str) -> list[tuple[int, int]]:
     """Spans a cut must not fall inside: bracketed tokens, numbers ('1,000', '3.5', '10:30')."""
     spans = [(m.start(), m.end()) for m in BRACKETED.finditer(text)]
