@@ -1,31 +1,33 @@
-"""Serving benchmark: upstream ChatTTS stream mode vs our gRPC server, on the full-size dev model.
+"""Serving benchmark: upstream ChatTTS stream mode vs our gRPC server in each linear mode.
 
-In one process:
-  (a) upstream `Chat.infer(text, stream=True, skip_refine_text=True)`, sequential requests of
-      exactly T tokens (min = max new tokens): time to first audio, total time;
-  (b) our server (`chattts_server.main`, a subprocess) through the real client library
-      (`chattts_client.AsyncTTSClient`) at each concurrency: TTFA p50/p95, per-stream RTF,
-      aggregate audio seconds per wall second, and ratios vs upstream;
-  (c) one decode step of our LlamaDecoder vs a bare transformers LlamaModel (bench_decode_step).
-Writes <out>/serving.md and <out>/serving.png.
-
-Random weights at the official shapes: timings do not depend on weight values. Compare ratios
-measured in one run; a shared machine makes absolute times noisy.
+In one run, on the full-size dev model (random weights at the official shapes: timings do not
+depend on weight values):
+  (a) our server (`chattts_server.main` through `chattts_server.launcher`, one subprocess per
+      `--quantize` mode) through the real client library (`AsyncTTSClient`), at each
+      concurrency: time to first audio (TTFA) p50/p95, the gap-free start (the earliest moment
+      playback could start and never stall: the maximum over chunks of arrival time minus the
+      audio duration before that chunk) p50/p95, per-stream RTF, aggregate audio seconds per
+      wall second; and, from timers inside the server (bench/serving_profile), the cost per
+      generated token of the GPT step, heads + sampling, Decoder + vocoder, the rest of the
+      engine step, audio encoding, and what is left (gRPC, asyncio, hand-off, idle);
+  (b) upstream `Chat.infer(text, stream=True, skip_refine_text=True)`, sequential requests of
+      exactly --tokens tokens: the same figures.
+Writes <out>/serving.md and <out>/serving.png. Compare ratios measured in one run; a shared
+machine makes absolute times noisy.
 
 Usage: python bench/bench_serving.py [--tokens 200] [--requests 16] [--upstream-requests 3]
-       [--concurrency 1,4,16] [--device cpu|cuda] [--dtype float32|bfloat16|float16]
-       [--decode-batches 1,4,16] [--out bench/results]
+       [--concurrency 1,2,16] [--modes none,bf16,int8,auto] [--out bench/results]
+       python bench/bench_serving.py --smoke    # tiny model, a few tokens, a temp folder
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
-import re
-import subprocess
 import sys
-import threading
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,16 @@ TEXT_WORDS = [
     "mike",
 ]
 TOKENS_PER_S = 24000 / 256 / 2  # GPT steps per second of audio (46.875)
+PROFILE_HOOK = REPO / "bench" / "serving_profile"
+# Per-token cost rows: label, server timers summed (see serving_profile/sitecustomize.py).
+COST_ROWS = [
+    ("GPT step (decode + prefill)", ["gpt_decode", "gpt_prefill"]),
+    ("heads + sampling", ["heads_sampling"]),
+    ("Decoder + vocoder", ["decoder_vocoder", "decoder_vocoder_finish"]),
+    ("rest of the engine step", []),  # engine_step minus the three above
+    ("audio encoding", ["encoding", "encoding_opus"]),
+    ("gRPC, asyncio, hand-off, idle", []),  # wall per token minus all of the above
+]
 
 
 def text_for(i: int) -> str:
@@ -62,15 +74,35 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else float("nan")
 
 
+def gap_free_start(arrivals: list[float], durations: list[float]) -> float:
+    """Earliest playback start (s after the request) that never runs out of audio: chunk i
+    arrives at arrivals[i] and must not be needed before start + sum(durations[:i])."""
+    before, worst = 0.0, 0.0
+    for arrival, duration in zip(arrivals, durations, strict=True):
+        worst = max(worst, arrival - before)
+        before += duration
+    return worst
+
+
 @dataclass
 class Level:
     name: str
+    mode: str
     concurrency: int
     ttfa_s: list[float] = field(default_factory=list)
+    gap_free_s: list[float] = field(default_factory=list)
     total_s: list[float] = field(default_factory=list)
     audio_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
     errors: int = 0
+    cost_ms: dict[str, float] = field(default_factory=dict)  # per generated token
+    tokens: int = 0
+
+    def add(self, arrivals: list[float], durations: list[float], total: float) -> None:
+        self.ttfa_s.append(arrivals[0] if arrivals else total)
+        self.gap_free_s.append(gap_free_start(arrivals, durations) if arrivals else total)
+        self.total_s.append(total)
+        self.audio_s.append(sum(durations))
 
     @property
     def rtf(self) -> list[float]:
@@ -82,120 +114,44 @@ class Level:
         return sum(self.audio_s) / self.wall_s if self.wall_s else float("nan")
 
 
-# -- (a) upstream -----------------------------------------------------------------------------
+# -- (a) our server ---------------------------------------------------------------------------
 
 
-def run_upstream(model_dir: Path, device: str, tokens: int, requests: int) -> Level:
-    import torch
-    from ChatTTS import Chat
+def read_profile(path: Path) -> dict[str, list[float]]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
-    from chattts_server.model.loader import upstream_chat
 
-    chat = upstream_chat(model_dir, torch.device(device))
-    torch.manual_seed(2)
-    spk = chat.sample_random_speaker()
-    params = Chat.InferCodeParams(
-        spk_emb=spk, min_new_token=tokens, max_new_token=tokens, show_tqdm=False, manual_seed=0
+def cost_per_token(
+    before: dict[str, list[float]], after: dict[str, list[float]], wall_s: float
+) -> tuple[dict[str, float], int]:
+    def spent(keys: list[str]) -> float:
+        return sum(after.get(k, [0, 0])[0] - before.get(k, [0, 0])[0] for k in keys)
+
+    tokens = int(spent(["decode_rows"]))
+    if tokens <= 0:
+        return {}, 0
+    ms = {label: 1e3 * spent(keys) / tokens for label, keys in COST_ROWS if keys}
+    engine = 1e3 * spent(["engine_step"]) / tokens
+    inside = sum(ms[label] for label, _ in COST_ROWS[:3])
+    ms["rest of the engine step"] = max(0.0, engine - inside)
+    ms["all-in (wall / tokens)"] = 1e3 * wall_s / tokens
+    ms["gRPC, asyncio, hand-off, idle"] = max(
+        0.0, ms["all-in (wall / tokens)"] - engine - ms["audio encoding"]
     )
-    level = Level("upstream stream", 1)
-
-    def one(i: int) -> tuple[float, float, float]:
-        t0 = time.perf_counter()
-        first, samples = None, 0
-        for wav in chat.infer(
-            text_for(i), stream=True, skip_refine_text=True, params_infer_code=params
-        ):
-            n = int(np.asarray(wav).size) if wav is not None else 0
-            if n and first is None:
-                first = time.perf_counter() - t0
-            samples += n
-        total = time.perf_counter() - t0
-        return first if first is not None else total, total, samples / 24000
-
-    one(999)  # warm-up (not timed)
-    start = time.perf_counter()
-    for i in range(requests):
-        ttfa, total, audio = one(i)
-        level.ttfa_s.append(ttfa)
-        level.total_s.append(total)
-        level.audio_s.append(audio if audio > 0 else tokens / TOKENS_PER_S)
-        print(
-            f"  upstream #{i}: ttfa {ttfa:.2f} s, total {total:.2f} s, audio {audio:.2f} s",
-            flush=True,
-        )
-    level.wall_s = time.perf_counter() - start
-    return level
+    return ms, tokens
 
 
-# -- (b) our server ---------------------------------------------------------------------------
-
-
-def start_server(args: argparse.Namespace, cache: Path) -> tuple[subprocess.Popen[str], int]:
-    max_tokens = max(1024, args.tokens + 256)
-    cmd = [
-        sys.executable, "-m", "chattts_server.main",
-        "--host", "127.0.0.1", "--port", "0",
-        "--dev-model", "full", "--dev-model-cache", str(cache),
-        "--device", args.device, "--dtype", args.dtype,
-        "--max-streams", str(args.max_streams),
-        "--max-tokens", str(max_tokens), "--max-new-tokens", str(max_tokens - 128),
-        "--max-queue", str(max(64, args.requests * 2)),
-        *args.server_arg,
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'client'}:{REPO / 'server'}"}
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env
-    )
-    assert proc.stdout is not None
-    deadline, lines = time.monotonic() + args.server_timeout, []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"listening on port (\d+)", line)
-        if m:
-            log = open(Path(args.out) / "server.log", "w")  # noqa: SIM115 - closed by drain()
-            log.writelines(lines)
-
-            def drain(log=log) -> None:  # type: ignore[no-untyped-def]
-                for rest in proc.stdout:  # type: ignore[union-attr]
-                    log.write(rest)
-                log.close()
-
-            threading.Thread(target=drain, daemon=True).start()
-            return proc, int(m.group(1))
-    proc.kill()
-    raise RuntimeError("server did not start:\n" + "".join(lines[-40:]))
-
-
-def wait_serving(target: str, timeout_s: float) -> None:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(target) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            try:
-                if (
-                    stub.Check(health_pb2.HealthCheckRequest(), timeout=2).status
-                    == health_pb2.HealthCheckResponse.SERVING
-                ):
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.2)
-    raise TimeoutError(f"{target} not SERVING after {timeout_s} s")
-
-
-async def run_ours_level(
-    target: str, concurrency: int, requests: int, tokens: int, base: int
+async def run_level(
+    target: str, mode: str, concurrency: int, requests: int, tokens: int, base: int
 ) -> Level:
     from chattts_client import AsyncTTSClient
     from chattts_client._proto.chattts.v1 import tts_pb2
+    from chattts_client.messages import AudioChunkEvent
 
-    level = Level(f"ours c{concurrency}", concurrency)
+    level = Level(f"ours {mode}", mode, concurrency)
     sem = asyncio.Semaphore(concurrency)
     client = AsyncTTSClient(target)
 
@@ -205,18 +161,20 @@ async def run_ours_level(
             sampling=tts_pb2.Sampling(seed=base + i, min_new_tokens=tokens, max_new_tokens=tokens),
         )
         async with sem:
+            arrivals, durations = [], []
             try:
-                stream = client.synthesize(text_for(base + i), config=config, timeout=600)
-                async for _ in stream:
-                    pass
+                t0 = time.perf_counter()
+                stream = client.synthesize(text_for(base + i), config=config, timeout=900)
+                async for event in stream:
+                    if isinstance(event, AudioChunkEvent):
+                        arrivals.append(time.perf_counter() - t0)
+                        durations.append(event.duration_s)
+                total = time.perf_counter() - t0
             except Exception as exc:  # noqa: BLE001 - counted and reported
                 level.errors += 1
                 print(f"  request {i} failed: {exc!r}"[:300], flush=True)
                 return
-            s = stream.stats
-            level.ttfa_s.append((s.ttfa_ms or 0.0) / 1000)
-            level.total_s.append(s.total_s)
-            level.audio_s.append(s.audio_s)
+            level.add(arrivals, durations, total)
 
     start = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(requests)))
@@ -225,178 +183,214 @@ async def run_ours_level(
     return level
 
 
-def run_ours(args: argparse.Namespace, cache: Path, levels: list[int]) -> list[Level]:
-    proc, port = start_server(args, cache)
-    target = f"127.0.0.1:{port}"
-    results = []
-    try:
-        wait_serving(target, args.server_timeout)
-        asyncio.run(run_ours_level(target, 1, 1, min(args.tokens, 24), 10_000))  # warm the path
-        for c in levels:
-            n = (
-                max(args.requests, c)
-                if c > 1
-                else max(1, min(args.requests, args.upstream_requests))
-            )
-            level = asyncio.run(run_ours_level(target, c, n, args.tokens, 1000 * c))
-            print(
-                f"  ours c{c}: {n} requests, wall {level.wall_s:.1f} s, ttfa p50 {pct(level.ttfa_s, 50):.2f} s, "
-                f"{level.throughput:.2f} audio s/s, errors {level.errors}",
-                flush=True,
-            )
-            results.append(level)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    return results
+def run_mode(args: argparse.Namespace, mode: str, cache: Path, out: Path) -> list[Level]:
+    from chattts_server.launcher import launch
 
-
-# -- (c) decode step --------------------------------------------------------------------------
-
-
-def run_decode_step(
-    model_dir: Path, device: str, dtype_name: str, batches: list[int], steps: int
-) -> list[tuple[int, float, float]]:
-    import torch
-    from bench_decode_step import _bare_step, _interleaved_ms, _ours_step
-    from transformers import LlamaConfig, LlamaModel
-
-    from chattts_server.model.llama import LlamaDecoder, LlamaShape, SlotKVCache
-
-    dev, dtype = torch.device(device), getattr(torch, dtype_name)
-    config = LlamaConfig.from_json_file(str(model_dir / "asset" / "gpt" / "config.json"))
-    torch.manual_seed(0)
-    model = LlamaModel(config).to(device=dev, dtype=dtype).eval()
-    decoder = LlamaDecoder.from_state_dict(config, model.state_dict(), dev, dtype)
-    context = 100
-    cache = SlotKVCache(
-        LlamaShape.from_config(config), max(batches), context + context // 10 + 2, dev, dtype
+    profile = out / f"profile-{mode}.json"
+    profile.unlink(missing_ok=True)
+    os.environ["CHATTTS_PROFILE_OUT"] = str(profile)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in [str(PROFILE_HOOK), os.environ.get("PYTHONPATH", "")] if p
     )
-    rows = []
-    with torch.inference_mode():
-        for b in batches:
-            ms = _interleaved_ms(
-                {
-                    "bare": _bare_step(model, b, context),
-                    "ours": _ours_step(decoder, cache, list(range(b)), context),
-                },
-                steps,
-                dev,
+    max_tokens = max(512, args.tokens + 256)
+    server_args = [
+        "--quantize", mode, "--dtype", "float32",
+        "--max-streams", str(args.max_streams),
+        "--max-tokens", str(max_tokens), "--max-new-tokens", str(max_tokens - 128),
+        "--max-queue", str(max(64, args.requests * 2)),
+        *args.server_arg,
+    ]  # fmt: skip
+    levels = []
+    with launch(
+        server_args,
+        dev_model=args.model,
+        cache=cache,
+        start_timeout_s=args.server_timeout,
+        log_path=out / f"server-{mode}.log",
+    ) as srv:
+        srv.wait_serving(args.server_timeout)
+        asyncio.run(run_level(srv.target, mode, 1, 1, min(args.tokens, 24), 10_000))  # warm
+        for c in [int(c) for c in args.concurrency.split(",") if c]:
+            n = max(args.requests, c) if c > 1 else max(1, args.upstream_requests)
+            time.sleep(0.5)
+            before = read_profile(profile)
+            level = asyncio.run(run_level(srv.target, mode, c, n, args.tokens, 1000 * c))
+            time.sleep(0.5)  # the profile file is rewritten every 0.2 s
+            level.cost_ms, level.tokens = cost_per_token(
+                before, read_profile(profile), level.wall_s
             )
-            rows.append((b, ms["bare"], ms["ours"]))
             print(
-                f"  decode step B={b}: bare {ms['bare']:.1f} ms, ours {ms['ours']:.1f} ms",
+                f"  {mode} c{c}: {n} requests, wall {level.wall_s:.1f} s, TTFA p50 "
+                f"{pct(level.ttfa_s, 50):.2f} s, gap-free p50 {pct(level.gap_free_s, 50):.2f} s, "
+                f"RTF p50 {pct(level.rtf, 50):.2f}, {level.throughput:.2f} audio s/s, "
+                f"errors {level.errors}",
                 flush=True,
             )
-    return rows
+            levels.append(level)
+        srv.stop()
+    table = [line for line in srv.log if "linear-mode autotune" in line or "  chosen" in line]
+    if table:
+        print("  " + "".join(table).strip(), flush=True)
+    return levels
+
+
+# -- (b) upstream -----------------------------------------------------------------------------
+
+
+def run_upstream(model_dir: Path, tokens: int, requests: int) -> Level:
+    import torch
+    from ChatTTS import Chat
+
+    from chattts_server.model.loader import upstream_chat
+
+    chat = upstream_chat(model_dir, torch.device("cpu"))
+    torch.manual_seed(2)
+    spk = chat.sample_random_speaker()
+    params = Chat.InferCodeParams(
+        spk_emb=spk, min_new_token=tokens, max_new_token=tokens, show_tqdm=False, manual_seed=0
+    )
+    level = Level("upstream stream", "fp32", 1)
+
+    def one(i: int) -> tuple[list[float], list[float], float]:
+        t0 = time.perf_counter()
+        arrivals, durations = [], []
+        for wav in chat.infer(
+            text_for(i), stream=True, skip_refine_text=True, params_infer_code=params
+        ):
+            n = int(np.asarray(wav).size) if wav is not None else 0
+            if n:
+                arrivals.append(time.perf_counter() - t0)
+                durations.append(n / 24000)
+        return arrivals, durations, time.perf_counter() - t0
+
+    one(999)  # warm-up (not timed)
+    start = time.perf_counter()
+    for i in range(requests):
+        arrivals, durations, total = one(i)
+        level.add(arrivals, durations, total)
+        print(
+            f"  upstream #{i}: TTFA {level.ttfa_s[-1]:.2f} s, gap-free {level.gap_free_s[-1]:.2f} s, "
+            f"total {total:.2f} s, audio {level.audio_s[-1]:.2f} s",
+            flush=True,
+        )
+    level.wall_s = time.perf_counter() - start
+    return level
 
 
 # -- report -----------------------------------------------------------------------------------
 
 
-def write_report(
-    args: argparse.Namespace,
-    up: Level | None,
-    ours: list[Level],
-    decode: list[tuple[int, float, float]],
-    out: Path,
-) -> str:
+def write_report(args: argparse.Namespace, up: Level | None, ours: list[Level], out: Path) -> str:
     lines = [
         "# Serving benchmark",
         "",
-        f"Full-size dev model (random weights), {args.device}/{args.dtype}, {args.tokens} tokens per stream "
-        f"({args.tokens / TOKENS_PER_S:.2f} s of audio), server --max-streams {args.max_streams}. "
-        f"Command: `{' '.join(sys.argv)}`",
+        f"{args.model.capitalize()} dev model (random weights), CPU, {args.tokens} tokens per "
+        f"stream ({args.tokens / TOKENS_PER_S:.2f} s of audio), server --max-streams "
+        f"{args.max_streams}, one server per `--quantize` mode (autotuned at warm-up). "
+        f"Load average at the end {os.getloadavg()[0]:.1f}. Command: `python {' '.join(sys.argv)}`",
         "",
-        "| run | streams | requests | TTFA p50 s | TTFA p95 s | RTF p50 (per stream) | audio s / wall s | errors |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | streams | requests | TTFA p50 s | TTFA p95 s | gap-free start p50 s "
+        "| gap-free p95 s | RTF p50 (per stream) | RTF max | audio s / wall s | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for lv in ([up] if up else []) + ours:
         lines.append(
-            f"| {lv.name} | {lv.concurrency} | {len(lv.total_s)} | {pct(lv.ttfa_s, 50):.2f} | {pct(lv.ttfa_s, 95):.2f} "
-            f"| {pct(lv.rtf, 50):.2f} | {lv.throughput:.2f} | {lv.errors} |"
+            f"| {lv.name} | {lv.concurrency} | {len(lv.total_s)} | {pct(lv.ttfa_s, 50):.2f} "
+            f"| {pct(lv.ttfa_s, 95):.2f} | {pct(lv.gap_free_s, 50):.2f} | {pct(lv.gap_free_s, 95):.2f} "
+            f"| {pct(lv.rtf, 50):.2f} | {max(lv.rtf, default=float('nan')):.2f} "
+            f"| {lv.throughput:.2f} | {lv.errors} |"
         )
     lines.append("")
     if up and ours:
-        c1 = next((lv for lv in ours if lv.concurrency == 1), None)
-        top = max(ours, key=lambda lv: lv.concurrency)
-        if c1 and c1.ttfa_s:
-            lines.append(
-                f"- TTFA at c1 vs upstream stream mode: {pct(c1.ttfa_s, 50):.2f} s vs {pct(up.ttfa_s, 50):.2f} s "
-                f"(**{pct(up.ttfa_s, 50) / pct(c1.ttfa_s, 50):.1f}x** sooner)"
+        lines += ["Against upstream in the same run (targets of issue 10 in brackets):", ""]
+        for mode in dict.fromkeys(lv.mode for lv in ours):
+            by_c = {lv.concurrency: lv for lv in ours if lv.mode == mode}
+            parts = []
+            if 1 in by_c and by_c[1].ttfa_s:
+                c1 = by_c[1]
+                parts.append(
+                    f"1 stream RTF {pct(c1.rtf, 50):.2f} [<= 0.8], TTFA "
+                    f"{pct(c1.ttfa_s, 50) / pct(up.ttfa_s, 50):.2f}x upstream's [<= 0.1x]"
+                )
+            if 2 in by_c and by_c[2].rtf:
+                parts.append(f"2 streams RTF max {max(by_c[2].rtf):.2f} [<= 1]")
+            top = by_c[max(by_c)]
+            parts.append(
+                f"{top.concurrency} streams throughput {top.throughput / up.throughput:.1f}x "
+                f"upstream sequential [>= 10x]"
             )
-        lines.append(
-            f"- Throughput at c{top.concurrency} vs upstream sequential: {top.throughput:.2f} vs {up.throughput:.2f} "
-            f"audio s per wall s (**{top.throughput / up.throughput:.1f}x**)"
-        )
+            lines.append(f"- {mode}: " + "; ".join(parts))
         lines.append("")
-    if decode:
+    cost_levels = [lv for lv in ours if lv.cost_ms]
+    if cost_levels:
+        labels = [label for label, _ in COST_ROWS] + ["all-in (wall / tokens)"]
         lines += [
-            "Decode step (20-layer GPT, context 100, median):",
+            "Cost per generated token, ms (timers inside the server; at N streams a step "
+            "serves N tokens, so per-token figures are the step's share):",
             "",
-            "| batch | transformers LlamaModel ms | our LlamaDecoder ms | ours / bare |",
-            "|---|---|---|---|",
+            "| component | "
+            + " | ".join(f"{lv.mode} c{lv.concurrency}" for lv in cost_levels)
+            + " |",
+            "|---" * (len(cost_levels) + 1) + "|",
         ]
-        lines += [f"| {b} | {bare:.1f} | {o:.1f} | {o / bare:.2f} |" for b, bare, o in decode]
-        lines.append("")
+        for label in labels:
+            cells = " | ".join(f"{lv.cost_ms.get(label, float('nan')):.2f}" for lv in cost_levels)
+            lines.append(f"| {label} | {cells} |")
+        ratio = " | ".join(
+            f"{lv.cost_ms['all-in (wall / tokens)'] / lv.cost_ms['GPT step (decode + prefill)']:.2f}"
+            for lv in cost_levels
+        )
+        lines += [f"| all-in / GPT step | {ratio} |", ""]
     text = "\n".join(lines)
     (out / "serving.md").write_text(text)
+    plot(args, up, ours, out / "serving.png")
+    return text
 
+
+def plot(args: argparse.Namespace, up: Level | None, ours: list[Level], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-    cs = [lv.concurrency for lv in ours]
-    ax1.plot(cs, [pct(lv.ttfa_s, 50) for lv in ours], "o-", label="ours p50")
-    ax1.plot(cs, [pct(lv.ttfa_s, 95) for lv in ours], "o--", label="ours p95")
-    ax2.plot(cs, [lv.throughput for lv in ours], "o-", label="ours")
-    if up:
-        ax1.axhline(pct(up.ttfa_s, 50), color="r", ls=":", label="upstream stream (sequential)")
-        ax2.axhline(up.throughput, color="r", ls=":", label="upstream (sequential)")
-    ax1.set(
-        xscale="log", xlabel="concurrent streams", ylabel="time to first audio (s)", title="TTFA"
-    )
-    ax2.set(
-        xscale="log", xlabel="concurrent streams", ylabel="audio s per wall s", title="Throughput"
-    )
-    for ax in (ax1, ax2):
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    panels = [
+        ("TTFA p50 (s)", lambda lv: pct(lv.ttfa_s, 50)),
+        ("gap-free start p50 (s)", lambda lv: pct(lv.gap_free_s, 50)),
+        ("RTF p50 per stream", lambda lv: pct(lv.rtf, 50)),
+        ("audio s per wall s", lambda lv: lv.throughput),
+    ]
+    for ax, (title, value) in zip(axes, panels, strict=True):
+        for mode in dict.fromkeys(lv.mode for lv in ours):
+            levels = [lv for lv in ours if lv.mode == mode]
+            ax.plot(
+                [lv.concurrency for lv in levels], [value(lv) for lv in levels], "o-", label=mode
+            )
+        if up:
+            ax.axhline(value(up), color="r", ls=":", label="upstream (sequential)")
+        if "RTF" in title:
+            ax.axhline(1.0, color="k", ls="--", lw=0.8)
+        cs = sorted({lv.concurrency for lv in ours})
+        ax.set(xscale="log", xlabel="concurrent streams", title=title)
         ax.set_xticks(cs, [str(c) for c in cs])
-        ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{args.tokens}-token streams, {args.device}/{args.dtype}")
+    axes[0].legend()
+    fig.suptitle(f"{args.tokens}-token streams, {args.model} dev model, CPU")
     fig.tight_layout()
-    fig.savefig(out / "serving.png", dpi=110)
-    return text
+    fig.savefig(path, dpi=100)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=200, help="audio tokens per stream")
+    parser.add_argument("--requests", type=int, default=16, help="requests per level (>= c)")
     parser.add_argument(
-        "--tokens", type=int, default=200, help="audio tokens per stream (min = max)"
+        "--upstream-requests", type=int, default=3, help="sequential upstream requests (and c1)"
     )
-    parser.add_argument(
-        "--requests", type=int, default=16, help="requests per concurrency level (at least c)"
-    )
-    parser.add_argument(
-        "--upstream-requests",
-        type=int,
-        default=3,
-        help="sequential upstream requests (and ours at c1)",
-    )
-    parser.add_argument("--concurrency", default="1,4,16")
+    parser.add_argument("--concurrency", default="1,2,16")
+    parser.add_argument("--modes", default="none,bf16,int8,auto", help="--quantize values")
     parser.add_argument("--max-streams", type=int, default=16)
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    parser.add_argument(
-        "--upstream-device", default=None, help="default: --device (upstream runs fp32 weights)"
-    )
-    parser.add_argument("--decode-batches", default="1,4,16", help="empty to skip (c)")
-    parser.add_argument("--decode-steps", type=int, default=10)
+    parser.add_argument("--model", default="full", choices=["tiny", "full"])
     parser.add_argument("--skip-upstream", action="store_true")
     parser.add_argument(
         "--server-arg", action="append", default=[], help="extra chattts-server flag (repeatable)"
@@ -404,32 +398,31 @@ def main() -> None:
     parser.add_argument("--server-timeout", type=float, default=600)
     parser.add_argument("--cache", default=str(REPO / ".cache" / "dev-models"))
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny model, few tokens, output to a temp folder"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.model, args.tokens, args.requests, args.upstream_requests = "tiny", 24, 2, 1
+        args.concurrency, args.max_streams = "1,2", 2
+        args.out = tempfile.mkdtemp(prefix="bench_serving-")
 
     from chattts_server.model.dev_assets import build_dev_assets
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cache = Path(args.cache)
-    t = time.perf_counter()
-    model_dir = Path(build_dev_assets("full", cache))
-    print(f"full dev model at {model_dir} ({time.perf_counter() - t:.1f} s)", flush=True)
-    levels = [int(c) for c in args.concurrency.split(",") if c]
-
-    print("(b) our server", flush=True)
-    ours = run_ours(args, cache, levels)  # first: the server subprocess then has the CPU to itself
+    model_dir = Path(build_dev_assets(args.model, cache))
+    ours: list[Level] = []
+    for mode in [m for m in args.modes.split(",") if m]:
+        print(f"(a) our server, --quantize {mode}", flush=True)
+        ours += run_mode(args, mode, cache, out)
     up = None
     if not args.skip_upstream:
-        print("(a) upstream ChatTTS, stream mode, sequential", flush=True)
-        up = run_upstream(
-            model_dir, args.upstream_device or args.device, args.tokens, args.upstream_requests
-        )
-    decode = []
-    if args.decode_batches:
-        print("(c) decode step", flush=True)
-        batches = [int(b) for b in args.decode_batches.split(",") if b]
-        decode = run_decode_step(model_dir, args.device, args.dtype, batches, args.decode_steps)
-    print(write_report(args, up, ours, decode, out))
+        print("(b) upstream ChatTTS, stream mode, sequential", flush=True)
+        up = run_upstream(model_dir, args.tokens, args.upstream_requests)
+    print(write_report(args, up, ours, out))
+    print(f"wrote {out / 'serving.md'} and {out / 'serving.png'}")
 
 
 if __name__ == "__main__":
