@@ -159,3 +159,17 @@ def test_mode_table_lookup_takes_the_smallest_size_at_least_the_batch() -> None:
     assert [ours.mode_for(n) for n in (1, 2, 3, 4, 5, 16, 40)] == [a, b, b, b, a, a, a]
     with pytest.raises(ValueError):
         ours.set_mode_table({1: "int4"})
+
+
+def test_metrics_publish_the_mode_table() -> None:
+    from prometheus_client import generate_latest
+
+    from chattts_server.metrics import Metrics
+
+    metrics = Metrics()
+    metrics.set_linear_modes({1: "int8", 16: "bf16"})
+    metrics.set_linear_modes({1: "bf16", 16: "bf16"})  # a new table replaces the old one
+    text = generate_latest(metrics.registry).decode()
+    assert 'chattts_gpt_linear_mode{batch_size="1",mode="bf16"} 1.0' in text
+    assert 'chattts_gpt_linear_mode{batch_size="16",mode="bf16"} 1.0' in text
+    assert 'mode="int8"' not in text

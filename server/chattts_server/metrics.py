@@ -62,6 +62,12 @@ class Metrics:
             "chattts_kv_slots_in_use", "KV-cache slots held by requests", registry=r
         )
         self.slots_total = Gauge("chattts_kv_slots_total", "KV-cache slots allocated", registry=r)
+        self.linear_mode = Gauge(
+            "chattts_gpt_linear_mode",
+            "1 for the GPT linear mode each decode batch size uses (chosen at warm-up)",
+            ["batch_size", "mode"],
+            registry=r,
+        )
 
     def bind(
         self,
@@ -75,6 +81,12 @@ class Metrics:
         self.queued_streams.set_function(queued)
         self.slots_in_use.set_function(slots_in_use)
         self.slots_total.set_function(slots_total)
+
+    def set_linear_modes(self, table: dict[int, str]) -> None:
+        """Publish the decoder's batch size -> linear mode table (`LlamaDecoder.mode_table`)."""
+        self.linear_mode.clear()
+        for batch_size, mode in sorted(table.items()):
+            self.linear_mode.labels(batch_size=str(batch_size), mode=mode).set(1)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         """Serve /metrics over HTTP on host:port (a daemon thread); OSError if the port is taken."""
