@@ -102,3 +102,16 @@ def test_server_sizes_threads_from_its_affinity(
         srv.stop()
     assert "threads: 1 intra-op, 1 inter-op" in srv.log_text()
     assert "affinity 1 CPUs" in srv.log_text()
+
+
+@pytest.mark.parametrize("overlay", ["cpu", "gpu"])
+def test_manifests_size_threads_to_the_cpu_request(overlay: str) -> None:
+    from test_deploy_manifests import OVERLAYS, one, render, server_config
+
+    deployment = one(render(OVERLAYS[overlay]), "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    request = float(container["resources"]["requests"]["cpu"])
+    limit = container["resources"].get("limits", {}).get("cpu")
+    threads = server_config(container).model.threads
+    # Without a CPU limit there is no quota to size from: the manifest must say it.
+    assert threads == int(request) if limit is None else threads in (0, int(float(limit)))
