@@ -68,6 +68,9 @@ def _int8_engine(engine: str) -> bool:
 
 
 class DenseLinear(nn.Module):
+    weight: Tensor
+    bias: Tensor | None
+
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
         self.register_buffer("weight", weight)
@@ -81,6 +84,9 @@ class OneDNNLinear(nn.Module):
     """Weight in oneDNN's packed layout, run by ``torch.ops.mkldnn._linear_pointwise`` (the op
     torch's inductor uses for CPU linears). ``compute_dtype`` other than the input's (bf16 on an
     fp32 model) casts the input in and the output back."""
+
+    weight: Tensor
+    bias: Tensor | None
 
     def __init__(self, weight: Tensor, bias: Tensor | None, compute_dtype: torch.dtype) -> None:
         super().__init__()
@@ -139,6 +145,10 @@ class DynamicInt8Linear(nn.Module):
 class WeightOnlyInt8Linear(nn.Module):
     """``torch._weight_int8pack_mm``: int8 weights per output channel, bf16 activations (its
     fp32 path is scalar and slow); dequantizes inside the kernel. Fast for small batches."""
+
+    weight: Tensor  # int8 (N, K)
+    scales: Tensor  # bf16 (N,)
+    bias: Tensor | None
 
     def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
