@@ -15,6 +15,7 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from chattts_client import AudioChunkEvent, Clear, TTSClient, UtteranceEndEvent, make_config
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 WAIT_S = 60.0
@@ -239,3 +240,39 @@ def test_clear_drops_buffered_text_and_speaks_what_follows(stub):
     replies = stub.StreamingSynthesize(requests(), timeout=WAIT_S)
     ends = [r.utterance_end.text for r in replies if r.HasField("utterance_end")]
     assert ends == ["Reroute, keep left.", "Then exit"]  # ChatTTS reads ":" as ","
+
+
+def test_clear_stops_the_utterance_being_spoken_and_the_stream_goes_on(server):
+    """Barge-in through the client library: a `Clear` while a long utterance plays ends it at
+    once with finish_reason 'cleared' (the audio already sent is all it has), frees its slot,
+    and the text after the clear is spoken on the same stream with contiguous sample offsets."""
+    first_audio = threading.Event()
+    long_tokens = 380
+
+    def texts():
+        yield "Continue straight for the next twelve kilometers."
+        assert first_audio.wait(WAIT_S)
+        yield Clear("Turn right now.")
+
+    config = make_config(voice=1234, seed=3, min_new_tokens=long_tokens, max_new_tokens=long_tokens)
+    chunks: list[AudioChunkEvent] = []
+    ends: list[UtteranceEndEvent] = []
+    with TTSClient(server.target) as client:
+        for event in client.stream(texts(), config=config, timeout=WAIT_S * 2):
+            if isinstance(event, AudioChunkEvent):
+                chunks.append(event)
+                first_audio.set()
+            else:
+                ends.append(event)
+    assert [e.finish_reason for e in ends] == ["cleared", "max_tokens"]
+    sent = sum(c.num_samples for c in chunks if c.utterance_index == 0)
+    assert 0 < sent < long_tokens * 512  # stopped well before its 380 tokens
+    assert ends[0].audio_duration_s == pytest.approx(sent / 24000)
+    assert ends[1].text == "Turn right now." and ends[1].num_tokens == long_tokens
+    # Utterance 0's audio all comes before utterance 1's, and offsets never skip or overlap.
+    assert [c.utterance_index for c in chunks] == sorted(c.utterance_index for c in chunks)
+    offset = 0
+    for c in chunks:
+        assert c.sample_offset == offset
+        offset += c.num_samples
+    assert server.server.engine.stats().active_requests == 0

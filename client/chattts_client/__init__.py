@@ -11,6 +11,7 @@ from chattts_client.client import (
 )
 from chattts_client.messages import (
     AudioChunkEvent,
+    Clear,
     Event,
     UtteranceEndEvent,
     VoiceInfo,
@@ -27,6 +28,7 @@ __all__ = [
     "AsyncEventStream",
     "AsyncTTSClient",
     "AudioChunkEvent",
+    "Clear",
     "Event",
     "EventStream",
     "SynthesisStats",

@@ -19,9 +19,11 @@ import grpc
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_client.messages import (
     AudioChunkEvent,
+    Clear,
     Event,
     VoiceInfo,
     event_from_pb,
+    text_input,
 )
 
 DEFAULT_TARGET = "localhost:50051"
@@ -36,31 +38,25 @@ PathOrBytes = str | os.PathLike[str] | bytes
 
 
 def _stream_requests(
-    config: tts_pb2.SynthesisConfig | None, texts: Iterable[str], flush_each: bool
+    config: tts_pb2.SynthesisConfig | None, texts: Iterable[str | Clear], flush_each: bool
 ) -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
     yield tts_pb2.StreamingSynthesizeRequest(config=config or tts_pb2.SynthesisConfig())
     for text in texts:
-        yield tts_pb2.StreamingSynthesizeRequest(
-            text=tts_pb2.TextInput(text=text, flush=flush_each)
-        )
+        yield text_input(text, flush_each)
 
 
 async def _stream_requests_async(
     config: tts_pb2.SynthesisConfig | None,
-    texts: Iterable[str] | AsyncIterable[str],
+    texts: Iterable[str | Clear] | AsyncIterable[str | Clear],
     flush_each: bool,
 ) -> AsyncIterator[tts_pb2.StreamingSynthesizeRequest]:
     yield tts_pb2.StreamingSynthesizeRequest(config=config or tts_pb2.SynthesisConfig())
     if isinstance(texts, AsyncIterable):
         async for text in texts:
-            yield tts_pb2.StreamingSynthesizeRequest(
-                text=tts_pb2.TextInput(text=text, flush=flush_each)
-            )
+            yield text_input(text, flush_each)
     else:
         for text in texts:
-            yield tts_pb2.StreamingSynthesizeRequest(
-                text=tts_pb2.TextInput(text=text, flush=flush_each)
-            )
+            yield text_input(text, flush_each)
 
 
 # --- measurement ----------------------------------------------------------------------------
@@ -318,7 +314,7 @@ class TTSClient(_ClientBase):
 
     def stream(
         self,
-        texts: Iterable[str],
+        texts: Iterable[str | Clear],
         *,
         config: tts_pb2.SynthesisConfig | None = None,
         flush_each: bool = False,
@@ -329,7 +325,8 @@ class TTSClient(_ClientBase):
         Sends `config`, then each text as `texts` yields it (grpc reads the iterable in its own
         thread, so it may block, e.g. on stdin), then half-closes. Responses can be iterated
         while texts are still being sent. `flush_each` asks the server to synthesize each text
-        at once instead of waiting for a sentence end.
+        at once instead of waiting for a sentence end. A `Clear(text)` item is barge-in: the
+        utterance being spoken stops (finish_reason "cleared") and `text` is spoken instead.
         """
         stats = SynthesisStats(started_at=time.perf_counter())
         call = self._stub.StreamingSynthesize(
@@ -396,7 +393,7 @@ class AsyncTTSClient(_ClientBase):
 
     def stream(
         self,
-        texts: Iterable[str] | AsyncIterable[str],
+        texts: Iterable[str | Clear] | AsyncIterable[str | Clear],
         *,
         config: tts_pb2.SynthesisConfig | None = None,
         flush_each: bool = False,

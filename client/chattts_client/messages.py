@@ -46,6 +46,23 @@ Event = AudioChunkEvent | UtteranceEndEvent
 
 
 @dataclass(frozen=True)
+class Clear:
+    """Barge-in, as an item of a streamed text: the server drops its buffered text, stops the
+    utterance being spoken (it ends with finish_reason "cleared") and then speaks `text`."""
+
+    text: str = ""
+
+
+def text_input(item: str | Clear, flush: bool = False) -> tts_pb2.StreamingSynthesizeRequest:
+    """The request message for one streamed text (or `Clear`)."""
+    if isinstance(item, Clear):
+        return tts_pb2.StreamingSynthesizeRequest(
+            text=tts_pb2.TextInput(text=item.text, flush=flush, clear=True)
+        )
+    return tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=item, flush=flush))
+
+
+@dataclass(frozen=True)
 class VoiceInfo:
     """A named voice (preset) the server offers."""
 

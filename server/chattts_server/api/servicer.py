@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -127,7 +127,9 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         async with self._admitted(context, "StreamingSynthesize") as stream:
             session = Session(self.engine, settings, _deadline(context))
             queue: asyncio.Queue[object] = asyncio.Queue()
-            reader = asyncio.create_task(self._read_text(request_iterator, queue, settings))
+            reader = asyncio.create_task(
+                self._read_text(request_iterator, queue, settings, session.interrupt)
+            )
             try:
                 async for event in self._run(session, _drain(queue), context, stream):
                     yield _streaming_response(event)
@@ -149,8 +151,10 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         request_iterator: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
         queue: asyncio.Queue[object],
         settings: StreamSettings,
+        on_clear: Callable[[], None],
     ) -> None:
-        """Read text messages into utterances by the stream's release policy (text_reader)."""
+        """Read text messages into utterances by the stream's release policy (text_reader);
+        `on_clear` stops the utterance being spoken (barge-in)."""
         await read_text(
             request_iterator,
             queue,
@@ -158,6 +162,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             settings.text_release,
             self.limits.max_stream_chars,
             _END,
+            on_clear=on_clear,
         )
 
     async def _run(

@@ -7,13 +7,14 @@ A `Session` turns sentences into engine requests and engine events into encoded 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 
 import numpy as np
 
 from ..audio.encoding import EncodedChunk, make_encoder
-from ..engine.types import AudioChunk, Engine, UtteranceDone, UtteranceRequest
+from ..engine.types import AudioChunk, Engine, EngineEvent, UtteranceDone, UtteranceRequest
 from .convert import StreamSettings
 from .events import AudioOut, SessionEvent, UtteranceEnded
 
@@ -32,6 +33,8 @@ class Session:
         self.num_utterances = 0
         """Utterances begun; the next one gets this index."""
         self.sample_offset = 0
+        self._speaking: asyncio.Event | None = None
+        """Set to interrupt the utterance being spoken (None between utterances)."""
         self.native_rate = engine.model_info.sample_rate
         self._encoder = make_encoder(
             settings.audio.encoding,
@@ -71,20 +74,56 @@ class Session:
             return await asyncio.to_thread(self._encoder.encode, pcm)
         return self._encoder.encode(pcm)
 
+    def interrupt(self) -> None:
+        """Barge-in: stop the utterance being spoken, if any. Its engine request is cancelled
+        (the slot is free within one engine step) and it ends with finish_reason 'cleared'."""
+        if self._speaking is not None:
+            self._speaking.set()
+
     async def speak(self, sentence: str) -> AsyncIterator[SessionEvent]:
         """Synthesize one sentence: audio as it comes, then its `UtteranceEnded`."""
         index = self.num_utterances
+        request = self._request(sentence)
         self.num_utterances += 1
-        async for event in self.engine.synthesize(self._request(sentence)):
-            if isinstance(event, AudioChunk):
-                encoded = await self._encode(event.pcm)
-                if encoded.data:
-                    yield self._audio(encoded, index)
-            elif isinstance(event, UtteranceDone):
-                tail = self._encoder.end_utterance()
-                if tail.data:
-                    yield self._audio(tail, index)
-                yield UtteranceEnded(index, event, event.num_samples / self.native_rate)
+        started = time.monotonic()
+        first_audio_s: float | None = None
+        native_samples = 0
+        interrupted = self._speaking = asyncio.Event()
+        events = aiter(self.engine.synthesize(request))
+        try:
+            while True:
+                event = await _next_or_interrupted(events, interrupted)
+                if event is None:
+                    break
+                if isinstance(event, AudioChunk):
+                    first_audio_s = first_audio_s or time.monotonic() - started
+                    native_samples += len(event.pcm)
+                    encoded = await self._encode(event.pcm)
+                    if encoded.data:
+                        yield self._audio(encoded, index)
+                elif isinstance(event, UtteranceDone):
+                    tail = self._encoder.end_utterance()
+                    if tail.data:
+                        yield self._audio(tail, index)
+                    yield UtteranceEnded(index, event, event.num_samples / self.native_rate)
+                    return
+        finally:
+            self._speaking = None
+            await events.aclose()  # type: ignore[attr-defined]
+        # Cleared: what was sent is the utterance.
+        tail = self._encoder.end_utterance()
+        if tail.data:
+            yield self._audio(tail, index)
+        now_s = time.monotonic() - started
+        cleared = UtteranceDone(
+            text=sentence,
+            num_tokens=native_samples // NATIVE_SAMPLES_PER_TOKEN,
+            num_samples=native_samples,
+            time_to_first_audio_s=now_s if first_audio_s is None else first_audio_s,
+            generation_time_s=now_s,
+            finish_reason="cleared",
+        )
+        yield UtteranceEnded(index, cleared, native_samples / self.native_rate)
 
     def finish(self) -> list[SessionEvent]:
         """End of stream: whatever the encoder still holds (e.g. the last Ogg page), which
@@ -93,3 +132,31 @@ class Session:
         if not tail.data:
             return []
         return [self._audio(tail, max(0, self.num_utterances - 1))]
+
+
+NATIVE_SAMPLES_PER_TOKEN = 512
+"""One GPT step is 2 mel frames of 256 samples: a cleared utterance's token count is estimated
+from the samples it sent."""
+
+
+async def _next_or_interrupted(
+    events: AsyncIterator[EngineEvent], interrupted: asyncio.Event
+) -> EngineEvent | None:
+    """The next engine event, or None once `interrupted` is set (the pending read is then
+    cancelled, which cancels the engine request)."""
+    if interrupted.is_set():
+        return None
+    next_event = asyncio.ensure_future(anext(events))
+    waiter = asyncio.ensure_future(interrupted.wait())
+    try:
+        await asyncio.wait({next_event, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        # Interrupted, or this call itself cancelled: the pending read must end before the
+        # engine's iterator can be closed.
+        waiter.cancel()
+        if not next_event.done():
+            next_event.cancel()
+            await asyncio.gather(next_event, return_exceptions=True)
+    if next_event.cancelled():
+        return None
+    return next_event.result()
