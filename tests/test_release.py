@@ -163,3 +163,14 @@ def test_a_piece_and_its_prompt_fit_the_positions_sized_from_the_estimate():
     assert len(longest) + 8 <= max_prompt_tokens(budget_s)
     english = split_sentences("a " * 300, budget_s)[0]
     assert len(english.split()) + 8 <= max_prompt_tokens(budget_s)
+
+
+def test_default_slot_positions_fit_the_longest_piece_with_a_10_s_reference_voice():
+    from chattts_server.api.convert import MAX_REFERENCE_S
+    from chattts_server.config import EngineConfig
+    from chattts_server.text.duration import slot_tokens_needed
+
+    engine = EngineConfig()
+    needed = slot_tokens_needed(engine.max_new_tokens, MAX_REFERENCE_S)
+    assert needed > engine.max_new_tokens + MAX_REFERENCE_S * 46
+    assert engine.max_tokens >= needed

@@ -64,8 +64,10 @@ class ModelConfig:
 class EngineConfig:
     max_streams: int = 16
     """Streams generating at once; also the number of KV-cache slots."""
-    max_tokens: int = 1024
-    """KV-cache positions per slot: prompt plus generated audio tokens of one sentence."""
+    max_tokens: int = 1536
+    """KV-cache positions per slot: prompt plus generated audio tokens of one utterance. The
+    default fits the longest piece the text is cut into under max_new_tokens, its prompt and a
+    10 s reference voice (text.duration.slot_tokens_needed: 1379 for 768)."""
     max_new_tokens: int = 768
     """Default and ceiling for audio tokens per sentence (about 16 s of speech)."""
     prefill_chunk_tokens: int = 256
@@ -123,8 +125,6 @@ class LimitsConfig:
     """Characters per text message and per Synthesize request."""
     max_stream_chars: int = 100_000
     """Characters over the whole life of one StreamingSynthesize stream."""
-    max_sentence_chars: int = 400
-    """Buffered text longer than this is synthesized even without a sentence end."""
     max_receive_bytes: int = 1 << 20
     """Largest request message accepted; larger ones get RESOURCE_EXHAUSTED."""
     max_send_bytes: int = 8 << 20
@@ -135,9 +135,6 @@ class LimitsConfig:
         _check(
             self.max_stream_chars >= self.max_text_chars,
             "--max-stream-chars must be >= --max-text-chars",
-        )
-        _check(
-            16 <= self.max_sentence_chars <= 10_000, "--max-sentence-chars must be in [16, 10000]"
         )
         _check(
             1024 <= self.max_receive_bytes <= 1 << 30,
@@ -436,12 +433,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="characters over the whole life of one StreamingSynthesize stream (default: %(default)s)",
     )
     g.add_argument(
-        "--max-sentence-chars",
-        type=int,
-        default=d.limits.max_sentence_chars,
-        help="speak buffered text this long even without a sentence end (default: %(default)s)",
-    )
-    g.add_argument(
         "--max-receive-bytes",
         type=int,
         default=d.limits.max_receive_bytes,
@@ -511,7 +502,6 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
         limits=LimitsConfig(
             max_text_chars=a.max_text_chars,
             max_stream_chars=a.max_stream_chars,
-            max_sentence_chars=a.max_sentence_chars,
             max_receive_bytes=a.max_receive_bytes,
             max_send_bytes=a.max_send_bytes,
         ),

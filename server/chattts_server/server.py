@@ -17,11 +17,13 @@ from chattts_client._proto.chattts.v1 import tts_pb2
 
 from .api.admission import Admission
 from .api.auth import BearerTokenInterceptor, load_tokens
+from .api.convert import MAX_REFERENCE_S
 from .api.servicer import TextToSpeechServicer, add_to_server
 from .audio.encoding import SUPPORTED_ENCODINGS
 from .config import ServerConfig
 from .engine.engine import ChatTTSEngine
 from .metrics import Metrics
+from .text.duration import slot_tokens_needed
 from .voices import VoiceLibrary
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,17 @@ class TTSServer:
     async def start(self) -> int:
         """Bind and start serving (health NOT_SERVING); the engine loads in the background."""
         cfg = self.config
+        needed = slot_tokens_needed(cfg.engine.max_new_tokens, MAX_REFERENCE_S)
+        if cfg.engine.max_tokens < needed:
+            log.warning(
+                "--max-tokens %d is below the %d positions the longest utterance under "
+                "--max-new-tokens %d needs with a %g s reference voice: such utterances are cut "
+                "short (finish_reason max_tokens)",
+                cfg.engine.max_tokens,
+                needed,
+                cfg.engine.max_new_tokens,
+                MAX_REFERENCE_S,
+            )
         loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         self.admission = Admission(cfg.engine.max_streams, cfg.admission.max_queue)

@@ -87,6 +87,14 @@ def max_prompt_tokens(max_s: float) -> int:
     return math.ceil(max_s * TEXT_TOKENS_PER_S) + PROMPT_FRAME_TOKENS
 
 
+def slot_tokens_needed(max_new_tokens: int, reference_s: float) -> int:
+    """KV positions one slot needs for the longest piece under a `max_new_tokens` cap: its
+    prompt, its audio tokens, and a zero-shot reference voice of `reference_s` seconds (the
+    clip's audio codes plus its transcript). Size `--max-tokens` at least this."""
+    reference = math.ceil(reference_s * (AUDIO_TOKENS_PER_S + TEXT_TOKENS_PER_S))
+    return max_new_tokens + max_prompt_tokens(max_segment_s(max_new_tokens)) + reference
+
+
 def _protected(text: str) -> list[tuple[int, int]]:
     """Spans a cut must not fall inside: bracketed tokens, numbers ('1,000', '3.5', '10:30')."""
     spans = [(m.start(), m.end()) for m in BRACKETED.finditer(text)]
