@@ -8,7 +8,9 @@ other processes hits them alike; the header prints the load average. For each ba
 - bare:      LlamaModel(inputs_embeds=(B, 1, D), past_key_values=DynamicCache of `context`
              tokens), all rows the same length (no padding mask: transformers' cheapest case).
 - <mode>:    LlamaDecoder.decode with that linear mode, B slots packed at ids 0..B-1
-             (attention over a cache view), rows at mixed positions around `context`.
+             (attention over a cache view), rows at mixed positions around `context`. K/V as
+             the server keeps them (--kv-dtype served): bf16 for lossy modes when the CPU has
+             fast bf16, else the model dtype.
 - scattered: slot ids 0, 2, 4, ... (first mode): attention over the slot range, queries
              scattered into it.
 - gathered:  slot ids 0, 3, 6, ... (first mode): the range is over 2B, so K/V are gathered.
@@ -34,7 +36,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaModel
 
-from chattts_server.model.linear_modes import modes_for
+from chattts_server.model.linear_modes import MODES, modes_for
 from chattts_server.model.llama import LlamaDecoder, LlamaShape, SlotKVCache
 
 
@@ -95,7 +97,7 @@ def _ours_step(
         [context - spread + (7 * i) % (2 * spread + 1) for i in range(batch)], device=device
     )
     slots = torch.tensor(slot_ids, device=device)
-    x = torch.randn(batch, decoder.shape.hidden_size, device=device, dtype=cache.kv.dtype)
+    x = torch.randn(batch, decoder.shape.hidden_size, device=device, dtype=decoder.norm.dtype)
     return lambda: decoder.decode(slots, x, positions, cache, mode=mode)
 
 
@@ -120,6 +122,12 @@ def main() -> None:
         help="extra columns (first mode): scattered, gathered (empty for none)",
     )
     parser.add_argument("--markdown", default="", help="also write the table here")
+    parser.add_argument(
+        "--kv-dtype",
+        default="served",
+        choices=["served", "float32", "bfloat16"],
+        help="K/V cache dtype: as the server keeps it per mode, or one for all (default: served)",
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -144,12 +152,24 @@ def main() -> None:
     spacing = {"scattered": 2, "gathered": 3}
     max_tokens = args.context + args.context // 10 + 2
     num_slots = max([1, *(spacing[n] for n in extra)]) * (max(batches) - 1) + 1
-    cache = SlotKVCache(LlamaShape.from_config(config), num_slots, max_tokens, device, dtype)
+    shape = LlamaShape.from_config(config)
+    caches: dict[torch.dtype, SlotKVCache] = {}
+
+    def cache_for(mode: str) -> SlotKVCache:
+        if args.kv_dtype != "served":
+            kv = getattr(torch, args.kv_dtype)
+        else:
+            kv = torch.bfloat16 if MODES[mode].family != "none" and bf16_kv else dtype
+        if kv not in caches:
+            caches[kv] = SlotKVCache(shape, num_slots, max_tokens, device, kv)
+        return caches[kv]
+
+    bf16_kv = MODES["bf16"].available(device, dtype)
 
     header = (
         f"decode step, {args.layers} layers hidden {args.hidden} heads {args.heads} "
         f"inter {args.inter}, context {args.context}, {args.dtype} on {device}, "
-        f"{args.threads} threads, median ms of {args.steps}, "
+        f"{args.threads} threads, K/V {args.kv_dtype}, median ms of {args.steps}, "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     print(header)
@@ -160,10 +180,14 @@ def main() -> None:
         for batch in batches:
             steps = {"bare": _bare_step(model, batch, args.context)}
             for name in modes:
-                steps[name] = _ours_step(decoder, cache, list(range(batch)), args.context, name)
+                steps[name] = _ours_step(
+                    decoder, cache_for(name), list(range(batch)), args.context, name
+                )
             for name in extra:
                 slot_ids = list(range(0, spacing[name] * batch, spacing[name]))
-                steps[name] = _ours_step(decoder, cache, slot_ids, args.context, modes[0])
+                steps[name] = _ours_step(
+                    decoder, cache_for(modes[0]), slot_ids, args.context, modes[0]
+                )
             ms = _interleaved_ms(steps, args.steps, device)
             rows.append((batch, ms))
             print(f"{batch:>12} " + " ".join(f"{ms[n]:>12.1f}" for n in names), flush=True)

@@ -1,8 +1,10 @@
 """Quality budget of the GPT's linear modes: what int8 and bf16 weights cost against fp32.
 
-Teacher-forced, so that every mode sees the same inputs: the fp32 reference ('dense') prefills a
-prompt and decodes greedily for --steps steps; every mode then prefills the same prompt and is
-fed the reference's codes step by step. Per mode:
+Teacher-forced, so that every mode sees the same inputs: the fp32 reference ('dense', fp32 K/V)
+prefills a prompt and decodes greedily for --steps steps; every mode then prefills the same
+prompt and is fed the reference's codes step by step, with K/V as the server keeps them for it
+(bf16 for the lossy modes on a CPU with fast bf16; one extra row shows fp32 linears with bf16
+K/V, to tell the two costs apart). Per mode:
 
 - hidden SNR: the final-normed last hidden state (what the Decoder consumes) against fp32, dB;
 - mel SNR: ChatTTS's Decoder run on those hidden states, against the Decoder on fp32's, dB;
@@ -76,20 +78,26 @@ def run_mode(
 
 
 def time_decode(
-    llama: LlamaDecoder, cache: SlotKVCache, modes: list[str], batch: int, steps: int
+    llama: LlamaDecoder,
+    caches: dict[torch.dtype, SlotKVCache],
+    runs: list[tuple[str, str, torch.dtype]],
+    batch: int,
+    steps: int,
 ) -> dict[str, float]:
+    """Median ms of one decode step of `batch` rows per (label, mode, K/V dtype), in turn."""
     slots = torch.arange(batch)
-    positions = torch.full((batch,), min(60, cache.max_tokens - 1))
+    max_tokens = next(iter(caches.values())).max_tokens
+    positions = torch.full((batch,), min(60, max_tokens - 1))
     x = torch.randn(batch, llama.shape.hidden_size) * 0.1
-    for mode in modes:
-        llama.decode(slots, x, positions, cache, mode=mode)
-    times: dict[str, list[float]] = {m: [] for m in modes}
+    for _, mode, kv in runs:
+        llama.decode(slots, x, positions, caches[kv], mode=mode)
+    times: dict[str, list[float]] = {label: [] for label, _, _ in runs}
     for _ in range(steps):
-        for mode in modes:
+        for label, mode, kv in runs:
             t0 = time.perf_counter()
-            llama.decode(slots, x, positions, cache, mode=mode)
-            times[mode].append((time.perf_counter() - t0) * 1e3)
-    return {m: statistics.median(v) for m, v in times.items()}
+            llama.decode(slots, x, positions, caches[kv], mode=mode)
+            times[label].append((time.perf_counter() - t0) * 1e3)
+    return {label: statistics.median(v) for label, v in times.items()}
 
 
 def main() -> None:
@@ -123,7 +131,15 @@ def main() -> None:
     )
     batches = [int(b) for b in args.time_batches.split(",") if b]
     max_tokens = args.prompt_tokens + args.steps + 8
-    cache = SlotKVCache(llama.shape, max([1, *batches]), max_tokens, device, dtype)
+    bf16_kv = MODES["bf16"].available(device, dtype)
+    caches = {
+        kv: SlotKVCache(llama.shape, max([1, *batches]), max_tokens, device, kv)
+        for kv in {dtype, torch.bfloat16 if bf16_kv else dtype}
+    }
+    # (label, mode, K/V dtype) per row
+    runs = [(m, m, torch.bfloat16 if bf16_kv and not MODES[m].lossless else dtype) for m in modes]
+    if bf16_kv:
+        runs.insert(1, (f"{REFERENCE} + bf16 K/V", REFERENCE, torch.bfloat16))
     embed = modules.embed
     head_code = torch.stack([h.weight.detach().float() for h in embed.head_code])
     emb_code = torch.stack([e.weight.detach().float() for e in embed.emb_code])
@@ -134,24 +150,24 @@ def main() -> None:
     rows = []
     with torch.inference_mode():
         ref_hidden, ref_codes = run_mode(
-            llama, cache, REFERENCE, prompt, head_code, emb_code, None, args.steps
+            llama, caches[dtype], REFERENCE, prompt, head_code, emb_code, None, args.steps
         )
         ref_mel = decode_mel(modules.decoder, ref_hidden.T[None].float())
-        for mode in modes:
+        for label, mode, kv in runs:
             t0 = time.perf_counter()
             hidden, codes = run_mode(
-                llama, cache, mode, prompt, head_code, emb_code, ref_codes, args.steps
+                llama, caches[kv], mode, prompt, head_code, emb_code, ref_codes, args.steps
             )
             mel = decode_mel(modules.decoder, hidden.T[None].float())
             agree = (codes == ref_codes).all(-1).float().mean().item()
             h_snr, m_snr = snr_db(ref_hidden, hidden), snr_db(ref_mel, mel)
-            rows.append((mode, h_snr, m_snr, agree, llama.weight_bytes(mode)))
+            rows.append((label, mode, kv, h_snr, m_snr, agree, llama.weight_bytes(mode)))
             print(
-                f"{mode:>13}: hidden SNR {h_snr:6.1f} dB, mel SNR {m_snr:6.1f} dB, "
+                f"{label:>20}: hidden SNR {h_snr:6.1f} dB, mel SNR {m_snr:6.1f} dB, "
                 f"codes agree {100 * agree:5.1f}% ({time.perf_counter() - t0:.1f} s)",
                 flush=True,
             )
-        timing = {b: time_decode(llama, cache, modes, b, args.time_steps) for b in batches}
+        timing = {b: time_decode(llama, caches, runs, b, args.time_steps) for b in batches}
 
     lines = [
         "# Linear-mode quality budget",
@@ -161,15 +177,16 @@ def main() -> None:
         f"greedy codes. Budget: hidden-state SNR >= {BUDGET_DB:g} dB (what `--quantize auto` "
         f"allows). Command: `python {' '.join(sys.argv)}`",
         "",
-        "| mode | family | hidden SNR dB | mel SNR dB | greedy codes = fp32 | within budget "
+        "| mode | family | K/V | hidden SNR dB | mel SNR dB | greedy codes = fp32 | within budget "
         "| weights MiB | " + " | ".join(f"decode B={b} ms" for b in batches) + " |",
-        "|---" * (7 + len(batches)) + "|",
+        "|---" * (8 + len(batches)) + "|",
     ]
-    for mode, h_snr, m_snr, agree, nbytes in rows:
+    for label, mode, kv, h_snr, m_snr, agree, nbytes in rows:
         ok = "yes" if h_snr >= BUDGET_DB else "no"
-        cells = "".join(f" {timing[b][mode]:.1f} |" for b in batches)
+        cells = "".join(f" {timing[b][label]:.1f} |" for b in batches)
+        kv_name = str(kv).removeprefix("torch.")
         lines.append(
-            f"| {mode} | {MODES[mode].family} | {h_snr:.1f} | {m_snr:.1f} | {100 * agree:.1f}% "
+            f"| {label} | {MODES[mode].family} | {kv_name} | {h_snr:.1f} | {m_snr:.1f} | {100 * agree:.1f}% "
             f"| {ok} | {nbytes / 2**20:.0f} |{cells}"
         )
     lines += [

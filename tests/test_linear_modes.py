@@ -116,7 +116,9 @@ def test_autotune_picks_a_valid_mode_per_batch_size_logs_it_and_frees_the_rest(
     assert all(result.table[b] == min(result.ms[b], key=result.ms[b].get) for b in result.table)
     assert set(ours.modes) == set(result.table.values())
     assert ours.weight_bytes() <= before
-    assert set(result.snr_db) == {m for m in built if not MODES[m].lossless}
+    # Lossy modes are checked against the budget; with K/V in bf16, every mode is.
+    lossy_kv = ours.kv_dtype != FP32
+    assert set(result.snr_db) == {m for m in built if lossy_kv or not MODES[m].lossless}
     logged = caplog.text
     assert "linear-mode autotune" in logged
     for batch, mode in result.table.items():
@@ -130,8 +132,9 @@ def test_autotune_picks_a_valid_mode_per_batch_size_logs_it_and_frees_the_rest(
 def test_auto_excludes_modes_under_the_quality_budget() -> None:
     ours, cache = _tiny_decoder("auto")
     result = ours.autotune([1, 4], cache, min_snr_db=300.0, steps=1)
-    lossy = {m for m in AVAILABLE if not MODES[m].lossless}
+    lossy = {m for m in AVAILABLE if ours.kv_dtype != FP32 or not MODES[m].lossless}
     assert set(result.excluded) == lossy
+    # Nothing within budget (with K/V in bf16 not even fp32 linears): the lossless fallback.
     assert all(MODES[m].lossless for m in result.table.values())
 
 
@@ -150,6 +153,29 @@ def test_forced_int8_builds_only_int8_weights_and_reports_their_size(
     result = ours.autotune([1, 2], cache, steps=1)
     assert not result.snr_db  # forced: no budget check
     assert set(result.table.values()) <= {m for m in AVAILABLE if MODES[m].family == "int8"}
+
+
+@torch.inference_mode()
+def test_lossy_quantize_keeps_kv_in_bf16_within_budget() -> None:
+    config = _config(128, 256, 4, 2)
+    ref = _reference(config, 0.1)
+    exact = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, quantize="none")
+    assert exact.kv_dtype == FP32
+    if "bf16" not in AVAILABLE:
+        pytest.skip("no fast bf16 on this CPU")
+    ours = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, quantize="bf16")
+    assert ours.kv_dtype == torch.bfloat16
+    cache = SlotKVCache(LlamaShape.from_config(config), 3, 64, CPU, ours.kv_dtype)
+    seq = torch.randn(13, 128)
+    expected = ref(inputs_embeds=seq[None]).last_hidden_state[0]
+    got = torch.cat(
+        [
+            ours.prefill(2, seq[:12], 0, cache),
+            ours.decode(torch.tensor([2]), seq[12:], torch.tensor([12]), cache),
+        ]
+    )
+    assert got.dtype == FP32
+    assert snr_db(expected, got) >= MIN_SNR_DB["bf16"]
 
 
 def test_mode_table_lookup_takes_the_smallest_size_at_least_the_batch() -> None:

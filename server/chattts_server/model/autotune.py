@@ -66,11 +66,17 @@ class AutotuneResult:
 
 
 def measure_snr(
-    decoder: LlamaDecoder, cache: SlotKVCache, probe: Tensor, reference: str, modes: list[str]
+    decoder: LlamaDecoder, probe: Tensor, reference: str, modes: list[str]
 ) -> dict[str, float]:
-    """Hidden-state SNR of each mode against ``reference`` for one prefill of ``probe``."""
-    expected = decoder.prefill(0, probe, 0, cache, mode=reference)
-    return {m: snr_db(expected, decoder.prefill(0, probe, 0, cache, mode=m)) for m in modes}
+    """Hidden-state SNR of each mode (K/V in the decoder's ``kv_dtype``) against ``reference``
+    with K/V in the model dtype, for one prefill of ``probe`` (L, D)."""
+    from .llama import SlotKVCache
+
+    device, dtype = probe.device, probe.dtype
+    exact = SlotKVCache(decoder.shape, 1, probe.shape[0], device, dtype)
+    served = SlotKVCache(decoder.shape, 1, probe.shape[0], device, decoder.kv_dtype)
+    expected = decoder.prefill(0, probe, 0, exact, mode=reference)
+    return {m: snr_db(expected, decoder.prefill(0, probe, 0, served, mode=m)) for m in modes}
 
 
 def time_modes(
@@ -115,17 +121,23 @@ def autotune(
     candidates = decoder.modes
     result = AutotuneResult(table={})
     lossless = [m for m in candidates if MODES[m].lossless]
-    lossy = [m for m in candidates if not MODES[m].lossless]
-    if decoder.quantize == "auto" and lossless and lossy:
+    model_dtype = decoder.norm.dtype
+    # With K/V in a narrower dtype than the model's, every mode is lossy.
+    checked = [m for m in candidates if not MODES[m].lossless or decoder.kv_dtype != model_dtype]
+    if decoder.quantize == "auto" and lossless and checked:
         if probe is None:
             generator = torch.Generator().manual_seed(0)
             probe = torch.randn(_PROBE_TOKENS, decoder.shape.hidden_size, generator=generator)
-        probe = probe[: cache.max_tokens].to(device=cache.kv.device, dtype=cache.kv.dtype)
-        result.snr_db = measure_snr(decoder, cache, probe, lossless[0], lossy)
+        probe = probe[: decoder.shape.max_positions].to(device=cache.kv.device, dtype=model_dtype)
+        result.snr_db = measure_snr(decoder, probe, lossless[0], checked)
         for mode, snr in result.snr_db.items():
             if snr < min_snr_db:
                 result.excluded[mode] = f"hidden-state SNR {snr:.1f} dB < {min_snr_db:g} dB"
-        candidates = [m for m in candidates if m not in result.excluded]
+        kept = [m for m in candidates if m not in result.excluded]
+        if not kept:
+            log.warning("no linear mode within %g dB; using %s", min_snr_db, lossless[0])
+            kept = [lossless[0]]
+        candidates = kept
     started = time.perf_counter()
     for batch in sizes:
         ms = time_modes(decoder, cache, batch, candidates, steps) if len(candidates) > 1 else {}
