@@ -39,6 +39,10 @@ def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO / "client"), str(REPO / "server")]),
         "PYTHONUNBUFFERED": "1",
+        # Smoke runs check that scripts work, not speed. One thread each: on a busy 2-core
+        # machine spinning OpenMP workers made upstream ChatTTS 100x slower (6 s for 24 tokens).
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
     }
     return subprocess.run(
         args,
