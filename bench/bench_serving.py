@@ -404,7 +404,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.model, args.tokens, args.requests, args.upstream_requests = "tiny", 24, 2, 1
-        args.concurrency, args.max_streams = "1,2", 2
+        # One server: each --quantize mode costs a server start; autotune times every mode.
+        args.concurrency, args.max_streams, args.modes = "1,2", 2, "auto"
         args.out = tempfile.mkdtemp(prefix="bench_serving-")
 
     from chattts_server.model.dev_assets import build_dev_assets
