@@ -109,17 +109,19 @@ class SlotKVCache:
 
 
 def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    # As LlamaRMSNorm: statistics in fp32, scale in the weights' dtype.
+    # As LlamaRMSNorm: statistics in fp32, scale in the weights' dtype. In fp32 that is exactly
+    # torch's fused rms_norm (one op instead of six, ~0.4 ms of a decode step on CPU).
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * x32.to(x.dtype)
 
 
-def _apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    # x: (rows, heads, head_dim); cos, sin: (rows, 1, head_dim)
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def _apply_rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
+    # x: (rows, heads, head_dim); cos, signed_sin: (rows, 1, head_dim). transformers'
+    # x * cos + cat(-x2, x1) * sin, with the sign folded into the table: cat(x2, x1) is a roll.
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
 
 
 class _Projection(nn.Module):
@@ -161,6 +163,11 @@ class _Projection(nn.Module):
             return [kernel(x) for kernel in parts]
         y = parts[0](x)
         return [y] if len(self.sizes) == 1 else list(y.split(self.sizes, dim=-1))
+
+    def fused(self, x: Tensor, mode: str) -> Tensor | None:
+        """The stacked output (rows, sum of sizes) when ``mode`` runs one matmul, else None."""
+        parts = cast("nn.ModuleList", self.kernels[mode])
+        return parts[0](x) if len(parts) == 1 else None
 
     def drop(self, keep: set[str]) -> None:
         for name in [n for n in self.kernels if n not in keep]:
@@ -213,7 +220,7 @@ class LlamaDecoder(nn.Module):
 
     norm: Tensor
     rope_cos: Tensor  # (max_positions, head_dim)
-    rope_sin: Tensor
+    rope_sin: Tensor  # sin with its first half negated (see _apply_rope)
 
     def __init__(
         self,
@@ -233,6 +240,7 @@ class LlamaDecoder(nn.Module):
         freqs = positions[:, None] * inv_freq.float().cpu()[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos() * attention_scaling, emb.sin() * attention_scaling
+        sin[:, : sin.shape[1] // 2] *= -1
         self.register_buffer("rope_cos", cos.to(device=norm.device, dtype=norm.dtype))
         self.register_buffer("rope_sin", sin.to(device=norm.device, dtype=norm.dtype))
         self._gqa = shape.num_kv_heads != shape.num_heads
@@ -374,6 +382,23 @@ class LlamaDecoder(nn.Module):
         k = _apply_rope(k.view(x.shape[0], s.num_kv_heads, s.head_dim), cos, sin)
         return q, k, v.view(x.shape[0], s.num_kv_heads, s.head_dim)
 
+    def _q_kv(
+        self, layer: _Layer, x: Tensor, cos: Tensor, sin: Tensor, mode: str
+    ) -> tuple[Tensor, Tensor]:
+        # x: (rows, hidden) -> q (rows, heads, hd) roped and kv (rows, 2, kv_heads, hd) with k
+        # roped: the layout one index_put writes into the cache. From a stacked Q/K/V matmul,
+        # q and k are roped in one go (a decode step is ~700 small ops; this saves ~150).
+        s = self.shape
+        rows, num_qk = x.shape[0], s.num_heads + s.num_kv_heads
+        h = _rms_norm(x, layer.input_norm, s.rms_norm_eps)
+        y = layer.qkv.fused(h, mode)
+        if y is None:
+            q, k, v = self._qkv(layer, x, cos, sin, mode)
+            return q, torch.stack((k, v), dim=1)
+        qk = _apply_rope(y[:, : num_qk * s.head_dim].view(rows, num_qk, s.head_dim), cos, sin)
+        v = y[:, num_qk * s.head_dim :].view(rows, s.num_kv_heads, s.head_dim)
+        return qk[:, : s.num_heads], torch.stack((qk[:, s.num_heads :], v), dim=1)
+
     def prefill(
         self,
         slot_id: int,
@@ -472,10 +497,10 @@ class LlamaDecoder(nn.Module):
 
         x = embeds
         for i, layer in enumerate(cast("list[_Layer]", self.layers)):
-            q, k, v = self._qkv(layer, x, cos, sin, mode)
+            q, kv = self._q_kv(layer, x, cos, sin, mode)
+            # (2, slots, kv_heads, T, hd)[:, slot_ids, :, positions] is (B, 2, kv_heads, hd)
+            cache.kv[i][:, slot_ids, :, positions] = kv.to(kv_dtype)
             k_cache, v_cache = cache.kv[i, 0], cache.kv[i, 1]
-            k_cache[slot_ids, :, positions] = k.to(kv_dtype)
-            v_cache[slot_ids, :, positions] = v.to(kv_dtype)
             if gather:
                 keys = k_cache[:, :, :attend_len].index_select(0, slot_ids)
                 values = v_cache[:, :, :attend_len].index_select(0, slot_ids)
