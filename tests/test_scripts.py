@@ -18,7 +18,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-SCRIPTS = sorted([*(REPO / "bench").glob("*.py"), *(REPO / "tools").glob("*.py")])
+# `_name.py` files are helpers, not scripts.
+SCRIPTS = sorted(
+    p
+    for p in [*(REPO / "bench").glob("*.py"), *(REPO / "tools").glob("*.py")]
+    if not p.name.startswith("_")
+)
 SHELL_SCRIPTS = sorted([*(REPO / "bench").glob("*.sh"), *(REPO / "tools").glob("*.sh")])
 BENCHMARKS = [p for p in SCRIPTS if p.parent.name == "bench" and p.name.startswith("bench_")]
 # A line each smoke run must print; scripts not listed must print something.
