@@ -98,7 +98,7 @@ def _tiny_decoder(quantize: str) -> tuple[LlamaDecoder, SlotKVCache]:
     config = _config(128, 256, 4, 2)
     ref = _reference(config, 0.1)
     ours = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, quantize=quantize)
-    return ours, SlotKVCache(LlamaShape.from_config(config), 8, 96, CPU, FP32)
+    return ours, SlotKVCache(LlamaShape.from_config(config), 8, 96, CPU, ours.kv_dtype)
 
 
 def test_autotune_picks_a_valid_mode_per_batch_size_logs_it_and_frees_the_rest(

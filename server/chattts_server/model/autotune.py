@@ -84,7 +84,7 @@ def time_modes(
 ) -> dict[str, float]:
     """Median ms per decode step of ``batch`` rows for each mode, the modes called in turn so
     that load from elsewhere on the machine hits them alike."""
-    device, dtype = cache.kv.device, cache.kv.dtype
+    device, dtype = cache.kv.device, decoder.norm.dtype  # the model's, not the cache's
     slots = torch.arange(batch, device=device)
     context = min(64, cache.max_tokens - 1)
     positions = torch.full((batch,), context, dtype=torch.long, device=device)
