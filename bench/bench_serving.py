@@ -228,9 +228,10 @@ def run_mode(args: argparse.Namespace, mode: str, cache: Path, out: Path) -> lis
             )
             levels.append(level)
         srv.stop()
-    table = [line for line in srv.log if "linear-mode autotune" in line or "  chosen" in line]
-    if table:
-        print("  " + "".join(table).strip(), flush=True)
+    log_text = srv.log_text()
+    if "linear-mode autotune" in log_text:
+        start = log_text.index("linear-mode autotune")
+        print(log_text[start : log_text.find("warm-up (decode", start)].strip(), flush=True)
     return levels
 
 
