@@ -199,3 +199,26 @@ def test_metrics_publish_the_mode_table() -> None:
     assert 'chattts_gpt_linear_mode{batch_size="1",mode="bf16"} 1.0' in text
     assert 'chattts_gpt_linear_mode{batch_size="16",mode="bf16"} 1.0' in text
     assert 'mode="int8"' not in text
+
+
+@pytest.mark.parametrize(
+    "slots", [[0, 1, 2], [3, 0, 2], [8, 0, 4]], ids=["packed", "scattered", "gathered"]
+)
+@torch.inference_mode()
+def test_bf16_kv_decode_in_every_slot_layout(slots: list[int]) -> None:
+    if "bf16" not in AVAILABLE:
+        pytest.skip("no fast bf16 on this CPU")
+    config = _config(128, 256, 4, 2)
+    ref = _reference(config, 0.1)
+    ours = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, modes=["dense-onednn"])
+    cache = SlotKVCache(LlamaShape.from_config(config), 9, 64, CPU, torch.bfloat16)
+    seqs = [torch.randn(n, 128) for n in (5, 12, 20)]
+    for slot, seq in zip(slots, seqs, strict=True):
+        ours.prefill(slot, seq, 0, cache)
+    step = torch.randn(3, 128)
+    positions = torch.tensor([len(s) for s in seqs])
+    hidden = ours.decode(torch.tensor(slots), step, positions, cache)
+    for i, seq in enumerate(seqs):
+        full = torch.cat([seq, step[i : i + 1]])
+        expected = ref(inputs_embeds=full[None]).last_hidden_state[0, -1]
+        assert snr_db(expected, hidden[i]) >= MIN_SNR_DB["bf16"]
