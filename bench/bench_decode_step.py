@@ -21,6 +21,7 @@ With --markdown PATH the table is also written as Markdown (per-mode ms and spee
 Usage: python bench/bench_decode_step.py [--layers 20 --hidden 768 --heads 12 --inter 3072]
        [--batches 1,2,4,8,16] [--context 100] [--steps 10] [--modes dense,dense-onednn,...]
        [--layouts scattered,gathered] [--markdown bench/results/decode_step.md]
+       python bench/bench_decode_step.py --smoke    # tiny shapes, two steps, writes nothing
 """
 
 from __future__ import annotations
@@ -123,12 +124,18 @@ def main() -> None:
     )
     parser.add_argument("--markdown", default="", help="also write the table here")
     parser.add_argument(
+        "--smoke", action="store_true", help="tiny shapes, batches 1,2, two steps, no markdown"
+    )
+    parser.add_argument(
         "--kv-dtype",
         default="served",
         choices=["served", "float32", "bfloat16"],
         help="K/V cache dtype: as the server keeps it per mode, or one for all (default: served)",
     )
     args = parser.parse_args()
+    if args.smoke:
+        args.layers, args.hidden, args.heads, args.inter = 2, 128, 4, 256
+        args.batches, args.context, args.steps, args.markdown = "1,2", 16, 2, ""
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -194,7 +194,7 @@ def run_mode(args: argparse.Namespace, mode: str, cache: Path, out: Path) -> lis
     )
     max_tokens = max(512, args.tokens + 256)
     server_args = [
-        "--quantize", mode, "--dtype", "float32",
+        "--quantize", mode, "--device", args.device, "--dtype", args.dtype,
         "--max-streams", str(args.max_streams),
         "--max-tokens", str(max_tokens), "--max-new-tokens", str(max_tokens - 128),
         "--max-queue", str(max(64, args.requests * 2)),
@@ -238,13 +238,13 @@ def run_mode(args: argparse.Namespace, mode: str, cache: Path, out: Path) -> lis
 # -- (b) upstream -----------------------------------------------------------------------------
 
 
-def run_upstream(model_dir: Path, tokens: int, requests: int) -> Level:
+def run_upstream(model_dir: Path, device: str, tokens: int, requests: int) -> Level:
     import torch
     from ChatTTS import Chat
 
     from chattts_server.model.loader import upstream_chat
 
-    chat = upstream_chat(model_dir, torch.device("cpu"))
+    chat = upstream_chat(model_dir, torch.device(device))
     torch.manual_seed(2)
     spk = chat.sample_random_speaker()
     params = Chat.InferCodeParams(
@@ -285,7 +285,8 @@ def write_report(args: argparse.Namespace, up: Level | None, ours: list[Level], 
     lines = [
         "# Serving benchmark",
         "",
-        f"{args.model.capitalize()} dev model (random weights), CPU, {args.tokens} tokens per "
+        f"{args.model.capitalize()} dev model (random weights), {args.device}/{args.dtype}, "
+        f"{args.tokens} tokens per "
         f"stream ({args.tokens / TOKENS_PER_S:.2f} s of audio), server --max-streams "
         f"{args.max_streams}, one server per `--quantize` mode (autotuned at warm-up). "
         f"Load average at the end {os.getloadavg()[0]:.1f}. Command: `python {' '.join(sys.argv)}`",
@@ -376,7 +377,7 @@ def plot(args: argparse.Namespace, up: Level | None, ours: list[Level], path: Pa
         ax.set_xticks(cs, [str(c) for c in cs])
         ax.grid(alpha=0.3)
     axes[0].legend()
-    fig.suptitle(f"{args.tokens}-token streams, {args.model} dev model, CPU")
+    fig.suptitle(f"{args.tokens}-token streams, {args.model} dev model, {args.device}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
 
@@ -391,6 +392,13 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,2,16")
     parser.add_argument("--modes", default="none,bf16,int8,auto", help="--quantize values")
     parser.add_argument("--max-streams", type=int, default=16)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="server device")
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "float16", "bfloat16"],
+        help="server GPT dtype (lossy --quantize modes need float32 on CPU)",
+    )
     parser.add_argument("--model", default="full", choices=["tiny", "full"])
     parser.add_argument("--skip-upstream", action="store_true")
     parser.add_argument(
@@ -422,7 +430,7 @@ def main() -> None:
     up = None
     if not args.skip_upstream:
         print("(b) upstream ChatTTS, stream mode, sequential", flush=True)
-        up = run_upstream(model_dir, args.tokens, args.upstream_requests)
+        up = run_upstream(model_dir, args.device, args.tokens, args.upstream_requests)
     print(write_report(args, up, ours, out))
     print(f"wrote {out / 'serving.md'} and {out / 'serving.png'}")
 
