@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TypeAlias, overload
 
 from chattts_client._proto.chattts.v1 import tts_pb2
 
@@ -34,6 +34,14 @@ class UtteranceEnded:
 
 
 SessionEvent: TypeAlias = AudioOut | UtteranceEnded
+
+
+@overload
+def to_pb(event: AudioOut) -> tts_pb2.AudioChunk: ...
+
+
+@overload
+def to_pb(event: UtteranceEnded) -> tts_pb2.UtteranceEnd: ...
 
 
 def to_pb(event: SessionEvent) -> tts_pb2.AudioChunk | tts_pb2.UtteranceEnd:
