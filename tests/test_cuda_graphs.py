@@ -1,0 +1,97 @@
+"""The CUDA-graph bookkeeping of the decode step, on the CPU (graphs off, same buffers):
+padding to captured sizes and lengths, the scratch slot, static buffers reused, and a padded
+decode equal to the plain one on the tiny model."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from chattts_server.model.cuda_graphs import DecodeGraphs, length_buckets
+
+D = 8
+SCRATCH = 9
+
+
+def recording_step(calls: list[tuple[list[int], list[int], int]]):
+    def step(slot_ids, embeds, positions, attend_len):
+        calls.append((slot_ids.tolist(), positions.tolist(), attend_len))
+        return embeds * 2 + positions[:, None]
+
+    return step
+
+
+def graphs(calls, sizes=(1, 2, 4, 8), lengths=(128, 256, 512)) -> DecodeGraphs:
+    g = DecodeGraphs(
+        recording_step(calls),
+        sizes,
+        lengths,
+        D,
+        SCRATCH,
+        torch.device("cpu"),
+        torch.float32,
+        capture=False,
+    )
+    g.capture_all()
+    return g
+
+
+def test_length_buckets_double_up_to_the_slot_size():
+    assert length_buckets(1536) == [128, 256, 512, 1024, 1536]
+    assert length_buckets(100) == [100]
+
+
+def test_warm_up_runs_every_size_and_length_largest_first():
+    calls: list = []
+    graphs(calls, sizes=(1, 4), lengths=(128, 256))
+    assert [(len(slots), length) for slots, _, length in calls] == [
+        (4, 256),
+        (4, 128),
+        (1, 256),
+        (1, 128),
+    ]
+
+
+def test_a_batch_pads_to_the_next_size_with_rows_on_the_scratch_slot():
+    calls: list = []
+    g = graphs(calls)
+    calls.clear()
+    embeds = torch.randn(3, D)
+    out = g(torch.tensor([0, 2, 5]), embeds, torch.tensor([10, 200, 7]), max_position=200)
+    (slots, positions, length) = calls[-1]
+    assert slots == [0, 2, 5, SCRATCH] and positions == [10, 200, 7, 0]
+    assert length == 256  # 201 positions attended -> the 256 bucket
+    assert out.shape == (3, D)
+    torch.testing.assert_close(out, embeds * 2 + torch.tensor([10.0, 200.0, 7.0])[:, None])
+
+
+def test_static_buffers_are_reused_and_leftover_rows_reset():
+    calls: list = []
+    g = graphs(calls)
+    buffers = g._buffers[4]
+    pointers = (
+        buffers.slot_ids.data_ptr(),
+        buffers.positions.data_ptr(),
+        buffers.embeds.data_ptr(),
+    )
+    g(torch.tensor([0, 1, 2, 3]), torch.randn(4, D), torch.tensor([5, 5, 5, 5]), 5)
+    g(torch.tensor([1]), torch.randn(1, D), torch.tensor([3]), 3)  # another size in between
+    embeds = torch.randn(3, D)
+    g(torch.tensor([4, 6, 7]), embeds, torch.tensor([1, 2, 3]), 3)
+    # The same storage every call (what a captured graph reads), row 3 back to padding.
+    assert pointers == (
+        buffers.slot_ids.data_ptr(),
+        buffers.positions.data_ptr(),
+        buffers.embeds.data_ptr(),
+    )
+    assert buffers.slot_ids.tolist() == [4, 6, 7, SCRATCH]
+    assert buffers.positions.tolist() == [1, 2, 3, 0]
+    torch.testing.assert_close(buffers.embeds[:3], embeds)
+
+
+def test_too_large_a_batch_or_length_is_refused():
+    g = graphs([])
+    with pytest.raises(ValueError, match="batch size 9"):
+        g.padded_size(9)
+    with pytest.raises(ValueError, match="attention length 513"):
+        g.padded_length(513)
