@@ -183,10 +183,10 @@ async def run_level(
     return level
 
 
-def run_mode(args: argparse.Namespace, mode: str, cache: Path, out: Path) -> list[Level]:
+def run_mode(args: argparse.Namespace, mode: str, cache: Path, logs: Path) -> list[Level]:
     from chattts_server.launcher import launch
 
-    profile = out / f"profile-{mode}.json"
+    profile = logs / f"profile-{mode}.json"
     profile.unlink(missing_ok=True)
     os.environ["CHATTTS_PROFILE_OUT"] = str(profile)
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -206,7 +206,7 @@ def run_mode(args: argparse.Namespace, mode: str, cache: Path, out: Path) -> lis
         dev_model=args.model,
         cache=cache,
         start_timeout_s=args.server_timeout,
-        log_path=out / f"server-{mode}.log",
+        log_path=logs / f"server-{mode}.log",
     ) as srv:
         srv.wait_serving(args.server_timeout)
         asyncio.run(run_level(srv.target, mode, 1, 1, min(args.tokens, 24), 10_000))  # warm
@@ -424,9 +424,12 @@ def main() -> None:
     cache = Path(args.cache)
     model_dir = Path(build_dev_assets(args.model, cache))
     ours: list[Level] = []
+    # Server logs and timer dumps: a temporary folder, not the committed results.
+    logs = Path(tempfile.mkdtemp(prefix="bench_serving-logs-"))
+    print(f"server logs in {logs}", flush=True)
     for mode in [m for m in args.modes.split(",") if m]:
         print(f"(a) our server, --quantize {mode}", flush=True)
-        ours += run_mode(args, mode, cache, out)
+        ours += run_mode(args, mode, cache, logs)
     up = None
     if not args.skip_upstream:
         print("(b) upstream ChatTTS, stream mode, sequential", flush=True)
