@@ -114,7 +114,10 @@ def test_autotune_picks_a_valid_mode_per_batch_size_logs_it_and_frees_the_rest(
     assert ours.mode_table == result.table
     assert all(set(result.ms[b]) <= set(built) for b in result.table)
     assert all(result.table[b] == min(result.ms[b], key=result.ms[b].get) for b in result.table)
-    assert set(ours.modes) == set(result.table.values())
+    assert set(ours.modes) == {*result.table.values(), result.prefill_mode}
+    assert result.prefill_mode == min(result.prefill_ms, key=result.prefill_ms.get)
+    assert ours.prefill_mode == result.prefill_mode
+    assert f"chosen {result.prefill_mode}" in caplog.text
     assert ours.weight_bytes() <= before
     # Lossy modes are checked against the budget; with K/V in bf16, every mode is.
     lossy_kv = ours.kv_dtype != FP32

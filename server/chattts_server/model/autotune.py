@@ -50,6 +50,11 @@ class AutotuneResult:
     """Mode -> hidden-state SNR against the lossless reference (where measured)."""
     excluded: dict[str, str] = field(default_factory=dict)
     """Mode -> why it did not compete (over the quality budget)."""
+    prefill_mode: str = ""
+    """The mode prefill now uses (compute-bound, so often not batch 1's)."""
+    prefill_ms: dict[str, float] = field(default_factory=dict)
+    """Mode -> median ms to prefill the probe prompt."""
+    prefill_tokens: int = 0
 
     def format(self) -> str:
         modes = sorted({m for row in self.ms.values() for m in row}, key=list(MODES).index)
@@ -60,6 +65,12 @@ class AutotuneResult:
             + f"  {self.table[b]}"
             for b in sorted(self.ms)
         ]
+        if self.prefill_ms:
+            rows.append(
+                f"prefill of {self.prefill_tokens} tokens: "
+                + ", ".join(f"{m} {ms:.1f} ms" for m, ms in self.prefill_ms.items())
+                + f"  chosen {self.prefill_mode}"
+            )
         notes = [f"{m}: SNR {v:.1f} dB" for m, v in self.snr_db.items()]
         notes += [f"{m} excluded: {why}" for m, why in self.excluded.items()]
         return "\n".join([head, *rows, *notes])
@@ -77,6 +88,22 @@ def measure_snr(
     served = SlotKVCache(decoder.shape, 1, probe.shape[0], device, decoder.kv_dtype)
     expected = decoder.prefill(0, probe, 0, exact, mode=reference)
     return {m: snr_db(expected, decoder.prefill(0, probe, 0, served, mode=m)) for m in modes}
+
+
+def time_prefill(
+    decoder: LlamaDecoder, cache: SlotKVCache, probe: Tensor, modes: list[str], steps: int
+) -> dict[str, float]:
+    """Median ms to prefill ``probe`` (L, D) into slot 0 for each mode, the modes in turn."""
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for repeat in range(steps + 1):
+        for mode in modes:
+            t0 = time.perf_counter()
+            decoder.prefill(0, probe, 0, cache, mode=mode)
+            if probe.device.type == "cuda":
+                torch.cuda.synchronize(probe.device)
+            if repeat:  # the first round pays for lazy initialisation
+                times[mode].append((time.perf_counter() - t0) * 1e3)
+    return {m: statistics.median(ts) for m, ts in times.items()}
 
 
 def time_modes(
@@ -122,13 +149,13 @@ def autotune(
     result = AutotuneResult(table={})
     lossless = [m for m in candidates if MODES[m].lossless]
     model_dtype = decoder.norm.dtype
+    if probe is None:
+        generator = torch.Generator().manual_seed(0)
+        probe = torch.randn(_PROBE_TOKENS, decoder.shape.hidden_size, generator=generator)
+    probe = probe[: cache.max_tokens].to(device=cache.kv.device, dtype=model_dtype)
     # With K/V in a narrower dtype than the model's, every mode is lossy.
     checked = [m for m in candidates if not MODES[m].lossless or decoder.kv_dtype != model_dtype]
     if decoder.quantize == "auto" and lossless and checked:
-        if probe is None:
-            generator = torch.Generator().manual_seed(0)
-            probe = torch.randn(_PROBE_TOKENS, decoder.shape.hidden_size, generator=generator)
-        probe = probe[: decoder.shape.max_positions].to(device=cache.kv.device, dtype=model_dtype)
         result.snr_db = measure_snr(decoder, probe, lossless[0], checked)
         for mode, snr in result.snr_db.items():
             if snr < min_snr_db:
@@ -143,9 +170,18 @@ def autotune(
         ms = time_modes(decoder, cache, batch, candidates, steps) if len(candidates) > 1 else {}
         result.ms[batch] = ms
         result.table[batch] = min(ms, key=ms.__getitem__) if ms else candidates[0]
+    if len(candidates) > 1:
+        result.prefill_ms = time_prefill(decoder, cache, probe, candidates, max(1, steps // 2))
+        result.prefill_tokens = probe.shape[0]
+    result.prefill_mode = (
+        min(result.prefill_ms, key=result.prefill_ms.__getitem__)
+        if result.prefill_ms
+        else result.table[sizes[-1]]
+    )
     before = decoder.weight_bytes()
     decoder.set_mode_table(result.table)
-    decoder.keep_modes(set(result.table.values()))
+    decoder.prefill_mode = result.prefill_mode
+    decoder.keep_modes({*result.table.values(), result.prefill_mode})
     log.info(
         "linear-mode autotune (--quantize %s, %.1f s; weights %.0f -> %.0f MiB):\n%s",
         decoder.quantize,

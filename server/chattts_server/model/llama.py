@@ -248,6 +248,8 @@ class LlamaDecoder(nn.Module):
         self.kv_dtype = norm.dtype
         """What the SlotKVCache should hold; attention runs in it (output back to fp32)."""
         self._mode_table: dict[int, str] = {}
+        self.prefill_mode: str | None = None
+        """The mode prefill uses; None: the largest decode batch size's."""
         self._mode_by_rows: list[str] = []
 
     @classmethod
@@ -349,6 +351,8 @@ class LlamaDecoder(nn.Module):
         for layer in self.layers:
             for proj in cast("_Layer", layer).projections():
                 proj.drop(keep)
+        if self.prefill_mode not in keep:
+            self.prefill_mode = None
         self.set_mode_table(
             {b: m for b, m in self._mode_table.items() if m in keep} or {1: next(iter(keep))}
         )
@@ -411,9 +415,9 @@ class LlamaDecoder(nn.Module):
 
         Writes that range of the slot's K/V and attends causally to it and to the slot's
         earlier positions, so a long prompt may come in chunks. Returns final-normed hidden
-        states (L, D). ``mode`` forces a linear mode (default: the table's largest size's).
+        states (L, D). ``mode`` forces a linear mode (default: :attr:`prefill_mode`).
         """
-        mode = mode or self.mode_for(len(self._mode_by_rows))
+        mode = mode or self.prefill_mode or self.mode_for(len(self._mode_by_rows))
         kv_dtype = cache.kv.dtype
         num_tokens = embeds.shape[0]
         end_pos = start_pos + num_tokens
