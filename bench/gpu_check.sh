@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# One-shot check on a CUDA machine (e.g. the lent H200; python 3.12, maybe only PyPI reachable).
-# Installs what is missing, runs the parity tests on CUDA, then the serving benchmark with the
-# server on cuda/bfloat16. Everything (logs, serving.md/png) lands in $OUT. Fits ~8 minutes:
-# each step has a timeout, and all of them share one overall deadline.
+# One-shot check on a CUDA machine (e.g. the lent H200; python 3.12, no network). Installs what
+# is missing, runs the CUDA tests (parity vs upstream in fp32; fp16 vs fp32: codes and
+# last-hidden SNR; CUDA graphs vs eager), then the serving benchmark with the server on
+# cuda/float16 with CUDA graphs at 1, 16, 64, 128 and 256 streams, sampling GPU memory while it
+# runs. Everything (logs, serving.md/png, gpu.md) lands in $OUT; commit gpu.md and the PNG as
+# bench/results/gpu.md and bench/results/gpu.png. Fits in BUDGET_S (default 540 s): each step
+# has a timeout, and all share one overall deadline.
 #
-# Usage (repo root):  OUT=/tmp/out bash bench/gpu_check.sh   [BUDGET_S=470 TOKENS=200 REQUESTS=16]
+# Usage (repo root):  OUT=/tmp/out bash bench/gpu_check.sh   [BUDGET_S=540 TOKENS=200]
 # On the lent machine (no network): first `bash bench/fetch_gpu_wheels.sh` here, then
-#   device run: command="OUT=$OUT bash bench/gpu_check.sh", carry=[".whl"], timeout_s=540
+#   device run: command="OUT=$OUT bash bench/gpu_check.sh", carry=[".whl"], timeout_s=600
+# `bash bench/gpu_check.sh --help` prints this; `--smoke` checks the script's own syntax only.
 set -u
+case "${1:-}" in
+  --help | -h) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  --smoke) bash -n "$0" && echo "gpu_check.sh: syntax ok (--smoke runs nothing on a GPU)"; exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/results/gpu}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
 PY=${PYTHON:-python3}
-BUDGET_S=${BUDGET_S:-470}
+BUDGET_S=${BUDGET_S:-540}
 TOKENS=${TOKENS:-200}
-REQUESTS=${REQUESTS:-16}
+CONCURRENCY=${CONCURRENCY:-1,16,64,128,256}
 DEADLINE=$((SECONDS + BUDGET_S))
 export PYTHONPATH="$PWD/client:$PWD/server${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+# The server sets this itself on CUDA when unset; set here too for the test processes.
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 
 # step NAME MAX_SECONDS CMD...: runs CMD with min(MAX_SECONDS, time left) as its timeout.
 step() {
@@ -44,7 +54,6 @@ $PY --version
 if [ -d .whl ]; then
   step install 180 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
     --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH="$PYTHONPATH:/tmp/site"
   # /tmp/site must win over the image's transformers 5 and huggingface-hub 1.x.
   export PYTHONPATH="/tmp/site:$PYTHONPATH"
 elif ! $PY -c "import torch, torchaudio, ChatTTS, transformers, grpc_health, grpc_reflection, matplotlib, pytest" 2>/dev/null; then
@@ -57,18 +66,36 @@ if torch.cuda.is_available():
     print(torch.cuda.get_device_name(0))
 PYEOF
 
-# Parity: our Llama vs transformers (CPU-only test file), and engine codes vs upstream ChatTTS
-# with both sides on CUDA (fp32; greedy codes can flip on near-ties if kernels differ).
-CHATTTS_TEST_DEVICE=cuda step parity 150 $PY -m pytest -q -x -p no:cacheprovider \
-  tests/test_llama_parity.py tests/test_generation_parity.py
-parity_rc=$?
+# CUDA tests: our Llama vs transformers, engine codes vs upstream ChatTTS with both sides on CUDA
+# (fp32), and tests/test_cuda.py (fp16 vs fp32 codes and hidden-state SNR, graphs vs eager).
+CHATTTS_TEST_DEVICE=cuda step tests 170 $PY -m pytest -q -x -p no:cacheprovider -rs \
+  tests/test_cuda.py tests/test_llama_parity.py tests/test_generation_parity.py
+tests_rc=$?
 
-# Serving benchmark: server on cuda/bf16 (one linear mode there), upstream ChatTTS on cuda.
-step bench_serving 330 $PY bench/bench_serving.py --device cuda --dtype bfloat16 --modes none \
-  --tokens "$TOKENS" --requests "$REQUESTS" --upstream-requests 3 --concurrency 1,4,16 \
+# GPU memory, sampled every second while the benchmark runs.
+(while sleep 1; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; done) \
+  >"$OUT/gpu_memory_mib.txt" 2>/dev/null &
+sampler=$!
+# Serving benchmark: server on cuda/fp16 with CUDA graphs (its defaults), upstream ChatTTS on cuda.
+step bench_serving 330 $PY bench/bench_serving.py --device cuda --dtype float16 --modes none \
+  --model full --tokens "$TOKENS" --concurrency "$CONCURRENCY" --requests 256 \
+  --upstream-requests 2 --max-streams 256 --server-arg=--max-queue=256 \
   --server-timeout 240 --out "$OUT"
 bench_rc=$?
+kill "$sampler" 2>/dev/null
 
-echo "== summary: parity rc=$parity_rc, bench_serving rc=$bench_rc, $((SECONDS))s"
-[ -f "$OUT/serving.md" ] && cat "$OUT/serving.md"
-exit $((parity_rc != 0 || bench_rc != 0))
+peak=$(sort -n "$OUT/gpu_memory_mib.txt" 2>/dev/null | tail -1)
+{
+  echo "# GPU check"
+  echo
+  echo '```'; cat "$OUT/env.txt"; echo '```'
+  echo
+  echo "- tests (CUDA parity, fp16 vs fp32, graphs vs eager): rc=$tests_rc; see gpu_check.log"
+  echo "- serving benchmark: rc=$bench_rc; peak GPU memory in use: ${peak:-?} MiB"
+  echo
+  [ -f "$OUT/serving.md" ] && cat "$OUT/serving.md"
+} >"$OUT/gpu.md"
+[ -f "$OUT/serving.png" ] && cp "$OUT/serving.png" "$OUT/gpu.png"
+echo "== summary: tests rc=$tests_rc, bench_serving rc=$bench_rc, $((SECONDS))s"
+cat "$OUT/gpu.md"
+exit $((tests_rc != 0 || bench_rc != 0))

@@ -33,7 +33,7 @@ class ModelConfig:
     device: str = "auto"
     """'auto' (CUDA when available), 'cpu' or 'cuda'."""
     dtype: str = "auto"
-    """'auto' (bfloat16 on CUDA, float32 on CPU), 'float32', 'float16' or 'bfloat16'."""
+    """'auto' (float16 on CUDA, float32 on CPU), 'float32', 'float16' or 'bfloat16'."""
     quantize: str = "none"
     """GPT linear layers on CPU with an fp32 model: 'none' (fp32), 'bf16', 'int8' or 'auto'
     (the fastest per batch size among the modes within the quality budget)."""
@@ -86,6 +86,9 @@ class EngineConfig:
     """'vocos' (ChatTTS's own) or 'hifigan' (needs hifigan_checkpoint)."""
     hifigan_checkpoint: Path | None = None
     """HiFi-GAN V1 generator checkpoint for 100-band 24 kHz mel, hop 256."""
+    cuda_graphs: bool = True
+    """On CUDA, capture the decode step as CUDA graphs at warm-up (one per batch size and
+    attention-length bucket); ignored on CPU."""
 
     def validate(self) -> None:
         _check(1 <= self.max_streams <= 1024, "--max-streams must be in [1, 1024]")
@@ -319,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype",
         choices=["auto", "float32", "float16", "bfloat16"],
         default=d.model.dtype,
-        help="GPT weight dtype; auto = bfloat16 on CUDA, float32 on CPU (default: %(default)s)",
+        help="GPT weight dtype; auto = float16 on CUDA (upstream's half path), float32 on CPU (default: %(default)s)",
     )
     g.add_argument(
         "--quantize",
@@ -399,6 +402,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--hifigan-checkpoint",
         help="HiFi-GAN V1 generator (100-band 24 kHz mel, hop 256) for --vocoder hifigan (default: none)",
+    )
+    g.add_argument(
+        "--cuda-graphs",
+        choices=["on", "off"],
+        default="on" if d.engine.cuda_graphs else "off",
+        help="capture the decode step as CUDA graphs at warm-up; CUDA only (default: %(default)s)",
     )
 
     g = p.add_argument_group("limits and admission")
@@ -498,6 +507,7 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
             lookahead_tokens=a.lookahead_tokens,
             vocoder=a.vocoder,
             hifigan_checkpoint=_path(a.hifigan_checkpoint),
+            cuda_graphs=a.cuda_graphs == "on",
         ),
         limits=LimitsConfig(
             max_text_chars=a.max_text_chars,

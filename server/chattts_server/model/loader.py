@@ -33,7 +33,8 @@ def pick_device(name: str) -> torch.device:
 
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        # fp16 on CUDA, as upstream ChatTTS's half path (norm statistics and heads stay fp32).
+        return torch.float16 if device.type == "cuda" else torch.float32
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
 
 
