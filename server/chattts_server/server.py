@@ -173,6 +173,7 @@ class TTSServer:
     def _on_engine_ready(self) -> None:
         assert self.servicer is not None and self.admission is not None
         self.servicer.bind_model(self.engine.model_info, tuple(SUPPORTED_ENCODINGS))
+        self.metrics.set_linear_modes(self.engine.model_info.linear_modes)
         if self._draining:
             return
         self.admission.accepting = True

@@ -84,11 +84,13 @@ class ModelRunner:
         config: EngineConfig,
         device: torch.device,
         dtype: torch.dtype,
+        quantize: str = "none",
     ) -> None:
         self.modules = modules
         self.config = config
         self.device = device
         self.dtype = dtype
+        self.quantize = quantize
         shapes = modules.shapes
         self.num_vq = shapes.embed.num_vq
         self.num_audio_tokens = shapes.embed.num_audio_tokens
@@ -96,19 +98,27 @@ class ModelRunner:
         self.text_eos = modules.tokenizer.eos_token
 
         self.llama = LlamaDecoder.from_state_dict(
-            modules.gpt_config, modules.gpt_state_dict, device, dtype
+            modules.gpt_config, modules.gpt_state_dict, device, dtype, quantize=quantize
         )
         modules.gpt_state_dict.clear()
-        self._check_kv_fits(config, device, dtype)
+        log.info(
+            "GPT linear weights (%s): %s",
+            quantize,
+            ", ".join(
+                f"{m} {self.llama.weight_bytes(m) / 2**20:.1f} MiB" for m in self.llama.modes
+            ),
+        )
+        kv_dtype = self.llama.kv_dtype
+        self._check_kv_fits(config, device, kv_dtype)
         self.cache = SlotKVCache(
-            self.llama.shape, config.max_streams, config.max_tokens, device, dtype
+            self.llama.shape, config.max_streams, config.max_tokens, device, kv_dtype
         )
         log.info(
             "KV cache: %d slots x %d tokens, %.1f MiB (%s)",
             config.max_streams,
             config.max_tokens,
             self.cache.nbytes / 2**20,
-            dtype,
+            kv_dtype,
         )
         with torch.inference_mode():
             embed: Any = modules.embed
@@ -127,16 +137,6 @@ class ModelRunner:
             config.max_streams, 1, self.head_text.shape[0], self.text_eos, device
         )
         self.decoder = build_streaming_decoder(modules, config, device)
-        self.info = ModelInfo(
-            sample_rate=shapes.vocos.sample_rate,
-            speaker_dim=shapes.gpt.hidden_size,
-            num_vq=self.num_vq,
-            num_audio_codes=self.num_audio_tokens,
-            max_new_tokens=config.max_new_tokens,
-            max_tokens=config.max_tokens,
-            device=str(device),
-            dtype=str(dtype).removeprefix("torch."),
-        )
         self._pending: dict[str, _SlotState] = {}
         """Prepared prompts of requests waiting for a slot, by request id."""
         self._slots: dict[int, _SlotState] = {}
@@ -166,6 +166,22 @@ class ModelRunner:
                 f"is free, so at most {fits} slots fit"
             )
 
+    @property
+    def info(self) -> ModelInfo:
+        """What the loaded model is; the linear modes are final after `warmup`."""
+        shapes = self.modules.shapes
+        return ModelInfo(
+            sample_rate=shapes.vocos.sample_rate,
+            speaker_dim=shapes.gpt.hidden_size,
+            num_vq=self.num_vq,
+            num_audio_codes=self.num_audio_tokens,
+            max_new_tokens=self.config.max_new_tokens,
+            max_tokens=self.config.max_tokens,
+            device=str(self.device),
+            dtype=str(self.dtype).removeprefix("torch."),
+            linear_modes=self.llama.mode_table,
+        )
+
     @classmethod
     def load(cls, model_config: ModelConfig, engine_config: EngineConfig) -> ModelRunner:
         device = pick_device(model_config.device)
@@ -180,7 +196,7 @@ class ModelRunner:
             dtype,
             time.monotonic() - started,
         )
-        return cls(modules, engine_config, device, dtype)
+        return cls(modules, engine_config, device, dtype, quantize=model_config.quantize)
 
     # -- per request -------------------------------------------------------------------------
 
@@ -340,11 +356,14 @@ class ModelRunner:
         the scheduler will use (powers of two up to `batch_size`, and `batch_size`), the heads
         and sampling, and the streaming Decoder + vocoder."""
         started = time.monotonic()
-        self.prompts.code_prompt(
+        probe = self.prompts.code_prompt(
             self.prompts.normalize("Warm up [uv_break] in 2 minutes, please!"), VoiceSpec(), 5
         )
-        d = self.info.speaker_dim
+        d = self.llama.shape.hidden_size
         sizes = decode_batch_sizes(batch_size)
+        # Which linear mode is fastest for each batch size, timed on this machine (a kernel
+        # that wins on one CPU loses on another); lossy modes only within the quality budget.
+        self.llama.autotune(sizes, self.cache, probe=probe.embeds.to(self.dtype))
         self.llama.prefill(
             0, torch.zeros(16, d, device=self.device, dtype=self.dtype), 0, self.cache
         )

@@ -168,6 +168,8 @@ class ModelInfo:
     """Where the model runs, e.g. 'cpu' or 'cuda:0'."""
     dtype: str
     """The GPT's weight dtype, e.g. 'float32'."""
+    linear_modes: dict[int, str] = field(default_factory=dict)
+    """Decode batch size -> the GPT linear mode it uses (chosen by timing at warm-up)."""
 
 
 @dataclass(frozen=True)
