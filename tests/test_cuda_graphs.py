@@ -95,3 +95,83 @@ def test_too_large_a_batch_or_length_is_refused():
         g.padded_size(9)
     with pytest.raises(ValueError, match="attention length 513"):
         g.padded_length(513)
+
+
+# -- the real decoder through the padded static path (tiny model, CPU) -----------------------
+
+
+def test_padded_static_decode_equals_the_plain_decode(tiny_model_dir):
+    from chattts_server.model.llama import LlamaDecoder, SlotKVCache
+    from chattts_server.model.loader import load_chattts
+
+    modules = load_chattts(tiny_model_dir, torch.device("cpu"), torch.float32)
+    llama = LlamaDecoder.from_state_dict(
+        modules.gpt_config, modules.gpt_state_dict, "cpu", torch.float32
+    )
+    num_slots, max_tokens, d = 6, 256, llama.shape.hidden_size
+    plain = SlotKVCache(llama.shape, num_slots + 1, max_tokens, "cpu", torch.float32)
+    torch.manual_seed(0)
+    for slot in range(num_slots):  # different prompt lengths in every slot
+        llama.prefill(slot, torch.randn(10 + 7 * slot, d), 0, plain)
+    static = SlotKVCache(llama.shape, num_slots + 1, max_tokens, "cpu", torch.float32)
+    static.kv.copy_(plain.kv)
+    g = DecodeGraphs(
+        lambda s, e, p, n: llama.decode_static(s, e, p, static, n),
+        [1, 2, 4, 8],
+        length_buckets(max_tokens, smallest=32),
+        d,
+        scratch_slot=num_slots,
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        capture=False,
+    )
+    for step in range(3):  # scattered slots, a batch of 3 padded to 4
+        slots = torch.tensor([0, 2, 5])
+        positions = torch.tensor([10, 24, 45]) + step
+        embeds = torch.randn(3, d)
+        expected = llama.decode(slots, embeds, positions, plain)
+        got = g(slots, embeds, positions, int(positions.max()))
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+    # The requests' K/V are the same; only the scratch slot differs.
+    torch.testing.assert_close(static.kv[:, :, :num_slots], plain.kv[:, :, :num_slots])
+
+
+def test_engine_codes_are_the_same_through_the_padded_static_path(tiny_model_dir):
+    """The runner's whole decode through DecodeGraphs (eager: what CUDA would capture) gives the
+    codes of the plain path, for requests joining and leaving a batch."""
+    from chattts_server.config import EngineConfig
+    from chattts_server.engine.core import EngineCore
+    from chattts_server.engine.runner import ModelRunner
+    from chattts_server.engine.types import SamplingParams, UtteranceRequest, VoiceKind, VoiceSpec
+    from chattts_server.model.loader import load_chattts
+    from test_generation_parity import run_core
+
+    config = EngineConfig(max_streams=3, max_tokens=256, max_new_tokens=64)
+
+    def requests(i: int, n: int) -> UtteranceRequest:
+        return UtteranceRequest(
+            f"r{i}",
+            ["first sentence.", "a second one, longer.", "third."][i],
+            voice=VoiceSpec(VoiceKind.SEED, seed=i),
+            sampling=SamplingParams(top_k=1, min_new_tokens=n, max_new_tokens=n),
+        )
+
+    codes = {}
+    for graphs in ("off", "eager"):
+        modules = load_chattts(tiny_model_dir, torch.device("cpu"), torch.float32)
+        runner = ModelRunner(
+            modules, config, torch.device("cpu"), torch.float32, decode_graphs=graphs
+        )
+        runner.warmup(config.max_streams)
+        results = run_core(
+            EngineCore.from_config(runner, config),
+            {0: [requests(0, 30), requests(1, 12)], 5: [requests(2, 20)]},
+        )
+        codes[graphs] = {rid: r.codes for rid, r in results.items()}
+        if graphs == "eager":
+            assert runner.graphs is not None and runner.graphs.num_replays > 0
+    for rid in codes["off"]:
+        assert codes["off"][rid] is not None
+        torch.testing.assert_close(
+            torch.from_numpy(codes["eager"][rid]), torch.from_numpy(codes["off"][rid])
+        )

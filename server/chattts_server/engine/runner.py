@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..config import EngineConfig, ModelConfig
+from ..model.cuda_graphs import DecodeGraphs, length_buckets
 from ..model.errors import ModelLoadError
 from ..model.llama import LlamaDecoder, SlotKVCache
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
@@ -85,7 +86,11 @@ class ModelRunner:
         device: torch.device,
         dtype: torch.dtype,
         quantize: str = "none",
+        decode_graphs: str = "off",
     ) -> None:
+        """`decode_graphs`: 'cuda' captures the decode step as CUDA graphs at warm-up; 'eager'
+        runs the same padded static-shape path without graphs (CPU tests); 'off' (the CPU
+        default) decodes with dynamic shapes, fastest where no graph can be replayed."""
         self.modules = modules
         self.config = config
         self.device = device
@@ -110,9 +115,23 @@ class ModelRunner:
         )
         kv_dtype = self.llama.kv_dtype
         self._check_kv_fits(config, device, kv_dtype)
-        self.cache = SlotKVCache(
-            self.llama.shape, config.max_streams, config.max_tokens, device, kv_dtype
-        )
+        # Graphs pad batches with rows that write to a scratch slot past the requests' slots.
+        num_slots = config.max_streams + (decode_graphs != "off")
+        self.cache = SlotKVCache(self.llama.shape, num_slots, config.max_tokens, device, kv_dtype)
+        self.graphs: DecodeGraphs | None = None
+        if decode_graphs != "off":
+            self.graphs = DecodeGraphs(
+                lambda slots, embeds, positions, attend_len: self.llama.decode_static(
+                    slots, embeds, positions, self.cache, attend_len
+                ),
+                decode_batch_sizes(config.max_streams),
+                length_buckets(config.max_tokens),
+                self.llama.shape.hidden_size,
+                scratch_slot=config.max_streams,
+                device=device,
+                dtype=dtype,
+                capture=decode_graphs == "cuda",
+            )
         log.info(
             "KV cache: %d slots x %d tokens, %.1f MiB (%s)",
             config.max_streams,
@@ -196,7 +215,15 @@ class ModelRunner:
             dtype,
             time.monotonic() - started,
         )
-        return cls(modules, engine_config, device, dtype, quantize=model_config.quantize)
+        graphs = "cuda" if device.type == "cuda" and engine_config.cuda_graphs else "off"
+        return cls(
+            modules,
+            engine_config,
+            device,
+            dtype,
+            quantize=model_config.quantize,
+            decode_graphs=graphs,
+        )
 
     # -- per request -------------------------------------------------------------------------
 
@@ -282,7 +309,11 @@ class ModelRunner:
                 [r.position for r in plan.decode], dtype=torch.long, device=self.device
             )
             embeds = torch.stack([self._slots[r.slot_id].next_embed for r in plan.decode])  # type: ignore[misc]
-            hidden = self.llama.decode(slot_ids, embeds.to(self.dtype), positions, self.cache)
+            if self.graphs is not None:
+                max_position = max(r.position for r in plan.decode)
+                hidden = self.graphs(slot_ids, embeds.to(self.dtype), positions, max_position)
+            else:
+                hidden = self.llama.decode(slot_ids, embeds.to(self.dtype), positions, self.cache)
             rows.extend(zip([r.slot_id for r in plan.decode], hidden, strict=True))
 
         output = ModelOutput()
@@ -364,6 +395,8 @@ class ModelRunner:
         # Which linear mode is fastest for each batch size, timed on this machine (a kernel
         # that wins on one CPU loses on another); lossy modes only within the quality budget.
         self.llama.autotune(sizes, self.cache, probe=probe.embeds.to(self.dtype))
+        if self.graphs is not None:
+            self.graphs.capture_all()  # after autotune: each graph bakes in its size's mode
         self.llama.prefill(
             0, torch.zeros(16, d, device=self.device, dtype=self.dtype), 0, self.cache
         )

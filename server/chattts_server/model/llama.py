@@ -524,3 +524,37 @@ class LlamaDecoder(nn.Module):
             x = x + layer.o(attn.reshape(num_rows, -1).to(x.dtype), mode)[0]
             x = x + layer.mlp(x, mode)
         return _rms_norm(x, self.norm, s.rms_norm_eps)
+
+    def decode_static(
+        self,
+        slot_ids: Tensor,
+        embeds: Tensor,
+        positions: Tensor,
+        cache: SlotKVCache,
+        attend_len: int,
+        mode: str | None = None,
+    ) -> Tensor:
+        """`decode` with fixed shapes and no host reads, for CUDA graph capture
+        (`model/cuda_graphs.py`): each row's K/V is gathered over the first `attend_len`
+        positions of its slot (masked past the row's own position), whatever the slot layout.
+        Rows may share a slot only as padding (their writes are then garbage in that slot)."""
+        s = self.shape
+        num_rows = embeds.shape[0]
+        mode = mode or self.mode_for(num_rows)
+        kv_dtype = cache.kv.dtype
+        cos = self.rope_cos[positions][:, None]  # (B, 1, hd)
+        sin = self.rope_sin[positions][:, None]
+        key_pos = torch.arange(attend_len, device=embeds.device)
+        mask = (key_pos[None, :] <= positions[:, None])[:, None, None, :]  # (B, 1, 1, attend_len)
+        x = embeds
+        for i, layer in enumerate(cast("list[_Layer]", self.layers)):
+            q, kv = self._q_kv(layer, x, cos, sin, mode)
+            cache.kv[i][:, slot_ids, :, positions] = kv.to(kv_dtype)
+            keys = cache.kv[i, 0, :, :, :attend_len].index_select(0, slot_ids)
+            values = cache.kv[i, 1, :, :, :attend_len].index_select(0, slot_ids)
+            attn = F.scaled_dot_product_attention(
+                q[:, :, None].to(kv_dtype), keys, values, attn_mask=mask, enable_gqa=self._gqa
+            )  # (B, heads, 1, hd)
+            x = x + layer.o(attn.reshape(num_rows, -1).to(x.dtype), mode)[0]
+            x = x + layer.mlp(x, mode)
+        return _rms_norm(x, self.norm, s.rms_norm_eps)
