@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from chattts_server.engine.core import EngineCore
 from chattts_server.engine.types import (
     ChunkingOptions,
     SamplingParams,
@@ -22,7 +23,6 @@ from chattts_server.engine.types import (
     VoiceKind,
     VoiceSpec,
 )
-from chattts_server.engine.core import EngineCore
 from test_generation_parity import make_runner, run_core
 
 LENGTHS = [12, 60, 20, 44, 16, 52, 28, 36]

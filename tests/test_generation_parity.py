@@ -167,9 +167,7 @@ def test_codes_match_upstream_inside_a_batch(shared_runner, upstream, speaker):
             "another request joins later.",
             voice=VoiceSpec(VoiceKind.SEED, seed=5),
             speed=8,
-            sampling=SamplingParams(
-                seed=13, temperature=0.7, min_new_tokens=55, max_new_tokens=55
-            ),
+            sampling=SamplingParams(seed=13, temperature=0.7, min_new_tokens=55, max_new_tokens=55),
         ),
     ]
     # 'a' and 'b' start first (slots 0, 1); ours joins mid-flight (slot 2); 'b' finishes and
