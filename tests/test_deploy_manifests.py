@@ -341,7 +341,7 @@ def test_gpu_overlay_requests_a_gpu_and_mounts_real_weights():
     assert c["resources"]["requests"]["nvidia.com/gpu"] == 1
     assert c["image"].endswith("-gpu")
     cfg = server_config(c)
-    assert (cfg.model.device, cfg.model.dtype) == ("cuda", "bfloat16")
+    assert (cfg.model.device, cfg.model.dtype) == ("cuda", "float16")
     assert cfg.model.model_dir is not None
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     mount = mounts[str(cfg.model.model_dir)]
@@ -476,7 +476,7 @@ def test_dockerfile_bases_and_device_defaults():
     assert re.search(r"nvidia/cuda:12\.8\.\d+-", gpu)
     assert "download.pytorch.org/whl/cu128" in gpu
     gpu_cfg = config_from_args(json.loads(_instructions(gpu, "CMD")[-1]))
-    assert (gpu_cfg.model.device, gpu_cfg.model.dtype) == ("cuda", "bfloat16")
+    assert (gpu_cfg.model.device, gpu_cfg.model.dtype) == ("cuda", "float16")
     cpu_cfg = config_from_args(json.loads(_instructions(cpu, "CMD")[-1]))
     assert cpu_cfg.model.device == "cpu" and cpu_cfg.model.model_dir is None
 
