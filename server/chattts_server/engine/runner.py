@@ -106,13 +106,6 @@ class ModelRunner:
             modules.gpt_config, modules.gpt_state_dict, device, dtype, quantize=quantize
         )
         modules.gpt_state_dict.clear()
-        log.info(
-            "GPT linear weights (%s): %s",
-            quantize,
-            ", ".join(
-                f"{m} {self.llama.weight_bytes(m) / 2**20:.1f} MiB" for m in self.llama.modes
-            ),
-        )
         kv_dtype = self.llama.kv_dtype
         self._check_kv_fits(config, device, kv_dtype)
         # Graphs pad batches with rows that write to a scratch slot past the requests' slots.
