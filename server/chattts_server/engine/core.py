@@ -199,8 +199,20 @@ class EngineCore:
                 request.text = prepared.text
             except InvalidRequestError as exc:
                 self._fail(request, exc, outputs)
+            except Exception:
+                log.exception("request %s: the audio-code prompt failed", request.request_id)
+                self._fail(request, EngineError("could not prepare the audio-code prompt"), outputs)
         if decisions.finished:
-            tails = self.runner.finish([r.slot_id for r in decisions.finished])  # type: ignore[misc]
+            try:
+                tails = self.runner.finish([r.slot_id for r in decisions.finished])  # type: ignore[misc]
+            except Exception:
+                log.exception(
+                    "flushing the last audio of %d requests failed", len(decisions.finished)
+                )
+                for request in decisions.finished:
+                    self._requests.pop(request.request_id, None)
+                    self._output(request, outputs).error = EngineError("internal error at the end")
+                return list(outputs.values())
             for request in decisions.finished:
                 assert request.slot_id is not None
                 tail = tails[request.slot_id]
