@@ -14,6 +14,7 @@ import math
 import re
 
 from .control_tokens import BRACKETED, is_allowed
+from .script import CJK, language
 
 AUDIO_TOKENS_PER_S = 24000 / 256 / 2
 """Audio tokens (GPT steps) per second of speech: 46.875."""
@@ -41,7 +42,6 @@ CAP_SHARE = 0.75
 MIN_SEGMENT_S = 2.0
 """Pieces are never cut shorter than this, whatever the cap; a tiny cap truncates instead."""
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _LATIN = re.compile(r"[A-Za-z\s']")
 _STOPS = re.compile(r"[,.;:!?，。；：！？、…—]")
 _DIGIT = re.compile(r"\d")
@@ -54,8 +54,8 @@ _SPACE_CUT = re.compile(r"\s+")
 def estimate_duration_s(text: str, speed: int = 5) -> float:
     """Seconds of speech for text (raw or normalized), on the slow side."""
     body = BRACKETED.sub(lambda m: " " if is_allowed(m.group()) else m.group(), text)
-    lang = "zh" if _CJK.search(body) else "en"
-    seconds = len(_CJK.findall(body)) / CJK_CHARS_PER_S
+    lang = language(body)
+    seconds = len(CJK.findall(body)) / CJK_CHARS_PER_S
     seconds += len(_LATIN.findall(body.strip())) / LATIN_CHARS_PER_S
     seconds += len(_DIGIT.findall(body)) * DIGIT_S[lang]
     seconds += len(_STOPS.findall(body)) * PUNCTUATION_PAUSE_S

@@ -20,23 +20,16 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
-from typing import Any, Literal
+from typing import Any
 
 from . import control_tokens, rules_en, rules_zh
+from .script import Language, language
 
 log = logging.getLogger(__name__)
 
-Language = Literal["zh", "en"]
-
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _SPACES = re.compile(r"\s+")
 _ANY_DIGIT = re.compile(r"\d")
 _HAS_WORD = re.compile(r"\w")
-
-
-def language(text: str) -> Language:
-    """'zh' if text holds any CJK ideograph, else 'en'."""
-    return "zh" if _CJK.search(text) else "en"
 
 
 # Full-width digits and letters (not the full-width punctuation Chinese text is written with).

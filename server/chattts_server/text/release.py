@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from . import duration
 from .duration import split_by_duration
+from .script import CJK_CHARS
 
-_CJK_CHARS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _ASCII_END = re.compile(r"[.!?;]+[\"')\]]*(?=\s|$)")
 _DECIMAL_PENDING = re.compile(r"\d\.$")
 _CJK_END = re.compile(r"[。！？；…]+[”’」』）]*")
@@ -37,7 +37,7 @@ _NEWLINE = re.compile(r"\n+")
 # An ASCII comma or colon only when a space follows ("1,000" and "10:30" are no boundaries).
 _CLAUSE = re.compile(r"[,:]+[\"')\]]*(?=\s)|\s[-–—]+(?=\s)|[，、：]+[”’」』）]*")
 _CONTROL_TOKEN = re.compile(r"\[[a-z_]+(?:_\d+)?\]")
-_WORD = re.compile(rf"[{_CJK_CHARS}]|[^\s{_CJK_CHARS}]+")
+_WORD = re.compile(rf"[{CJK_CHARS}]|[^\s{CJK_CHARS}]+")
 
 
 @dataclass(frozen=True)
