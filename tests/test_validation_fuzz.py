@@ -78,6 +78,7 @@ VALIDATOR = Validator(
     VoiceLibrary(None),
     ModelInfo(
         sample_rate=24000,
+        samples_per_token=512,
         speaker_dim=768,
         num_vq=4,
         num_audio_codes=626,

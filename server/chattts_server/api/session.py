@@ -117,7 +117,7 @@ class Session:
         now_s = time.monotonic() - started
         cleared = UtteranceDone(
             text=sentence,
-            num_tokens=native_samples // NATIVE_SAMPLES_PER_TOKEN,
+            num_tokens=native_samples // self.engine.model_info.samples_per_token,
             num_samples=native_samples,
             time_to_first_audio_s=now_s if first_audio_s is None else first_audio_s,
             generation_time_s=now_s,
@@ -132,11 +132,6 @@ class Session:
         if not tail.data:
             return []
         return [self._audio(tail, max(0, self.num_utterances - 1))]
-
-
-NATIVE_SAMPLES_PER_TOKEN = 512
-"""One GPT step is 2 mel frames of 256 samples: a cleared utterance's token count is estimated
-from the samples it sent."""
 
 
 async def _next_or_interrupted(

@@ -24,7 +24,7 @@ import numpy as np
 from ..config import EngineConfig
 from .request import EngineRequest, Phase
 from .scheduler import Scheduler
-from .step_io import FinishedAudio, ModelOutput, SchedulerOutput
+from .step_io import FinishedAudio, ModelOutput, PreparedPrompt, SchedulerOutput
 from .types import (
     REFINE_SAMPLING,
     EngineError,
@@ -46,19 +46,13 @@ class Runner(Protocol):
 
     info: ModelInfo
 
-    def prepare(self, request_id: str, params: UtteranceRequest) -> _Prepared: ...
+    def prepare(self, request_id: str, params: UtteranceRequest) -> PreparedPrompt: ...
 
-    def start_code_pass(self, slot_id: int) -> _Prepared: ...
+    def start_code_pass(self, slot_id: int) -> PreparedPrompt: ...
 
     def execute(self, plan: SchedulerOutput) -> ModelOutput: ...
 
     def finish(self, slot_ids: list[int]) -> dict[int, FinishedAudio]: ...
-
-
-class _Prepared(Protocol):
-    phase: Phase
-    prompt_len: int
-    text: str
 
 
 @dataclass

@@ -22,11 +22,18 @@ from ..model.cuda_graphs import DecodeGraphs, length_buckets
 from ..model.errors import ModelLoadError
 from ..model.llama import LlamaDecoder, SlotKVCache
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
-from ..model.vocoders import HiFiGANVocoder, Vocoder, VocosVocoder
+from ..model.vocoders import FRAMES_PER_TOKEN, HiFiGANVocoder, Vocoder, VocosVocoder
 from .prompts import PromptBuilder
 from .request import Phase
 from .slot_sampler import SlotSampler
-from .step_io import FinishedAudio, ModelOutput, PassStart, Sampled, SchedulerOutput
+from .step_io import (
+    FinishedAudio,
+    ModelOutput,
+    PassStart,
+    PreparedPrompt,
+    Sampled,
+    SchedulerOutput,
+)
 from .streaming_decode import ChunkingConfig, DecodeStream, StreamingDecoder
 from .types import REFINE_SAMPLING, ChunkingOptions, ModelInfo, UtteranceRequest, VoiceSpec
 
@@ -47,16 +54,6 @@ def build_streaming_decoder(
         ChunkingOptions(config.first_chunk_tokens, config.max_chunk_tokens, config.lookahead_tokens)
     )
     return StreamingDecoder(modules.decoder, vocoder, chunking, device)
-
-
-@dataclass(frozen=True)
-class PreparedPrompt:
-    """What `ModelRunner.prepare` tells the core about a new request's first pass."""
-
-    phase: Phase
-    prompt_len: int
-    text: str
-    """The normalized text the prompt was built from."""
 
 
 @dataclass
@@ -184,6 +181,7 @@ class ModelRunner:
         shapes = self.modules.shapes
         return ModelInfo(
             sample_rate=shapes.vocos.sample_rate,
+            samples_per_token=FRAMES_PER_TOKEN * self.decoder.hop_length,
             speaker_dim=shapes.gpt.hidden_size,
             num_vq=self.num_vq,
             num_audio_codes=self.num_audio_tokens,
@@ -360,16 +358,14 @@ class ModelRunner:
 
     def _decode_audio(self, slot_ids: list[int], output: ModelOutput) -> None:
         """Run the streaming decoder for every stream that has a chunk ready (batched)."""
-        owner = {
-            id(stream): slot_id
+        streams = {
+            id(stream): (slot_id, stream)
             for slot_id in slot_ids
             if (stream := self._slots[slot_id].stream) is not None
         }
-        streams = [self._slots[slot_id].stream for slot_id in slot_ids]
-        ready = self.decoder.step(s for s in streams if s is not None)
-        for stream, pcm in ready:
+        for stream, pcm in self.decoder.step(stream for _, stream in streams.values()):
             if pcm.size:
-                output.audio.setdefault(owner[id(stream)], []).append(pcm)
+                output.audio.setdefault(streams[id(stream)][0], []).append(pcm)
 
     # -- warm-up -----------------------------------------------------------------------------
 

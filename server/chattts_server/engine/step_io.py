@@ -18,6 +18,16 @@ from .types import UtteranceRequest
 
 
 @dataclass(frozen=True)
+class PreparedPrompt:
+    """What the runner tells the core about a pass's prompt (`prepare`, `start_code_pass`)."""
+
+    phase: Phase
+    prompt_len: int
+    text: str
+    """The text the prompt was built from: normalized, or refined for the code pass."""
+
+
+@dataclass(frozen=True)
 class NewSlot:
     """A request that took a KV slot this step; the runner moves its prepared prompt there."""
 

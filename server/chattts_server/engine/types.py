@@ -154,6 +154,8 @@ class ModelInfo:
 
     sample_rate: int
     """Hz of the PCM the vocoder produces."""
+    samples_per_token: int
+    """PCM samples one GPT step decodes to (2 mel frames x the vocoder's hop)."""
     speaker_dim: int
     """Values in a speaker embedding (the GPT's hidden size)."""
     num_vq: int
