@@ -24,7 +24,7 @@ from .convert import FieldError, StreamSettings, Validator
 from .errors import abort_with, is_ours, status_of
 from .events import AudioOut, SessionEvent, to_pb
 from .session import Session
-from .text_reader import read_text
+from .text_reader import TextFragment, read_text
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         """Read text messages into utterances by the stream's release policy (text_reader);
         `on_clear` stops the utterance being spoken (barge-in)."""
         await read_text(
-            request_iterator,
+            _fragments(request_iterator),
             queue,
             self.validator,
             settings.text_release,
@@ -330,6 +330,19 @@ class _StreamRecord:
             self.num_tokens,
             f"{wall_s / self.audio_s:.2f}" if self.audio_s else "-",
         )
+
+
+async def _fragments(
+    requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
+) -> AsyncIterator[TextFragment]:
+    """The text messages after the config, as transport-neutral fragments."""
+    async for message in requests:
+        which = message.WhichOneof("request")
+        if which == "config":
+            raise FieldError("config", "config may be sent only once, as the first message")
+        if which != "text":
+            raise FieldError("text", "every message after the config must carry text")
+        yield TextFragment(message.text.text, message.text.flush, message.text.clear)
 
 
 async def _sentences(items: list[str]) -> AsyncIterator[object]:

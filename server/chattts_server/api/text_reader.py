@@ -1,8 +1,10 @@
-"""The reading side of StreamingSynthesize: request messages in, utterances to speak out.
+"""The reading side of a text stream: text fragments in, utterances to speak out.
 
-`read_text` reads the request stream after the config, validates each text message, feeds it to
-the stream's TextReleaser and puts every released utterance on the queue the speaking side
-drains. It also wakes without a new message: when text is buffered and `idle_ms` pass with no
+`read_text` reads a stream's `TextFragment`s after its config (the gRPC servicer converts
+`StreamingSynthesizeRequest`s, the WebSocket its JSON messages), validates each fragment, feeds
+it to the stream's TextReleaser and puts every released utterance on the queue the speaking side
+drains. A whitespace-only fragment is text like any other (LLMs emit `" "` and `"\n\n"` tokens):
+spaces separate words, a newline ends a sentence; an empty one is a no-op. It also wakes without a new message: when text is buffered and `idle_ms` pass with no
 message, the buffer is released (a caption reader pauses, an LLM stalls on a tool call). One
 read of the request stream is kept pending across those wake-ups, because cancelling a read
 would end the request iterator.
@@ -17,8 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-
-from chattts_client._proto.chattts.v1 import tts_pb2
+from dataclasses import dataclass
 
 from ..text import control_tokens
 from ..text.release import ReleasePolicy, TextReleaser
@@ -29,8 +30,20 @@ log = logging.getLogger(__name__)
 _TEXT_FIELD = "text.text"
 
 
+@dataclass(frozen=True)
+class TextFragment:
+    """One text message of a stream, whatever the transport (gRPC `TextInput`, WebSocket JSON)."""
+
+    text: str = ""
+    """UTF-8 text, any part of a sentence; whitespace only and empty are valid."""
+    flush: bool = False
+    """Speak everything buffered now."""
+    clear: bool = False
+    """Barge-in: drop what is buffered and queued, stop the utterance being spoken."""
+
+
 async def read_text(
-    requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
+    fragments: AsyncIterator[TextFragment],
     queue: asyncio.Queue[object],
     validator: Validator,
     policy: ReleasePolicy,
@@ -43,8 +56,8 @@ async def read_text(
     `on_clear` is called on `TextInput.clear` after the buffered text and the queued
     utterances are dropped (it stops the utterance being spoken)."""
     releaser = TextReleaser(policy)
-    iterator = aiter(requests)
-    next_message: asyncio.Future[tts_pb2.StreamingSynthesizeRequest] | None = None
+    iterator = aiter(fragments)
+    next_message: asyncio.Future[TextFragment] | None = None
     last_message_at = time.monotonic()
     total_chars = 0
 
@@ -68,20 +81,12 @@ async def read_text(
                 put(releaser.flush())  # idle: speak what is buffered
                 continue
             try:
-                message = next_message.result()
+                text_input = next_message.result()
             except StopAsyncIteration:
                 break
             next_message = None
             last_message_at = time.monotonic()
-            which = message.WhichOneof("request")
-            if which == "config":
-                raise FieldError("config", "config may be sent only once, as the first message")
-            if which != "text":
-                raise FieldError("text", "every message after the config must carry text")
-            text_input = message.text
-            validator.text(
-                text_input.text, _TEXT_FIELD, allow_empty=text_input.flush or text_input.clear
-            )
+            validator.text(text_input.text, _TEXT_FIELD, allow_empty=True)
             total_chars += len(text_input.text)
             if total_chars > max_stream_chars:
                 raise FieldError(
