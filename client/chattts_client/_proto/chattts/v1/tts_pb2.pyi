@@ -15,12 +15,21 @@ class AudioEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ALAW: _ClassVar[AudioEncoding]
     OGG_OPUS: _ClassVar[AudioEncoding]
     FLOAT32: _ClassVar[AudioEncoding]
+
+class TextFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TEXT_FORMAT_UNSPECIFIED: _ClassVar[TextFormat]
+    MARKDOWN: _ClassVar[TextFormat]
+    PLAIN: _ClassVar[TextFormat]
 AUDIO_ENCODING_UNSPECIFIED: AudioEncoding
 LINEAR16: AudioEncoding
 MULAW: AudioEncoding
 ALAW: AudioEncoding
 OGG_OPUS: AudioEncoding
 FLOAT32: AudioEncoding
+TEXT_FORMAT_UNSPECIFIED: TextFormat
+MARKDOWN: TextFormat
+PLAIN: TextFormat
 
 class Voice(_message.Message):
     __slots__ = ("seed", "speaker_embedding", "preset", "reference")
@@ -62,7 +71,7 @@ class Prosody(_message.Message):
     oral: int
     laugh: int
     break_level: int
-    def __init__(self, speed: _Optional[float] = ..., refine_text: _Optional[bool] = ..., oral: _Optional[int] = ..., laugh: _Optional[int] = ..., break_level: _Optional[int] = ...) -> None: ...
+    def __init__(self, speed: _Optional[float] = ..., refine_text: bool = ..., oral: _Optional[int] = ..., laugh: _Optional[int] = ..., break_level: _Optional[int] = ...) -> None: ...
 
 class Sampling(_message.Message):
     __slots__ = ("temperature", "top_p", "top_k", "repetition_penalty", "seed", "max_new_tokens", "min_new_tokens")
@@ -95,18 +104,20 @@ class TextReleasePolicy(_message.Message):
     def __init__(self, clause_min_words: _Optional[int] = ..., max_words: _Optional[int] = ..., idle_ms: _Optional[int] = ..., first_words: _Optional[int] = ...) -> None: ...
 
 class SynthesisConfig(_message.Message):
-    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release")
+    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release", "text_format")
     VOICE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     PROSODY_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     TEXT_RELEASE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     voice: Voice
     audio_format: AudioFormat
     prosody: Prosody
     sampling: Sampling
     text_release: TextReleasePolicy
-    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ...) -> None: ...
+    text_format: TextFormat
+    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ..., text_format: _Optional[_Union[TextFormat, str]] = ...) -> None: ...
 
 class TextInput(_message.Message):
     __slots__ = ("text", "flush", "clear")
@@ -116,7 +127,7 @@ class TextInput(_message.Message):
     text: str
     flush: bool
     clear: bool
-    def __init__(self, text: _Optional[str] = ..., flush: _Optional[bool] = ..., clear: _Optional[bool] = ...) -> None: ...
+    def __init__(self, text: _Optional[str] = ..., flush: bool = ..., clear: bool = ...) -> None: ...
 
 class StreamingSynthesizeRequest(_message.Message):
     __slots__ = ("config", "text")

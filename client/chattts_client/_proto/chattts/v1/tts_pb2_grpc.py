@@ -5,7 +5,7 @@ import warnings
 
 from chattts_client._proto.chattts.v1 import tts_pb2 as chattts_dot_v1_dot_tts__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.72.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in chattts/v1/tts_pb2_grpc.py depends on'
+        + f' but the generated code in chattts/v1/tts_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class TextToSpeechStub:
+class TextToSpeechStub(object):
     """Text-to-speech with ChatTTS.
     """
 
@@ -52,7 +52,7 @@ class TextToSpeechStub:
                 _registered_method=True)
 
 
-class TextToSpeechServicer:
+class TextToSpeechServicer(object):
     """Text-to-speech with ChatTTS.
     """
 
@@ -112,7 +112,7 @@ def add_TextToSpeechServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class TextToSpeech:
+class TextToSpeech(object):
     """Text-to-speech with ChatTTS.
     """
 
