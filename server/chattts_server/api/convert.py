@@ -68,6 +68,8 @@ class StreamSettings:
     chunking: ChunkingOptions = field(default_factory=ChunkingOptions)
     text_release: ReleasePolicy = field(default_factory=ReleasePolicy)
     """When streamed text is released, and the longest utterance (by estimated duration)."""
+    markdown: bool = True
+    """Read the text as markdown (markup not spoken); False reads every character as text."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,14 @@ class Validator:
             sampling=self._sampling(config.sampling, f"{prefix}.sampling"),
             audio=self._audio(config.audio_format, f"{prefix}.audio_format"),
             text_release=self._text_release(config, prefix),
+            markdown=self._markdown(config.text_format, f"{prefix}.text_format"),
         )
+
+    @staticmethod
+    def _markdown(text_format: int, path: str) -> bool:
+        if text_format not in (tts_pb2.TEXT_FORMAT_UNSPECIFIED, tts_pb2.MARKDOWN, tts_pb2.PLAIN):
+            raise FieldError(path, f"unknown text format value {text_format}")
+        return bool(text_format != tts_pb2.PLAIN)
 
     def _text_release(self, config: tts_pb2.SynthesisConfig, prefix: str) -> ReleasePolicy:
         """The stream's release policy; its duration budget comes from the server's per-utterance

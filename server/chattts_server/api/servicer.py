@@ -17,7 +17,7 @@ from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from ..config import AdmissionConfig, LimitsConfig
 from ..engine.types import Engine, ModelInfo
 from ..metrics import Metrics
-from ..text.release import split_sentences
+from ..text.stream import utterances
 from ..voices import VoiceLibrary
 from .admission import Admission, AdmissionRejected
 from .convert import FieldError, StreamSettings, Validator
@@ -92,6 +92,11 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
                 raise AdmissionRejected("unavailable", _NOT_ACCEPTING)
             text = self.validator.text(request.text, "text")
             settings = self.validator.settings(request.config)
+            sentences = utterances(
+                text, settings.text_release.max_segment_s, settings.speed, settings.markdown
+            )
+            if not sentences:
+                raise FieldError("text", "holds nothing to read once markdown is removed")
         except (FieldError, AdmissionRejected) as exc:
             await self._refuse(context, "Synthesize", exc)
             return
@@ -99,9 +104,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             session = Session(self.engine, settings, _deadline(context))
             async for event in self._run(
                 session,
-                _sentences(
-                    split_sentences(text, settings.text_release.max_segment_s, settings.speed)
-                ),
+                _sentences(sentences),
                 context,
                 stream,
             ):
@@ -163,6 +166,7 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             self.limits.max_stream_chars,
             _END,
             on_clear=on_clear,
+            markdown=settings.markdown,
         )
 
     async def _run(

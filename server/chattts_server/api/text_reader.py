@@ -2,12 +2,14 @@
 
 `read_text` reads a stream's `TextFragment`s after its config (the gRPC servicer converts
 `StreamingSynthesizeRequest`s, the WebSocket its JSON messages), validates each fragment, feeds
-it to the stream's TextReleaser and puts every released utterance on the queue the speaking side
-drains. A whitespace-only fragment is text like any other (LLMs emit `" "` and `"\n\n"` tokens):
-spaces separate words, a newline ends a sentence; an empty one is a no-op. It also wakes without a new message: when text is buffered and `idle_ms` pass with no
-message, the buffer is released (a caption reader pauses, an LLM stalls on a tool call). One
-read of the request stream is kept pending across those wake-ups, because cancelling a read
-would end the request iterator.
+it to the stream's text front end (`StreamText`: markdown, then the release policy) and puts
+every released utterance on the queue the speaking side drains. A whitespace-only fragment is
+text like any other (LLMs emit `" "` and `"\n\n"` tokens): spaces separate words, a newline
+ends a sentence; an empty one is a no-op. It also wakes without a new message: when text is
+buffered and `idle_ms` pass with no message, the buffer is released (a caption reader pauses,
+an LLM stalls on a tool call), and a sentence end held by the markdown stage is released after
+a short quiet spell. One read of the request stream is kept pending across those wake-ups,
+because cancelling a read would end the request iterator.
 
 Queue protocol: strings (utterances, in order), then exactly one of `end` (the client
 half-closed or went away) or a FieldError (the stream must end with INVALID_ARGUMENT).
@@ -22,7 +24,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from ..text import control_tokens
-from ..text.release import ReleasePolicy, TextReleaser
+from ..text.release import ReleasePolicy
+from ..text.stream import StreamText
 from .convert import FieldError, Validator
 
 log = logging.getLogger(__name__)
@@ -50,12 +53,14 @@ async def read_text(
     max_stream_chars: int,
     end: object,
     on_clear: Callable[[], None] | None = None,
+    markdown: bool = True,
 ) -> None:
     """Read text messages into utterances on queue until the request stream ends.
 
     `on_clear` is called on `TextInput.clear` after the buffered text and the queued
-    utterances are dropped (it stops the utterance being spoken)."""
-    releaser = TextReleaser(policy)
+    utterances are dropped (it stops the utterance being spoken). `markdown` reads the text as
+    markdown (markup not spoken, see text/markdown.py)."""
+    releaser = StreamText(policy, markdown)  # markdown, then the release policy
     iterator = aiter(fragments)
     next_message: asyncio.Future[TextFragment] | None = None
     last_message_at = time.monotonic()
@@ -74,11 +79,13 @@ async def read_text(
             if next_message is None:
                 next_message = asyncio.ensure_future(anext(iterator))
             timeout_s = None
-            if releaser.idle_pending:
-                timeout_s = max(0.0, last_message_at + policy.idle_ms / 1000 - time.monotonic())
+            quiet_ms = releaser.quiet_deadline_ms()
+            if quiet_ms is not None:
+                timeout_s = max(0.0, last_message_at + quiet_ms / 1000 - time.monotonic())
             done, _ = await asyncio.wait({next_message}, timeout=timeout_s)
             if not done:
-                put(releaser.flush())  # idle: speak what is buffered
+                # idle: speak what is buffered (or a held sentence end)
+                put(releaser.on_quiet((time.monotonic() - last_message_at) * 1000))
                 continue
             try:
                 text_input = next_message.result()

@@ -6,7 +6,9 @@
 
 The work is done by WeTextProcessing's TN grammars (the `wetext` runtime: compiled FSTs shipped
 inside the wheel, read with kaldifst; nothing is downloaded) for zh and en, with our rules in
-front for what those grammars get wrong in navigation and caption text (rules_en, rules_zh).
+front for what those grammars get wrong in navigation and caption text (rules_en, rules_zh),
+links, addresses and file names read as people say them before them (readable), and a last
+pass that leaves only characters ChatTTS can say (symbols).
 Language: any CJK character makes the text Chinese. Allowed control tokens pass untouched;
 forbidden ones are dropped (the API rejects them first). A final pass spells out any digit
 left, so no ASCII digit ever reaches ChatTTS.
@@ -23,7 +25,9 @@ import unicodedata
 from typing import Any
 
 from . import control_tokens, rules_en, rules_zh
+from .readable import readable
 from .script import Language, language
+from .symbols import speakable, without_pictographs
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +82,15 @@ class TextNormalizer:
         # Brackets that are not control tokens would reach the tokenizer as tags.
         text = text.replace("[", " ").replace("]", " ")
         if not _HAS_WORD.search(text):
-            return _SPACES.sub(" ", text)
+            return speakable(_SPACES.sub(" ", text), lang)
         rules = rules_zh if lang == "zh" else rules_en
+        text = _SPACES.sub(" ", readable(without_pictographs(text), lang))
         text = rules.before_library(text)
         text = self._library_pass(text, lang)
         if lang == "en":
             text = rules_en.after_library(text)
         text = rules.spell_digits(text)
-        return _SPACES.sub(" ", text).strip()
+        return speakable(_SPACES.sub(" ", text).strip(), lang)
 
     def _library_pass(self, text: str, lang: Language) -> str:
         library = self._library.get(lang)

@@ -1,0 +1,88 @@
+"""The last pass before ChatTTS: only characters it can say, and the breaks the others marked.
+
+ChatTTS's normalizer keeps CJK ideographs, Latin letters, spaces and `， 。 、 , .`; anything
+else it drops with a WARNING per utterance ("found invalid characters"), and with it the pause a
+`?` or `;` marked. This pass runs after the numbers and units are spelled out and maps each
+remaining character to what ChatTTS can say: a sentence end (`! ? ; …` to `.` or `。`), a clause
+break (`: ( ) —` and the like to `,` or `，`), a space (a hyphen or slash inside a word), or
+nothing (quotes, emoji, stray markup), with accents folded (`café` to `cafe`). What it changed is
+logged at debug level only.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import unicodedata
+
+from .script import CJK_CHARS, Language
+
+log = logging.getLogger(__name__)
+
+_ALLOWED = re.compile(rf"[^{CJK_CHARS}A-Za-z ,.，。、]")
+_SENTENCE = {"en": ". ", "zh": "。"}
+_CLAUSE = {"en": ", ", "zh": "，"}
+_ENDS = set("!?;…！？；‼⁉")
+_BREAKS = set(":()[]{}<>|—–：（）【】〔〕《》〈〉「」『』·•")
+_SPACE = set("-/_\\~^*+=#&@$%`\t\n")
+_INSIDE_WORD = re.compile(r"(?<=[A-Za-z])[-/'’](?=[A-Za-z])")
+_RUNS = {
+    "en": (
+        (re.compile(r"\s*([,.])(?:\s*[,.])*"), None),  # ", ." -> the strongest
+        (re.compile(r"^[\s,.]+"), ""),
+        (re.compile(r" {2,}"), " "),
+    ),
+    "zh": (
+        (re.compile(r"\s*([，。、,.])(?:\s*[，。、,.])*\s*"), None),
+        (re.compile(r"^[\s，。、,.]+"), ""),
+        (re.compile(r" {2,}"), " "),
+    ),
+}
+
+
+def _strongest(m: re.Match[str], lang: Language) -> str:
+    marks = re.sub(r"\s", "", m.group())
+    if "." in marks or "。" in marks:
+        return _SENTENCE[lang]
+    return "、" if marks == "、" else _CLAUSE[lang]
+
+
+def without_pictographs(text: str) -> str:
+    """Emoji and other pictographs removed (before the grammars, which fail on them)."""
+    if text.isascii():
+        return text
+    return "".join(
+        " " if unicodedata.category(c) == "So" and c >= "\u2190" else c
+        for c in text
+        if c not in "\u200d\ufe0f\ufe0e" and not "\U0001f3fb" <= c <= "\U0001f3ff"
+    )
+
+
+def speakable(text: str, lang: Language) -> str:
+    """text in ChatTTS's alphabet, its sentence and clause breaks kept (see module docstring)."""
+    original = text
+    # Wi-Fi, and/or, it's: inside a word, a space (or nothing for an apostrophe).
+    text = _INSIDE_WORD.sub(lambda m: "" if m.group() in "'’" else " ", text)
+    out = []
+    for c in text:
+        if not _ALLOWED.match(c):
+            out.append(c)
+        elif c in _ENDS:
+            out.append(_SENTENCE[lang])
+        elif c in _BREAKS:
+            out.append(_CLAUSE[lang])
+        elif c in _SPACE or c.isspace():
+            out.append(" ")
+        else:
+            folded = unicodedata.normalize("NFKD", c).encode("ascii", "ignore").decode()
+            out.append(folded if folded.isalpha() else "")
+    text = "".join(out)
+    for pattern, repl in _RUNS[lang]:
+        if repl is None:
+            text = pattern.sub(lambda m: _strongest(m, lang), text)
+        else:
+            text = pattern.sub(repl, text)
+    text = text.strip()
+    if text != original:
+        log.debug("speakable: %r -> %r", original[:80], text[:80])
+    return text
