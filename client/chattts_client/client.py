@@ -19,8 +19,8 @@ import grpc
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_client.messages import (
     AudioChunkEvent,
-    Clear,
     Event,
+    StreamItem,
     VoiceInfo,
     event_from_pb,
     text_input,
@@ -38,7 +38,7 @@ PathOrBytes = str | os.PathLike[str] | bytes
 
 
 def _stream_requests(
-    config: tts_pb2.SynthesisConfig | None, texts: Iterable[str | Clear], flush_each: bool
+    config: tts_pb2.SynthesisConfig | None, texts: Iterable[StreamItem], flush_each: bool
 ) -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
     yield tts_pb2.StreamingSynthesizeRequest(config=config or tts_pb2.SynthesisConfig())
     for text in texts:
@@ -47,7 +47,7 @@ def _stream_requests(
 
 async def _stream_requests_async(
     config: tts_pb2.SynthesisConfig | None,
-    texts: Iterable[str | Clear] | AsyncIterable[str | Clear],
+    texts: Iterable[StreamItem] | AsyncIterable[StreamItem],
     flush_each: bool,
 ) -> AsyncIterator[tts_pb2.StreamingSynthesizeRequest]:
     yield tts_pb2.StreamingSynthesizeRequest(config=config or tts_pb2.SynthesisConfig())
@@ -314,7 +314,7 @@ class TTSClient(_ClientBase):
 
     def stream(
         self,
-        texts: Iterable[str | Clear],
+        texts: Iterable[StreamItem],
         *,
         config: tts_pb2.SynthesisConfig | None = None,
         flush_each: bool = False,
@@ -326,7 +326,8 @@ class TTSClient(_ClientBase):
         thread, so it may block, e.g. on stdin), then half-closes. Responses can be iterated
         while texts are still being sent. `flush_each` asks the server to synthesize each text
         at once instead of waiting for a sentence end. A `Clear(text)` item is barge-in: the
-        utterance being spoken stops (finish_reason "cleared") and `text` is spoken instead.
+        utterance being spoken stops (finish_reason "cleared") and `text` is spoken instead. A
+        `Flush(text)` item sends `text` and synthesizes everything buffered at once.
         """
         stats = SynthesisStats(started_at=time.perf_counter())
         call = self._stub.StreamingSynthesize(
@@ -393,7 +394,7 @@ class AsyncTTSClient(_ClientBase):
 
     def stream(
         self,
-        texts: Iterable[str | Clear] | AsyncIterable[str | Clear],
+        texts: Iterable[StreamItem] | AsyncIterable[StreamItem],
         *,
         config: tts_pb2.SynthesisConfig | None = None,
         flush_each: bool = False,

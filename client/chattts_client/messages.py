@@ -53,11 +53,27 @@ class Clear:
     text: str = ""
 
 
-def text_input(item: str | Clear, flush: bool = False) -> tts_pb2.StreamingSynthesizeRequest:
-    """The request message for one streamed text (or `Clear`)."""
+@dataclass(frozen=True)
+class Flush:
+    """An item of a streamed text: `text`, then synthesize everything buffered now, even
+    without a sentence end (an agent's end of turn)."""
+
+    text: str = ""
+
+
+StreamItem = str | Clear | Flush
+"""What a streamed text is made of."""
+
+
+def text_input(item: StreamItem, flush: bool = False) -> tts_pb2.StreamingSynthesizeRequest:
+    """The request message for one streamed text (or `Clear`, or `Flush`)."""
     if isinstance(item, Clear):
         return tts_pb2.StreamingSynthesizeRequest(
             text=tts_pb2.TextInput(text=item.text, flush=flush, clear=True)
+        )
+    if isinstance(item, Flush):
+        return tts_pb2.StreamingSynthesizeRequest(
+            text=tts_pb2.TextInput(text=item.text, flush=True)
         )
     return tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=item, flush=flush))
 
