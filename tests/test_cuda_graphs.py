@@ -175,3 +175,58 @@ def test_engine_codes_are_the_same_through_the_padded_static_path(tiny_model_dir
         torch.testing.assert_close(
             torch.from_numpy(codes["eager"][rid]), torch.from_numpy(codes["off"][rid])
         )
+
+
+# -- a capture that fails at warm-up: serve eagerly and say so ------------------------------
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="capture fails here only because no GPU can capture"
+)
+def test_a_failed_capture_at_warm_up_serves_eagerly_and_says_why(tiny_model_dir, caplog):
+    """Graphs asked for where none can be captured (this machine has no usable CUDA device, so
+    the capture's first CUDA call raises for real): warm-up logs why, drops the graphs, and the
+    engine decodes eagerly; ModelInfo carries the reason."""
+    import logging
+
+    from chattts_server.config import EngineConfig
+    from chattts_server.engine.core import EngineCore
+    from chattts_server.engine.runner import ModelRunner
+    from chattts_server.engine.types import SamplingParams, UtteranceRequest, VoiceKind, VoiceSpec
+    from chattts_server.model.loader import load_chattts
+    from test_generation_parity import run_core
+
+    config = EngineConfig(max_streams=2, max_tokens=256, max_new_tokens=32)
+    modules = load_chattts(tiny_model_dir, torch.device("cpu"), torch.float32)
+    runner = ModelRunner(modules, config, torch.device("cpu"), torch.float32, decode_graphs="cuda")
+    assert runner.info.decode_graphs == "cuda"  # asked for, not yet captured
+    with caplog.at_level(logging.WARNING, logger="chattts_server.engine.runner"):
+        runner.warmup(config.max_streams)
+    assert "CUDA graph capture failed at warm-up" in caplog.text
+    info = runner.info
+    assert runner.graphs is None and info.decode_graphs == "off"
+    assert info.decode_graphs_error.startswith(("AcceleratorError", "RuntimeError", "Assert"))
+    request = UtteranceRequest(
+        "r0",
+        "one sentence.",
+        voice=VoiceSpec(VoiceKind.SEED, seed=1),
+        sampling=SamplingParams(top_k=1, min_new_tokens=12, max_new_tokens=12),
+    )
+    results = run_core(EngineCore.from_config(runner, config), {0: [request]})
+    assert results["r0"].codes is not None and results["r0"].codes.shape == (12, 4)
+
+
+def test_health_check_says_how_the_decode_step_runs(server):
+    """The in-process CPU server decodes without graphs: its health replies say 'off' and
+    carry no capture error."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(server.target) as channel:
+        reply, call = health_pb2_grpc.HealthStub(channel).Check.with_call(
+            health_pb2.HealthCheckRequest(service=""), timeout=10
+        )
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    metadata = dict(call.initial_metadata())
+    assert metadata.get("chattts-decode-graphs") == "off"
+    assert "chattts-decode-graphs-error" not in metadata

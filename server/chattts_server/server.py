@@ -10,7 +10,6 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
 from chattts_client._proto.chattts.v1 import tts_pb2
@@ -18,8 +17,9 @@ from chattts_client._proto.chattts.v1 import tts_pb2
 from .api.admission import Admission
 from .api.auth import BearerTokenInterceptor, load_tokens
 from .api.convert import MAX_REFERENCE_S
+from .api.health import HealthServicer
 from .api.servicer import TextToSpeechServicer, add_to_server
-from .audio.encoding import SUPPORTED_ENCODINGS
+from .audio.encoding import available_encodings
 from .config import ServerConfig
 from .engine.engine import ChatTTSEngine
 from .metrics import Metrics
@@ -73,7 +73,7 @@ class TTSServer:
         self.metrics = Metrics()
         self.voices = VoiceLibrary(config.voices_dir)
         self.admission: Admission | None = None
-        self.health = health_aio.HealthServicer()
+        self.health = HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self._stopped: asyncio.Event | None = None
@@ -172,8 +172,9 @@ class TTSServer:
 
     def _on_engine_ready(self) -> None:
         assert self.servicer is not None and self.admission is not None
-        self.servicer.bind_model(self.engine.model_info, tuple(SUPPORTED_ENCODINGS))
+        self.servicer.bind_model(self.engine.model_info, available_encodings())
         self.metrics.set_linear_modes(self.engine.model_info.linear_modes)
+        self.health.describe(self.engine.model_info)
         if self._draining:
             return
         self.admission.accepting = True

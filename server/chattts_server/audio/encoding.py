@@ -2,25 +2,53 @@
 
 Every encoder resamples from the engine rate, clips to [-1, 1] and encodes chunk by chunk, and
 keeps whatever state the encoding needs (resampler filter, partial Opus frame) between chunks.
+
+OGG_OPUS needs PyAV (the `av` package, libopus inside), imported only when an Ogg Opus stream
+starts: a server without it starts, serves the other encodings and refuses OGG_OPUS.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from chattts_server.audio.opus import OPUS_ENCODER_RATES, OggOpusWriter
 from chattts_server.audio.resample import StreamResampler
+
+log = logging.getLogger(__name__)
 
 SUPPORTED_SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 SUPPORTED_ENCODINGS = ("LINEAR16", "MULAW", "ALAW", "OGG_OPUS", "FLOAT32")
 # The rate ChatTTS's vocoder produces.
 MODEL_SAMPLE_RATE_HZ = 24000
+# The rates libopus encodes at (as audio/opus.py, which imports PyAV); others are resampled.
+_OPUS_ENCODER_RATES = (8000, 12000, 16000, 24000, 48000)
 # Opus stream rate for requested rates libopus cannot encode at (22050, 44100).
 _OPUS_FALLBACK_RATE_HZ = 48000
+
+
+class EncodingUnavailable(RuntimeError):
+    """The encoding's library is not installed (OGG_OPUS without PyAV)."""
+
+
+def _pyav_installed() -> bool:
+    try:
+        return importlib.util.find_spec("av") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def available_encodings() -> tuple[str, ...]:
+    """SUPPORTED_ENCODINGS less those whose library is missing here (found without importing
+    it); the server validates requests against this."""
+    if _pyav_installed():
+        return SUPPORTED_ENCODINGS
+    log.warning("OGG_OPUS is off: it needs PyAV (the av package), which is not installed")
+    return tuple(e for e in SUPPORTED_ENCODINGS if e != "OGG_OPUS")
 
 
 @dataclass(frozen=True)
@@ -146,8 +174,14 @@ class _OggOpusEncoder(StreamEncoder):
     encoding = "OGG_OPUS"
 
     def __init__(self, sample_rate_hz: int, source_rate_hz: int) -> None:
+        try:
+            from chattts_server.audio.opus import OggOpusWriter
+        except ImportError as exc:
+            raise EncodingUnavailable(
+                f"OGG_OPUS needs PyAV (the av package), which cannot be imported: {exc}"
+            ) from exc
         opus_rate_hz = (
-            sample_rate_hz if sample_rate_hz in OPUS_ENCODER_RATES else _OPUS_FALLBACK_RATE_HZ
+            sample_rate_hz if sample_rate_hz in _OPUS_ENCODER_RATES else _OPUS_FALLBACK_RATE_HZ
         )
         self.sample_rate_hz = opus_rate_hz
         self._resampler = StreamResampler(source_rate_hz, opus_rate_hz)
@@ -166,7 +200,8 @@ def make_encoder(
     encoding: str, sample_rate_hz: int, source_rate_hz: int = MODEL_SAMPLE_RATE_HZ
 ) -> StreamEncoder:
     """A fresh encoder for one stream. `encoding` is a tts.proto AudioEncoding name and
-    `sample_rate_hz` one of SUPPORTED_SAMPLE_RATES; anything else raises ValueError."""
+    `sample_rate_hz` one of SUPPORTED_SAMPLE_RATES; anything else raises ValueError, and
+    OGG_OPUS without PyAV raises EncodingUnavailable."""
     if encoding not in SUPPORTED_ENCODINGS:
         raise ValueError(f"unsupported encoding {encoding!r}; supported: {SUPPORTED_ENCODINGS}")
     if sample_rate_hz not in SUPPORTED_SAMPLE_RATES:

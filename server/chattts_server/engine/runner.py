@@ -109,6 +109,8 @@ class ModelRunner:
         num_slots = config.max_streams + (decode_graphs != "off")
         self.cache = SlotKVCache(self.llama.shape, num_slots, config.max_tokens, device, kv_dtype)
         self.graphs: DecodeGraphs | None = None
+        self.graphs_error = ""
+        """Why the graphs asked for are not used: what their capture raised at warm-up."""
         if decode_graphs != "off":
             self.graphs = DecodeGraphs(
                 lambda slots, embeds, positions, attend_len: self.llama.decode_static(
@@ -190,6 +192,10 @@ class ModelRunner:
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
             linear_modes=self.llama.mode_table,
+            decode_graphs=(
+                "off" if self.graphs is None else "cuda" if self.graphs.capture else "eager"
+            ),
+            decode_graphs_error=self.graphs_error,
         )
 
     @classmethod
@@ -385,7 +391,10 @@ class ModelRunner:
         # that wins on one CPU loses on another); lossy modes only within the quality budget.
         self.llama.autotune(sizes, self.cache, probe=probe.embeds.to(self.dtype))
         if self.graphs is not None:
-            self.graphs.capture_all()  # after autotune: each graph bakes in its size's mode
+            try:
+                self.graphs.capture_all()  # after autotune: each graph bakes in its size's mode
+            except Exception as exc:  # noqa: BLE001 - graphs only speed decoding up
+                self._drop_graphs(exc)
         self.llama.prefill(
             0, torch.zeros(16, d, device=self.device, dtype=self.dtype), 0, self.cache
         )
@@ -405,6 +414,20 @@ class ModelRunner:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         log.info("warm-up (decode batches %s) took %.2f s", sizes, time.monotonic() - started)
+
+    def _drop_graphs(self, exc: Exception) -> None:
+        """A capture failed (driver, memory, an op that cannot be captured): serve with the
+        eager decode rather than not at all, and say so (log, ModelInfo, health metadata)."""
+        first_line = str(exc).strip().split("\n", 1)[0]
+        self.graphs_error = f"{type(exc).__name__}: {first_line}"[:300]
+        log.warning(
+            "CUDA graph capture failed at warm-up (%s); the decode step runs eagerly",
+            self.graphs_error,
+            exc_info=True,
+        )
+        self.graphs = None  # frees the captured graphs, their pool and static buffers
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
 
 def decode_batch_sizes(max_batch: int) -> list[int]:

@@ -172,6 +172,11 @@ class ModelInfo:
     """The GPT's weight dtype, e.g. 'float32'."""
     linear_modes: dict[int, str] = field(default_factory=dict)
     """Decode batch size -> the GPT linear mode it uses (chosen by timing at warm-up)."""
+    decode_graphs: str = "off"
+    """How the decode step runs: 'cuda' (replaying CUDA graphs captured at warm-up), 'eager'
+    (the graphs' padded static-shape path without capture) or 'off' (plain eager decode)."""
+    decode_graphs_error: str = ""
+    """Why CUDA graphs that were asked for are not in use: the capture error at warm-up."""
 
 
 @dataclass(frozen=True)
