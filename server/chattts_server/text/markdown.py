@@ -104,6 +104,11 @@ class MarkdownReader:
         """Render everything held back (an explicit flush, an idle stream, the end)."""
         return self._advance(final=True)
 
+    def end(self) -> str:
+        """The text is complete: render what is held and end its last line (a heading, list
+        item or table row gets its sentence end)."""
+        return self._end_line()[:-1]
+
     def clear(self) -> None:
         """Forget everything (barge-in): the next fragment starts a new reply."""
         self._line = _Line()
@@ -306,4 +311,4 @@ def _render_row(row: str) -> str:
 def strip_markdown(text: str) -> str:
     """A whole text's markdown removed (unary Synthesize; the same as streaming it)."""
     reader = MarkdownReader()
-    return reader.feed(text) + reader.flush()
+    return reader.feed(text) + reader.end()

@@ -10,8 +10,12 @@ goes through the same two stages (`utterances`), so a text reads the same whiche
 
 from __future__ import annotations
 
-from .markdown import MarkdownReader
+import re
+
+from .markdown import MarkdownReader, strip_markdown
 from .release import ReleasePolicy, TextReleaser, split_sentences
+
+_HAS_WORD = re.compile(r"[^\W_]")
 
 SENTENCE_END_GRACE_MS = 120
 """A sentence end held by the markdown stage ("Turn left." may yet be "left.md") is released
@@ -44,18 +48,18 @@ class StreamText:
             return self.flush()
         md = self._markdown
         if md is not None and md.holds_sentence_end and quiet_ms >= SENTENCE_END_GRACE_MS:
-            return self._releaser.feed(md.flush())
+            return _with_words(self._releaser.feed(md.flush()))
         return []
 
     def feed(self, fragment: str) -> list[str]:
         if self._markdown is not None:
             fragment = self._markdown.feed(fragment)
-        return self._releaser.feed(fragment) if fragment else []
+        return _with_words(self._releaser.feed(fragment)) if fragment else []
 
     def flush(self) -> list[str]:
         """Release everything buffered, marker or boundary or not."""
         held = self._markdown.flush() if self._markdown is not None else ""
-        return self._releaser.feed(held) + self._releaser.flush()
+        return _with_words(self._releaser.feed(held) + self._releaser.flush())
 
     def clear(self) -> None:
         """Barge-in: drop what is buffered; the next utterance counts as a first one."""
@@ -68,6 +72,10 @@ def utterances(text: str, max_s: float, speed: int, markdown: bool = True) -> li
     """A whole text (unary Synthesize) as utterances: markdown removed, then split at sentence
     ends and, where too long, at clause boundaries."""
     if markdown:
-        reader = MarkdownReader()
-        text = reader.feed(text) + reader.flush()
-    return split_sentences(text, max_s, speed)
+        text = strip_markdown(text)
+    return _with_words(split_sentences(text, max_s, speed))
+
+
+def _with_words(utterances: list[str]) -> list[str]:
+    """Utterances with something to say: an emoji or a stray mark alone is no utterance."""
+    return [u for u in utterances if _HAS_WORD.search(u)]
