@@ -7,6 +7,12 @@ server's PYTHONPATH and sets it). Python imports `sitecustomize` at start-up, be
 its wall time (seconds) and call count to a dict that a daemon thread writes as JSON every
 0.2 s; the benchmark reads it before and after each load level and takes the difference.
 Methods that do not exist (the engine changed) are skipped and show as absent.
+
+The decode step has two entries: `LlamaDecoder.decode` (CUDA graphs off) and
+`DecodeGraphs.__call__` (graphs on: the replay, which never calls `decode`); both are timed
+and both count the rows (tokens) they decode. On CUDA each timer synchronizes the device before
+it starts and stops, so a component's time is its own kernels', not whatever the next host
+read waits for.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ _OUT = os.environ.get("CHATTTS_PROFILE_OUT")
 _TIMERS = {
     "engine_step": ("chattts_server.engine.core", "EngineCore", "step"),
     "gpt_decode": ("chattts_server.model.llama", "LlamaDecoder", "decode"),
+    "gpt_decode_graphs": ("chattts_server.model.cuda_graphs", "DecodeGraphs", "__call__"),
     "gpt_prefill": ("chattts_server.model.llama", "LlamaDecoder", "prefill"),
     "heads_sampling": ("chattts_server.engine.runner", "ModelRunner", "_code_step"),
     "decoder_vocoder": ("chattts_server.engine.streaming_decode", "StreamingDecoder", "step"),
@@ -38,16 +45,24 @@ def _install() -> None:
     import threading
     import time
 
+    import torch
+
     totals: dict[str, list[float]] = {}
+
+    def sync() -> None:
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
 
     def wrap(label: str, fn):  # type: ignore[no-untyped-def]
         slot = totals.setdefault(label, [0.0, 0.0])
 
         def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+            sync()
             t0 = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
+                sync()
                 slot[0] += time.perf_counter() - t0
                 slot[1] += 1
 
@@ -59,17 +74,21 @@ def _install() -> None:
             setattr(cls, method, wrap(label, getattr(cls, method)))
         except (ImportError, AttributeError):
             continue
-    # Decode rows = tokens generated (one per row per step).
-    llama = importlib.import_module("chattts_server.model.llama").LlamaDecoder
-    decode = llama.decode
+    # Decode rows = tokens generated (one per row per step), on either decode path.
     rows = totals.setdefault("decode_rows", [0.0, 0.0])
 
-    def counted(self, slot_ids, *args, **kwargs):  # type: ignore[no-untyped-def]
-        rows[0] += int(slot_ids.shape[0])
-        rows[1] += 1
-        return decode(self, slot_ids, *args, **kwargs)
+    def count_rows(cls, method: str) -> None:  # type: ignore[no-untyped-def]
+        fn = getattr(cls, method)
 
-    llama.decode = counted
+        def counted(self, slot_ids, *args, **kwargs):  # type: ignore[no-untyped-def]
+            rows[0] += int(slot_ids.shape[0])
+            rows[1] += 1
+            return fn(self, slot_ids, *args, **kwargs)
+
+        setattr(cls, method, counted)
+
+    count_rows(importlib.import_module("chattts_server.model.llama").LlamaDecoder, "decode")
+    count_rows(importlib.import_module("chattts_server.model.cuda_graphs").DecodeGraphs, "__call__")
 
     def dump() -> None:
         tmp = f"{_OUT}.tmp"
