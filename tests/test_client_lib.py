@@ -512,9 +512,9 @@ def test_cli_say_stdin_streams_lines_to_stdout(fake, monkeypatch, capsys) -> Non
     samples, rate = sf.read(io.BytesIO(data), dtype="int16")
     assert rate == SAMPLE_RATE_HZ and samples.tobytes() == EXPECTED_PCM * 2
     texts = [(r.text.text, r.text.flush) for r in servicer.stream_requests[1:]]
-    assert texts == [("one", True), ("two", True)]  # blank lines are not sent
+    assert texts == [("one\n", True), ("two\n", True)]  # blank lines are not sent
     err = capsys.readouterr().err
-    assert "utterance 0:" in err and "utterance 1:" in err and "'two'" in err
+    assert "utterance 0:" in err and "utterance 1:" in err and "'two" in err
     assert "real-time factor:" in err
 
 

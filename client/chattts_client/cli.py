@@ -121,10 +121,12 @@ def _client(args: argparse.Namespace) -> TTSClient:
 
 def _stdin_lines(stdin: TextIO) -> Iterator[str]:
     # readline, not iteration with read-ahead, so each line goes out as soon as it is typed.
+    # Each line keeps its newline: markdown (an LLM's reply piped in) is read by lines, and a
+    # line sent without one would run on into the next. Blank lines add nothing to a flushed
+    # line, so they are not sent.
     while line := stdin.readline():
-        text = line.strip()
-        if text:  # the server rejects whitespace-only text
-            yield text
+        if line.strip():
+            yield line.rstrip("\r\n") + "\n"
 
 
 class _AudioSink:
