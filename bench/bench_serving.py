@@ -1,7 +1,7 @@
 """Serving benchmark: upstream ChatTTS stream mode vs our gRPC server in each linear mode.
 
 In one run, on the full-size dev model (random weights at the official shapes: timings do not
-depend on weight values):
+depend on weight values), upstream first (the reference every ratio needs), then ours:
   (a) our server (`chattts_server.main` through `chattts_server.launcher`, one subprocess per
       `--quantize` mode) through the real client library (`AsyncTTSClient`), at each
       concurrency: time to first audio (TTFA) p50/p95, the gap-free start (the earliest moment
@@ -12,11 +12,14 @@ depend on weight values):
       engine step, audio encoding, and what is left (gRPC, asyncio, hand-off, idle);
   (b) upstream `Chat.infer(text, stream=True, skip_refine_text=True)`, sequential requests of
       exactly --tokens tokens: the same figures.
-Writes <out>/serving.md and <out>/serving.png. Compare ratios measured in one run; a shared
-machine makes absolute times noisy.
+Writes <out>/serving.md and <out>/serving.png after upstream and after every load level, so a
+run stopped part-way (a timeout) leaves what it measured; `--time-budget-s` skips the levels
+that would start after it. Compare ratios measured in one run; a shared machine makes absolute
+times noisy.
 
 Usage: python bench/bench_serving.py [--tokens 200] [--requests 16] [--upstream-requests 3]
        [--concurrency 1,2,16] [--modes none,bf16,int8,auto] [--out bench/results]
+       [--logs DIR] [--time-budget-s S]
        python bench/bench_serving.py --smoke    # tiny model, a few tokens, a temp folder
 """
 
@@ -29,6 +32,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,7 +188,16 @@ async def run_level(
     return level
 
 
-def run_mode(args: argparse.Namespace, mode: str, cache: Path, logs: Path) -> list[Level]:
+def run_mode(
+    args: argparse.Namespace,
+    mode: str,
+    cache: Path,
+    logs: Path,
+    on_level: Callable[[Level], None],
+    deadline: float,
+) -> None:
+    """Start a server in `mode`, measure each concurrency level, hand each to `on_level` as it
+    completes; levels that would start after `deadline` (time.monotonic()) are skipped."""
     from chattts_server.launcher import launch
 
     profile = logs / f"profile-{mode}.json"
@@ -201,7 +214,6 @@ def run_mode(args: argparse.Namespace, mode: str, cache: Path, logs: Path) -> li
         "--max-queue", str(max(64, args.requests * 2)),
         *args.server_arg,
     ]  # fmt: skip
-    levels = []
     with launch(
         server_args,
         dev_model=args.model,
@@ -212,6 +224,9 @@ def run_mode(args: argparse.Namespace, mode: str, cache: Path, logs: Path) -> li
         srv.wait_serving(args.server_timeout)
         asyncio.run(run_level(srv.target, mode, 1, 1, min(args.tokens, 24), 10_000))  # warm
         for c in [int(c) for c in args.concurrency.split(",") if c]:
+            if time.monotonic() > deadline:
+                print(f"  {mode} c{c}: skipped, past --time-budget-s", flush=True)
+                continue
             n = max(args.requests, c) if c > 1 else max(1, args.upstream_requests)
             time.sleep(0.5)
             before = read_profile(profile)
@@ -227,13 +242,12 @@ def run_mode(args: argparse.Namespace, mode: str, cache: Path, logs: Path) -> li
                 f"errors {level.errors}",
                 flush=True,
             )
-            levels.append(level)
+            on_level(level)
         srv.stop()
     log_text = srv.log_text()
     if "linear-mode autotune" in log_text:
         start = log_text.index("linear-mode autotune")
         print(log_text[start : log_text.find("warm-up (decode", start)].strip(), flush=True)
-    return levels
 
 
 # -- (b) upstream -----------------------------------------------------------------------------
@@ -345,8 +359,12 @@ def write_report(args: argparse.Namespace, up: Level | None, ours: list[Level], 
         )
         lines += [f"| all-in / GPT step | {ratio} |", ""]
     text = "\n".join(lines)
-    (out / "serving.md").write_text(text)
-    plot(args, up, ours, out / "serving.png")
+    # Written whole, then renamed: a run killed mid-write still leaves the previous report.
+    (out / "serving.md.tmp").write_text(text)
+    (out / "serving.md.tmp").replace(out / "serving.md")
+    if ours:
+        plot(args, up, ours, out / "serving.tmp.png")
+        (out / "serving.tmp.png").replace(out / "serving.png")
     return text
 
 
@@ -381,6 +399,7 @@ def plot(args: argparse.Namespace, up: Level | None, ours: list[Level], path: Pa
     fig.suptitle(f"{args.tokens}-token streams, {args.model} dev model, {args.device}")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -409,6 +428,15 @@ def main() -> None:
     parser.add_argument("--cache", default=str(REPO / ".cache" / "dev-models"))
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument(
+        "--logs", help="folder for the server logs and timer dumps (default: a temporary one)"
+    )
+    parser.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=float("inf"),
+        help="start no load level after this many seconds (the report says which were skipped)",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="tiny model, few tokens, output to a temp folder"
     )
     args = parser.parse_args()
@@ -420,21 +448,29 @@ def main() -> None:
 
     from chattts_server.model.dev_assets import build_dev_assets
 
+    deadline = time.monotonic() + args.time_budget_s
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cache = Path(args.cache)
     model_dir = Path(build_dev_assets(args.model, cache))
     ours: list[Level] = []
-    # Server logs and timer dumps: a temporary folder, not the committed results.
-    logs = Path(tempfile.mkdtemp(prefix="bench_serving-logs-"))
+    # Server logs and timer dumps: not the committed results.
+    logs = Path(args.logs or tempfile.mkdtemp(prefix="bench_serving-logs-"))
+    logs.mkdir(parents=True, exist_ok=True)
     print(f"server logs in {logs}", flush=True)
-    for mode in [m for m in args.modes.split(",") if m]:
-        print(f"(a) our server, --quantize {mode}", flush=True)
-        ours += run_mode(args, mode, cache, logs)
     up = None
     if not args.skip_upstream:
-        print("(b) upstream ChatTTS, stream mode, sequential", flush=True)
+        print("(b) upstream ChatTTS, stream mode, sequential (measured first)", flush=True)
         up = run_upstream(model_dir, args.device, args.tokens, args.upstream_requests)
+        write_report(args, up, ours, out)
+
+    def on_level(level: Level) -> None:
+        ours.append(level)
+        write_report(args, up, ours, out)  # as each level ends: a timeout keeps what ran
+
+    for mode in [m for m in args.modes.split(",") if m]:
+        print(f"(a) our server, --quantize {mode}", flush=True)
+        run_mode(args, mode, cache, logs, on_level, deadline)
     print(write_report(args, up, ours, out))
     print(f"wrote {out / 'serving.md'} and {out / 'serving.png'}")
 
