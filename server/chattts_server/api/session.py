@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import numpy as np
 
+from ..audio.containers import CONTAINER_ENCODINGS, make_container_encoder
 from ..audio.encoding import EncodedChunk, make_encoder
 from ..engine.types import AudioChunk, Engine, EngineEvent, UtteranceDone, UtteranceRequest
 from .convert import StreamSettings
 from .events import AudioOut, SessionEvent, UtteranceEnded
+
+_OFFLOADED_ENCODINGS = ("OGG_OPUS", "MP3", "AAC", "FLAC")
 
 
 class Session:
@@ -36,11 +39,15 @@ class Session:
         self._speaking: asyncio.Event | None = None
         """Set to interrupt the utterance being spoken (None between utterances)."""
         self.native_rate = engine.model_info.sample_rate
-        self._encoder = make_encoder(
-            settings.audio.encoding,
-            settings.audio.sample_rate_hz or self.native_rate,
-            self.native_rate,
+        # The HTTP front door's WAV, MP3, AAC and FLAC come from audio/containers.py.
+        encoding = settings.audio.encoding
+        factory = make_container_encoder if encoding in CONTAINER_ENCODINGS else make_encoder
+        self._encoder = factory(
+            encoding, settings.audio.sample_rate_hz or self.native_rate, self.native_rate
         )
+        # Opus costs ~16 ms of CPU per second of audio, MP3 and AAC more: keep them off the
+        # event loop. The sample encodings (well under 1 ms a chunk) are not worth a thread hop.
+        self._offload = encoding in _OFFLOADED_ENCODINGS
 
     def _request(self, sentence: str) -> UtteranceRequest:
         s = self.settings
@@ -68,9 +75,7 @@ class Session:
         return event
 
     async def _encode(self, pcm: np.ndarray) -> EncodedChunk:
-        # Opus costs ~16 ms of CPU per second of audio: keep it off the event loop. The cheap
-        # sample encodings (well under 1 ms a chunk) are not worth a thread hop.
-        if self.settings.audio.encoding == "OGG_OPUS":
+        if self._offload:
             return await asyncio.to_thread(self._encoder.encode, pcm)
         return self._encoder.encode(pcm)
 
@@ -80,7 +85,7 @@ class Session:
         if self._speaking is not None:
             self._speaking.set()
 
-    async def speak(self, sentence: str) -> AsyncIterator[SessionEvent]:
+    async def speak(self, sentence: str) -> AsyncGenerator[SessionEvent, None]:
         """Synthesize one sentence: audio as it comes, then its `UtteranceEnded`."""
         index = self.num_utterances
         request = self._request(sentence)
