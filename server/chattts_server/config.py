@@ -193,6 +193,9 @@ class NetworkConfig:
     """gRPC port; 0 picks a free one (printed at start-up)."""
     metrics_port: int = 0
     """Prometheus metrics HTTP port; 0 turns the endpoint off."""
+    http_port: int = 0
+    """HTTP front door (OpenAI-compatible speech, WebSocket, playground) on the same engine,
+    host, tokens and TLS as gRPC; 0 turns it off (`make run` serves it on 8000)."""
     keepalive_time_s: float = 30.0
     """Server pings idle connections this often."""
     keepalive_timeout_s: float = 10.0
@@ -205,6 +208,11 @@ class NetworkConfig:
     def validate(self) -> None:
         _check(0 <= self.port <= 65535, "--port must be in [0, 65535]")
         _check(0 <= self.metrics_port <= 65535, "--metrics-port must be in [0, 65535]")
+        _check(0 <= self.http_port <= 65535, "--http-port must be in [0, 65535]")
+        _check(
+            self.http_port == 0 or self.http_port not in (self.port, self.metrics_port),
+            "--http-port must differ from --port and --metrics-port",
+        )
         _check(self.keepalive_time_s >= 1, "--keepalive-time-s must be >= 1")
         _check(self.keepalive_timeout_s >= 1, "--keepalive-timeout-s must be >= 1")
         _check(self.max_connection_age_s >= 0, "--max-connection-age-s must be >= 0")
@@ -265,6 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=d.network.metrics_port,
         help="Prometheus metrics HTTP port; 0 turns it off (default: %(default)s)",
+    )
+    g.add_argument(
+        "--http-port",
+        type=int,
+        default=d.network.http_port,
+        help="HTTP port of the OpenAI-compatible /v1/audio/speech, the /v1/audio/speech/stream "
+        "WebSocket and the playground page at /, served by the same engine with the same "
+        "tokens and TLS as gRPC; 0 turns it off (default: %(default)s)",
     )
     g.add_argument(
         "--keepalive-time-s",
@@ -529,6 +545,7 @@ def config_from_args(argv: list[str] | None = None) -> ServerConfig:
             host=a.host,
             port=a.port,
             metrics_port=a.metrics_port,
+            http_port=a.http_port,
             keepalive_time_s=a.keepalive_time_s,
             keepalive_timeout_s=a.keepalive_timeout_s,
             max_connection_age_s=a.max_connection_age_s,

@@ -29,6 +29,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 _LISTENING = re.compile(r"listening on port (\d+)")
+_HTTP = re.compile(r"listening on port \d+ \(http (\d+)\)")
 # The folders that hold chattts_server and (in a checkout) chattts_client.
 _SERVER_ROOT = Path(__file__).resolve().parents[1]
 _CLIENT_ROOT = _SERVER_ROOT.parent / "client"
@@ -71,10 +72,15 @@ class ServerProcess:
     metrics_port: int  # 0 when metrics are off
     log: list[str] = field(default_factory=list)
     voices: Path | None = None  # a test's voice folder, if it gave one
+    http_port: int = 0  # 0 when the HTTP front door is off
 
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
 
     @property
     def pid(self) -> int:
@@ -127,6 +133,7 @@ def launch(
     cache: Path | str | None = None,
     device: str = "cpu",
     metrics: bool = False,
+    http: bool = False,
     start_timeout_s: float = 120.0,
     echo: bool = False,
     log_path: Path | str | None = None,
@@ -136,7 +143,7 @@ def launch(
 
     `dev_model` (with `cache`, the dev-model cache folder) serves a random-weight dev model; pass
     None and a `--model-dir` in `args` for real weights. `metrics` opens the Prometheus endpoint
-    on another free port. `echo` copies the output to stderr, `log_path` to a file. Raises
+    on another free port, `http` the HTTP front door on a third. `echo` copies the output to stderr, `log_path` to a file. Raises
     RuntimeError, with the output so far, when the server exits or stays silent too long.
     """
     cmd = [sys.executable, "-m", "chattts_server.main", "--host", "127.0.0.1", "--port", "0"]
@@ -147,6 +154,8 @@ def launch(
         cmd += ["--dev-model-cache", str(cache)]
     metrics_port = free_port() if metrics else 0
     cmd += ["--metrics-port", str(metrics_port), *args]
+    if http:
+        cmd += ["--http-port", str(free_port())]
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -168,7 +177,8 @@ def launch(
         proc.kill()
         proc.wait(10)
         raise RuntimeError(f"server did not start (exit {proc.returncode}):\n" + "".join(lines))
-    return ServerProcess(proc, port, metrics_port, lines)
+    http_port = next((int(m.group(1)) for m in map(_HTTP.search, list(lines)) if m), 0)
+    return ServerProcess(proc, port, metrics_port, lines, http_port=http_port)
 
 
 def _port(lines: list[str]) -> int | None:

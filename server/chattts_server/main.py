@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 async def _serve(server: TTSServer) -> int:
     await server.start()
     server.install_signal_handlers()
-    print(f"chattts-server listening on port {server.port}", flush=True)
+    http = f" (http {server.http_port})" if server.http_port else ""
+    print(f"chattts-server listening on port {server.port}{http}", flush=True)
     return await server.wait()
 
 

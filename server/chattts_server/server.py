@@ -19,6 +19,7 @@ from .api.auth import BearerTokenInterceptor, load_tokens
 from .api.convert import MAX_REFERENCE_S
 from .api.health import HealthServicer
 from .api.servicer import TextToSpeechServicer, add_to_server
+from .api.synthesis import Synthesis
 from .audio.encoding import available_encodings
 from .config import ServerConfig
 from .engine.engine import ChatTTSEngine
@@ -79,7 +80,11 @@ class TTSServer:
         self._stopped: asyncio.Event | None = None
         self._fatal: BaseException | None = None
         self._draining = False
+        self.synthesis: Synthesis | None = None
         self.servicer: TextToSpeechServicer | None = None
+        self.http: Any = None
+        """The HTTP front door (api/http/serve.HTTPServer) when --http-port is set."""
+        self.http_port = 0
 
     async def start(self) -> int:
         """Bind and start serving (health NOT_SERVING); the engine loads in the background."""
@@ -99,24 +104,21 @@ class TTSServer:
         self._stopped = asyncio.Event()
         self.admission = Admission(cfg.engine.max_streams, cfg.admission.max_queue)
         interceptors = []
+        tokens: tuple[bytes, ...] | None = None
         if cfg.security.auth_token_file is not None:
             try:
-                interceptors.append(
-                    BearerTokenInterceptor(load_tokens(cfg.security.auth_token_file))
-                )
+                tokens = load_tokens(cfg.security.auth_token_file)
             except (OSError, ValueError) as exc:
                 raise StartupError(f"--auth-token-file: {exc}") from None
+            interceptors.append(BearerTokenInterceptor(tokens))
         credentials = self._credentials()
         self.server = grpc.aio.server(options=_grpc_options(cfg), interceptors=interceptors)
 
-        self.servicer = TextToSpeechServicer(
-            self.engine,
-            self.voices,
-            self.admission,
-            cfg.limits,
-            cfg.admission,
-            self.metrics,
+        # One synthesis path, one admission: gRPC and HTTP share them.
+        self.synthesis = Synthesis(
+            self.engine, self.voices, self.admission, cfg.limits, cfg.admission, self.metrics
         )
+        self.servicer = TextToSpeechServicer(self.synthesis)
         add_to_server(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         await self.health.set("", NOT_SERVING)
@@ -139,6 +141,8 @@ class TTSServer:
         except RuntimeError as exc:
             raise StartupError(f"cannot listen on {address}: {exc}") from None
         await self.server.start()
+        if cfg.network.http_port:
+            await self._start_http(tokens)
         if cfg.network.metrics_port:
             self.metrics.serve(cfg.network.metrics_port)
         admission = self.admission
@@ -159,6 +163,23 @@ class TTSServer:
         log.info("listening on %s (port %d), loading the model", address, self.port)
         return self.port
 
+    async def _start_http(self, tokens: tuple[bytes, ...] | None) -> None:
+        """The HTTP front door in this loop (imported here: a gRPC-only server needs none of
+        FastAPI)."""
+        from .api.http.app import build_app
+        from .api.http.serve import HTTPServer, HTTPServerError
+
+        assert self.synthesis is not None and self.admission is not None
+        cfg, admission = self.config, self.admission
+        app = build_app(self.synthesis, tokens, lambda: admission.accepting)
+        self.http = HTTPServer(app, cfg.network.host, cfg.network.http_port, cfg.security)
+        try:
+            self.http_port = await self.http.start()
+        except HTTPServerError as exc:
+            raise StartupError(str(exc)) from None
+        scheme = "https" if cfg.security.tls_cert else "http"
+        log.info("HTTP front door on %s port %d (playground at /)", scheme, self.http_port)
+
     def _credentials(self) -> grpc.ServerCredentials | None:
         sec = self.config.security
         if sec.tls_cert is None or sec.tls_key is None:
@@ -171,8 +192,8 @@ class TTSServer:
         )
 
     def _on_engine_ready(self) -> None:
-        assert self.servicer is not None and self.admission is not None
-        self.servicer.bind_model(self.engine.model_info, available_encodings())
+        assert self.synthesis is not None and self.admission is not None
+        self.synthesis.bind_model(self.engine.model_info, available_encodings())
         self.metrics.set_linear_modes(self.engine.model_info.linear_modes)
         self.health.describe(self.engine.model_info)
         if self._draining:
@@ -210,6 +231,8 @@ class TTSServer:
                 await asyncio.wait_for(self.admission.wait_idle(), grace)
             except TimeoutError:
                 log.warning("grace period over; cancelling %d streams", self.admission.active)
+        if self.http is not None:
+            await self.http.stop()  # cancels the HTTP streams still running after the grace
         if self.server is not None:
             await self.server.stop(max(0.0, grace - (time.monotonic() - started)) if grace else 0)
         await asyncio.get_running_loop().run_in_executor(None, self.engine.stop)

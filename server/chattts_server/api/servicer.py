@@ -1,12 +1,11 @@
-"""chattts.v1.TextToSpeech servicer: validate, admit, call the engine, encode. No tensor code."""
+"""chattts.v1.TextToSpeech servicer: decode protobuf, call the shared synthesis path
+(api/synthesis.py, the same one the HTTP front door calls), encode protobuf. No tensor code."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import TypeVar
 
 import grpc
@@ -14,24 +13,14 @@ from google.protobuf.message import DecodeError, Message
 
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
-from ..config import AdmissionConfig, LimitsConfig
-from ..engine.types import Engine, ModelInfo
-from ..metrics import Metrics
-from ..text.stream import utterances
-from ..voices import VoiceLibrary
-from .admission import Admission, AdmissionRejected
-from .convert import FieldError, StreamSettings, Validator
-from .errors import abort_with, is_ours, status_of
+from .admission import AdmissionRejected
+from .convert import FieldError
+from .errors import abort_with, is_ours
 from .events import AudioOut, SessionEvent, to_pb
-from .session import Session
-from .text_reader import TextFragment, read_text
-
-log = logging.getLogger(__name__)
+from .synthesis import Synthesis
+from .text_reader import TextFragment
 
 _M = TypeVar("_M", bound=Message)
-
-_END = object()
-_NOT_ACCEPTING = "server is not accepting streams (starting or draining)"
 
 
 def _deadline(context: grpc.aio.ServicerContext) -> float | None:
@@ -40,37 +29,11 @@ def _deadline(context: grpc.aio.ServicerContext) -> float | None:
 
 
 class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
-    def __init__(
-        self,
-        engine: Engine,
-        voices: VoiceLibrary,
-        admission: Admission,
-        limits: LimitsConfig,
-        admission_config: AdmissionConfig,
-        metrics: Metrics,
-    ) -> None:
-        self.engine = engine
-        self._validator: Validator | None = None
-        self.voices = voices
-        self.admission = admission
-        self.limits = limits
-        self.admission_config = admission_config
-        self.metrics = metrics
+    def __init__(self, synthesis: Synthesis) -> None:
+        self.synthesis = synthesis
 
-    def bind_model(self, model: ModelInfo, supported_encodings: tuple[str, ...]) -> None:
-        """The model is loaded: validate requests against it (before this, nothing is admitted)."""
-        self._validator = Validator(
-            self.voices,
-            model,
-            max_text_chars=self.limits.max_text_chars,
-            supported_encodings=supported_encodings,
-        )
-
-    @property
-    def validator(self) -> Validator:
-        if self._validator is None:
-            raise AdmissionRejected("unavailable", "the model is still loading")
-        return self._validator
+    async def _abort(self, context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+        await abort_with(context, exc, self.synthesis.admission_config.retry_pushback_ms)
 
     # -- RPCs ------------------------------------------------------------------------------
 
@@ -80,147 +43,71 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
         return tts_pb2.ListVoicesResponse(
             voices=[
                 tts_pb2.VoiceInfo(name=p.name, description=p.description)
-                for p in self.voices.list()
+                for p in self.synthesis.voices.list()
             ]
         )
 
     async def Synthesize(
         self, request: tts_pb2.SynthesizeRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
+        synthesis = self.synthesis
         try:
-            if not self.admission.accepting:
-                raise AdmissionRejected("unavailable", _NOT_ACCEPTING)
-            text = self.validator.text(request.text, "text")
-            settings = self.validator.settings(request.config)
-            sentences = utterances(
-                text, settings.text_release.max_segment_s, settings.speed, settings.markdown
-            )
-            if not sentences:
-                raise FieldError("text", "holds nothing to read once markdown is removed")
+            synthesis.check_accepting()
+            text = synthesis.validator.text(request.text, "text")
+            settings = synthesis.validator.settings(request.config)
         except (FieldError, AdmissionRejected) as exc:
-            await self._refuse(context, "Synthesize", exc)
+            synthesis.refused("Synthesize", exc)
+            await self._abort(context, exc)
             return
-        async with self._admitted(context, "Synthesize") as stream:
-            session = Session(self.engine, settings, _deadline(context))
-            async for event in self._run(
-                session,
-                _sentences(sentences),
-                context,
-                stream,
-            ):
-                yield _synthesize_response(event)
+        events = synthesis.synthesize(
+            "Synthesize",
+            text,
+            settings,
+            deadline=_deadline(context),
+            queue_timeout_s=context.time_remaining(),
+        )
+        try:
+            async with aclosing(events):
+                async for event in events:
+                    yield _synthesize_response(event)
+        except Exception as exc:
+            if not is_ours(exc):
+                raise
+            await self._abort(context, exc)
 
     async def StreamingSynthesize(
         self,
         request_iterator: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[tts_pb2.StreamingSynthesizeResponse]:
+        synthesis = self.synthesis
         try:
-            if not self.admission.accepting:
-                raise AdmissionRejected("unavailable", _NOT_ACCEPTING)
+            synthesis.check_accepting()
             first = await anext(aiter(request_iterator))
             if first.WhichOneof("request") != "config":
                 raise FieldError("config", "the first message of the stream must carry config")
-            settings = self.validator.settings(first.config)
+            settings = synthesis.validator.settings(first.config)
         except StopAsyncIteration:
             return
         except (FieldError, AdmissionRejected) as exc:
-            await self._refuse(context, "StreamingSynthesize", exc)
+            synthesis.refused("StreamingSynthesize", exc)
+            await self._abort(context, exc)
             return
-        async with self._admitted(context, "StreamingSynthesize") as stream:
-            session = Session(self.engine, settings, _deadline(context))
-            queue: asyncio.Queue[object] = asyncio.Queue()
-            reader = asyncio.create_task(
-                self._read_text(request_iterator, queue, settings, session.interrupt)
-            )
-            try:
-                async for event in self._run(session, _drain(queue), context, stream):
-                    yield _streaming_response(event)
-            finally:
-                reader.cancel()
-                await asyncio.gather(reader, return_exceptions=True)
-
-    # -- plumbing --------------------------------------------------------------------------
-
-    async def _refuse(
-        self, context: grpc.aio.ServicerContext, method: str, exc: BaseException
-    ) -> None:
-        """Refuse before admission; still counted and logged like any other stream."""
-        _StreamRecord(self.metrics, method).finish(status_of(exc)[0].name)
-        await abort_with(context, exc)
-
-    async def _read_text(
-        self,
-        request_iterator: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
-        queue: asyncio.Queue[object],
-        settings: StreamSettings,
-        on_clear: Callable[[], None],
-    ) -> None:
-        """Read text messages into utterances by the stream's release policy (text_reader);
-        `on_clear` stops the utterance being spoken (barge-in)."""
-        await read_text(
+        events = synthesis.stream(
+            "StreamingSynthesize",
             _fragments(request_iterator),
-            queue,
-            self.validator,
-            settings.text_release,
-            self.limits.max_stream_chars,
-            _END,
-            on_clear=on_clear,
-            markdown=settings.markdown,
+            settings,
+            deadline=_deadline(context),
+            queue_timeout_s=context.time_remaining(),
         )
-
-    async def _run(
-        self,
-        session: Session,
-        sentences: AsyncIterator[object],
-        context: grpc.aio.ServicerContext,
-        stream: _StreamRecord,
-    ) -> AsyncIterator[SessionEvent]:
-        """Speak each sentence in turn; a failure ends the call with its status."""
         try:
-            async for item in sentences:
-                if isinstance(item, FieldError):
-                    raise item
-                assert isinstance(item, str)
-                async for event in session.speak(item):
-                    stream.on_event(event)
-                    yield event
-            for event in session.finish():
-                stream.on_event(event)
-                yield event
+            async with aclosing(events):
+                async for event in events:
+                    yield _streaming_response(event)
         except Exception as exc:
             if not is_ours(exc):
                 raise
-            stream.status = status_of(exc)[0].name
-            if stream.status == "INTERNAL":
-                log.error("stream %s failed in the engine: %s", session.stream_id, exc)
-            await abort_with(context, exc)
-
-    @asynccontextmanager
-    async def _admitted(
-        self, context: grpc.aio.ServicerContext, method: str
-    ) -> AsyncIterator[_StreamRecord]:
-        """Hold an admission place for the call; refuse fast when full or not serving."""
-        record = _StreamRecord(self.metrics, method)
-        try:
-            async with self.admission.stream(context.time_remaining()):
-                self.metrics.streams_started(method)
-                try:
-                    yield record
-                except BaseException as exc:
-                    # An abort already set the status; otherwise: cancelled, or a bug.
-                    if record.status == "OK":
-                        record.status = status_of(exc)[0].name
-                    record.finish(record.status)
-                    raise
-                record.finish(record.status)
-        except AdmissionRejected as exc:
-            self.metrics.rejected(exc.code)
-            record.finish(status_of(exc)[0].name)
-            await abort_with(context, exc, self.admission_config.retry_pushback_ms)
-        except TimeoutError:
-            record.finish("DEADLINE_EXCEEDED")
-            await abort_with(context, TimeoutError("deadline exceeded while queued"))
+            await self._abort(context, exc)
 
 
 def _parse(message_type: type[_M], data: bytes, field_name: str) -> _M:
@@ -288,54 +175,6 @@ def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> No
     server.add_registered_method_handlers("chattts.v1.TextToSpeech", handlers)
 
 
-class _StreamRecord:
-    """Per-stream figures for metrics and the one-line request log."""
-
-    def __init__(self, metrics: Metrics, method: str) -> None:
-        self.metrics = metrics
-        self.method = method
-        self.started = time.monotonic()
-        self.last_chunk_at: float | None = None
-        self.first_audio_s: float | None = None
-        self.num_chunks = 0
-        self.audio_s = 0.0
-        self.num_tokens = 0
-        self.status = "OK"
-        """The status the call ends with, once known."""
-
-    def on_event(self, event: SessionEvent) -> None:
-        now = time.monotonic()
-        if isinstance(event, AudioOut):
-            if self.first_audio_s is None:
-                self.first_audio_s = now - self.started
-                self.metrics.observe_ttfa(self.first_audio_s)
-            elif self.last_chunk_at is not None:
-                self.metrics.observe_chunk_gap(now - self.last_chunk_at)
-            self.last_chunk_at = now
-            self.num_chunks += 1
-        else:
-            self.audio_s += event.audio_duration_s
-            self.num_tokens += event.done.num_tokens
-            self.metrics.observe_utterance(
-                event.done.generation_time_s, event.audio_duration_s, event.done.num_tokens
-            )
-
-    def finish(self, status: str) -> None:
-        wall_s = time.monotonic() - self.started
-        self.metrics.streams_finished(self.method, status)
-        log.info(
-            "stream method=%s status=%s chunks=%d audio_s=%.2f wall_s=%.2f ttfa_ms=%s tokens=%d rtf=%s",
-            self.method,
-            status,
-            self.num_chunks,
-            self.audio_s,
-            wall_s,
-            "-" if self.first_audio_s is None else f"{self.first_audio_s * 1000:.0f}",
-            self.num_tokens,
-            f"{wall_s / self.audio_s:.2f}" if self.audio_s else "-",
-        )
-
-
 async def _fragments(
     requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
 ) -> AsyncIterator[TextFragment]:
@@ -347,19 +186,6 @@ async def _fragments(
         if which != "text":
             raise FieldError("text", "every message after the config must carry text")
         yield TextFragment(message.text.text, message.text.flush, message.text.clear)
-
-
-async def _sentences(items: list[str]) -> AsyncIterator[object]:
-    for item in items:
-        yield item
-
-
-async def _drain(queue: asyncio.Queue[object]) -> AsyncIterator[object]:
-    while True:
-        item = await queue.get()
-        if item is _END:
-            return
-        yield item
 
 
 def _synthesize_response(event: SessionEvent) -> tts_pb2.SynthesizeResponse:
