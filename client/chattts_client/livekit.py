@@ -1,0 +1,250 @@
+"""LiveKit Agents TTS over a chattts-stream server.
+
+Install with `pip install "chattts-stream[livekit]"`, then `session = AgentSession(tts=
+chattts_client.livekit.TTS(target="localhost:50051"), ...)`.
+
+`TTS.stream()` follows the framework's current model, one SynthesizeStream per segment: the
+stream opens one StreamingSynthesize call at its first text; `push_text` sends each fragment as
+it comes (the server's text release policy decides when speech starts), `flush` sends
+`TextInput.flush`, `end_input` half-closes the call, and the segment ends when the server ends
+the call. Closing the stream early (`aclose`, or the agent being interrupted) cancels the call,
+which frees the server's slot within one engine step. `TTS.synthesize()` uses Synthesize.
+
+Audio is raw 16-bit PCM at `sample_rate` (the server resamples; 24000 Hz, the model's own rate,
+by default). gRPC failures become the framework's API errors, so its retry and FallbackAdapter
+logic applies: UNAVAILABLE is an `APIConnectionError`, DEADLINE_EXCEEDED an `APITimeoutError`,
+the rest `APIStatusError`s with the HTTP status of the same meaning (400, 401, 403, 429, 500).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from livekit.agents import (
+    DEFAULT_API_CONNECT_OPTIONS,
+    APIConnectionError,
+    APIConnectOptions,
+    APIError,
+    APIStatusError,
+    APITimeoutError,
+    tts,
+    utils,
+)
+
+from chattts_client.client import DEFAULT_TARGET, AsyncTTSClient, PathOrBytes
+from chattts_client.messages import AudioChunkEvent, Flush, StreamItem, make_config
+
+__all__ = ["TTS", "api_error"]
+
+NATIVE_SAMPLE_RATE_HZ = 24000
+# HTTP statuses of the same meaning, so the framework's retry rules (4xx but 408/429/499 are
+# final) read them right.
+_HTTP_STATUS = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+}
+
+
+def api_error(exc: grpc.RpcError, target: str) -> APIError:
+    """The LiveKit API error for a failed call."""
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return APIConnectionError(
+            f"ChatTTS server at {target} is unreachable or not serving: {details}"
+        )
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return APITimeoutError(f"ChatTTS server at {target}: deadline exceeded: {details}")
+    return APIStatusError(
+        f"ChatTTS server at {target}: {code.name}: {details}",
+        status_code=_HTTP_STATUS.get(code, 500),
+        body=details,
+    )
+
+
+class TTS(tts.TTS):
+    """ChatTTS for LiveKit Agents, streaming.
+
+    Connection options are those of `chattts_client.AsyncTTSClient`; voice (a seed, "seed:N",
+    "emb:..." or a preset name), speed and sampling those of `chattts_client.make_config`.
+    """
+
+    def __init__(
+        self,
+        *,
+        target: str = DEFAULT_TARGET,
+        tls: bool = False,
+        ca_cert: PathOrBytes | None = None,
+        client_cert: PathOrBytes | None = None,
+        client_key: PathOrBytes | None = None,
+        token: str | None = None,
+        tls_server_name: str | None = None,
+        voice: str | int | None = None,
+        speed: float | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        seed: int | None = None,
+        max_new_tokens: int | None = None,
+        min_new_tokens: int | None = None,
+        sample_rate: int = NATIVE_SAMPLE_RATE_HZ,
+    ) -> None:
+        super().__init__(
+            capabilities=tts.TTSCapabilities(streaming=True),
+            sample_rate=sample_rate,
+            num_channels=1,
+        )
+        self._target = target
+        self._client_args: dict[str, Any] = dict(
+            tls=tls,
+            ca_cert=ca_cert,
+            client_cert=client_cert,
+            client_key=client_key,
+            token=token,
+            tls_server_name=tls_server_name,
+        )
+        self._config = make_config(
+            voice=voice,
+            speed=speed,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            seed=seed,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=min_new_tokens,
+            sample_rate_hz=sample_rate,
+        )
+        # One channel per event loop: grpc.aio channels belong to the loop that made them.
+        self._clients: dict[asyncio.AbstractEventLoop, AsyncTTSClient] = {}
+
+    @property
+    def model(self) -> str:
+        return "ChatTTS"
+
+    @property
+    def provider(self) -> str:
+        return "chattts-stream"
+
+    def _client(self) -> AsyncTTSClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = AsyncTTSClient(self._target, **self._client_args)
+        return client
+
+    def synthesize(
+        self, text: str, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> ChunkedStream:
+        return ChunkedStream(tts=self, input_text=text, conn_options=conn_options)
+
+    def stream(
+        self, *, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS
+    ) -> SynthesizeStream:
+        return SynthesizeStream(tts=self, conn_options=conn_options)
+
+    async def aclose(self) -> None:
+        clients, self._clients = self._clients, {}
+        for client in clients.values():
+            await client.close()
+
+
+class ChunkedStream(tts.ChunkedStream):
+    """One text through Synthesize."""
+
+    def __init__(self, *, tts: TTS, input_text: str, conn_options: APIConnectOptions) -> None:
+        super().__init__(tts=tts, input_text=input_text, conn_options=conn_options)
+        self._chattts = tts
+
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        owner = self._chattts
+        output_emitter.initialize(
+            request_id=utils.shortuuid(),
+            sample_rate=owner.sample_rate,
+            num_channels=1,
+            mime_type="audio/pcm",
+        )
+        events = owner._client().synthesize(self.input_text, config=owner._config)
+        try:
+            async for event in events:
+                if isinstance(event, AudioChunkEvent):
+                    output_emitter.push(event.audio)
+        except grpc.RpcError as exc:
+            raise api_error(exc, owner._target) from None
+        finally:
+            events.cancel()  # no-op once the call has ended; cancels it when we are cancelled
+        # No flush here: the framework's end_input flushes and marks the last frame final (a
+        # flush first would make it append 10 ms of silence as the final marker).
+
+
+class SynthesizeStream(tts.SynthesizeStream):
+    """One segment: one StreamingSynthesize call."""
+
+    def __init__(self, *, tts: TTS, conn_options: APIConnectOptions) -> None:
+        super().__init__(tts=tts, conn_options=conn_options)
+        self._chattts = tts
+
+    async def _run(self, output_emitter: tts.AudioEmitter) -> None:
+        owner = self._chattts
+        request_id = utils.shortuuid()
+        output_emitter.initialize(
+            request_id=request_id,
+            sample_rate=owner.sample_rate,
+            num_channels=1,
+            mime_type="audio/pcm",
+            stream=True,
+        )
+        first = await self._next_text()
+        if first is None:
+            return  # input ended with no text: no call, no segment
+        requests: asyncio.Queue[StreamItem | None] = asyncio.Queue()
+        requests.put_nowait(first)
+        self._mark_started()  # the first text goes to the server now (TTFB counts from here)
+
+        async def items() -> AsyncIterator[StreamItem]:
+            while (item := await requests.get()) is not None:
+                yield item
+
+        async def send() -> None:
+            async for data in self._input_ch:
+                if isinstance(data, self._FlushSentinel):
+                    requests.put_nowait(Flush())
+                elif data:
+                    requests.put_nowait(data)
+            requests.put_nowait(None)  # end_input: half-close, the server finishes and ends
+
+        events = owner._client().stream(items(), config=owner._config)
+        output_emitter.start_segment(segment_id=request_id)
+        sender = asyncio.create_task(send(), name="chattts-send")
+        try:
+            async for event in events:
+                if isinstance(event, AudioChunkEvent):
+                    output_emitter.push(event.audio)
+        except grpc.RpcError as exc:
+            raise api_error(exc, owner._target) from None
+        finally:
+            events.cancel()  # closed early (aclose, interruption): the server sees CANCELLED
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sender
+        output_emitter.end_segment()
+
+    async def _next_text(self) -> str | None:
+        """The segment's first text (flushes before it have nothing to flush); None when the
+        input ends without any."""
+        async for data in self._input_ch:
+            if isinstance(data, self._FlushSentinel):
+                continue  # nothing buffered to flush yet
+            if data:
+                return data
+        return None
