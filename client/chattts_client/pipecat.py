@@ -39,6 +39,7 @@ from pipecat.frames.frames import (
     TTSStartedFrame,
     TTSStoppedFrame,
 )
+from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 
 from chattts_client.client import DEFAULT_TARGET, AsyncEventStream, AsyncTTSClient, PathOrBytes
@@ -57,7 +58,7 @@ __all__ = ["ChatTTSTTSService"]
 # SETTLE_TTFA_FACTOR times the slowest time to first audio seen on the stream, within bounds.
 SETTLE_TTFA_FACTOR = 2.0
 SETTLE_MIN_S = 0.3
-SETTLE_MAX_S = 2.0  # below Pipecat's own audio-context idle timeout (3 s by default)
+SETTLE_MAX_S = 2.0
 # The time to first audio assumed before the stream has measured one (a cold first utterance).
 INITIAL_TTFA_S = 1.0
 
@@ -104,11 +105,20 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         settle_s: float | None = None,
         **kwargs: Any,
     ) -> None:
+        # Pipecat ends an audio context that gets no audio for this long; our turns end by the
+        # stream's events, and a loaded CPU server can take longer than the default 3 s to its
+        # first audio, so the framework's timer is only a backstop here.
+        kwargs.setdefault("stop_frame_timeout_s", 10.0)
+        # The voice is part of the stream's config: it is fixed for the service's lifetime.
+        settings = TTSSettings(
+            model="ChatTTS", voice=None if voice is None else str(voice), language=None
+        )
         super().__init__(
             text_aggregation_mode=TextAggregationMode.TOKEN,
             push_start_frame=True,
             push_stop_frames=True,
             sample_rate=sample_rate,
+            settings=settings,
             **kwargs,
         )
         self._client = AsyncTTSClient(
@@ -186,7 +196,9 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         self._receive_task = self.create_task(self._receive(self._stream), "chattts-receive")
 
     async def _close_stream(self, cancel: bool) -> None:
-        self._cancel_settle()
+        settle, self._settle_task = self._settle_task, None
+        if settle is not None:
+            await self.cancel_task(settle)
         if self._requests is not None:
             self._requests.put_nowait(None)  # half-close: the server ends the call
         if self._stream is not None and cancel:
@@ -293,6 +305,8 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             # A turn settled too early (its next utterance was slower than the window): its
             # audio is kept, in a context of its own.
             self._live = _Turn(str(uuid.uuid4()), flushed=True)
+        if not self.audio_context_available(self._live.context_id):
+            # New, or ended by Pipecat's idle timer while the server was slow: audio is kept.
             await self.create_audio_context(self._live.context_id)
             await self.append_to_audio_context(
                 self._live.context_id, TTSStartedFrame(context_id=self._live.context_id)
@@ -335,7 +349,6 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
 
     async def _settle(self, delay_s: float) -> None:
         await asyncio.sleep(delay_s)
-        self._settle_task = None
         if self._open_utterance is not None:
             return  # an utterance started meanwhile; its end re-arms
         if self._draining:
