@@ -1,25 +1,95 @@
 #!/usr/bin/env bash
 # Download, here, the wheels the lent GPU machine lacks (it has no network; see
-# /work/.library/device). Its image has Python 3.12 with torch/torchaudio 2.11, numba, numpy,
-# prometheus-client, matplotlib, pytest and hypothesis; everything else the server needs is carried
-# in .whl/ (git-ignored via .git/info/exclude) and installed by bench/gpu_check.sh.
+# /work/.library/device): every package in bench/gpu_wheels.txt, at its pinned version, for
+# CPython 3.12 on manylinux x86-64. A package that publishes only an sdist (ChatTTS, encodec,
+# docopt) gets a pure-Python wheel built from it here. Wheels already present are kept (no
+# network then); wheels for anything not in the list are deleted, so only one version of each
+# travels. Fails, saving what it fetched so far, when a pin differs from what the CPU venv runs
+# or a package cannot be fetched.
+#
+# Usage (repo root):  bash bench/fetch_gpu_wheels.sh [--python-version 3.12] [--dest .whl]
+#                                                     [--list bench/gpu_wheels.txt]
+#   --python-version 3.11 --dest .cache/gpu-wheels-cp311 fetches the same pins for the CPU
+#   venv's Python (bench/gpu_check.sh --dry-run runs the server from those).
+# PIP_PYTHON (default .venv/bin/python, else python3) runs pip and holds the versions pinned.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
-mkdir -p .whl
-PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
-           --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any)
-fetch() {
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    "${PLATFORMS[@]}" -d .whl "$@"
-}
-# Pure-Python or abi3/cp312 wheels, pinned to what the CPU venv runs.
-fetch "transformers==4.57.6" "tokenizers==0.22.2" "vocos==0.1.0" "vector-quantize-pytorch==1.32.0" \
-  "einx==0.4.3" frozendict loguru torch-einops-utils "pybase16384==0.3.9" "grpcio==1.85.3" \
-  "grpcio-health-checking==1.85.1" "grpcio-reflection==1.85.1" "grpcio-status==1.85.3" \
-  googleapis-common-protos "protobuf==7.36.2" "soxr==1.1.0" "soundfile==0.14.0" "av==18.1.0" \
-  "safetensors==0.8.0" "huggingface-hub<1.0" num2words docopt cn2an proces \
-  "wetext==0.1.8" "kaldifst==1.8.3" contractions textsearch anyascii pyahocorasick
-# ChatTTS and encodec publish only sdists: build pure-Python wheels from them here.
-python3 -m pip wheel -q --no-deps -w .whl "chattts==0.2.5" "encodec==0.1.1"
-du -sh .whl
+PYVER=3.12
+DEST=.whl
+LIST=bench/gpu_wheels.txt
+while (($#)); do
+  case "$1" in
+    --python-version) PYVER=$2; shift 2 ;;
+    --dest) DEST=$2; shift 2 ;;
+    --list) LIST=$2; shift 2 ;;
+    --help | -h) sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "fetch_gpu_wheels.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+PIP_PYTHON=${PIP_PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+if [ "$DEST" = .whl ]; then
+  exclude=$(git rev-parse --git-path info/exclude)
+  mkdir -p "$(dirname "$exclude")"
+  grep -qx '/.whl/' "$exclude" 2>/dev/null || echo '/.whl/' >>"$exclude"
+fi
+mkdir -p "$DEST"
+
+# The pins must be what the CPU venv runs: that is the code every CPU test has passed with.
+"$PIP_PYTHON" - "$LIST" <<'PYEOF'
+import importlib.metadata as md, sys
+bad = []
+for line in open(sys.argv[1]):
+    line = line.split("#", 1)[0].split()
+    if not line:
+        continue
+    name, version = line[0].split("==")
+    try:
+        have = md.version(name)
+    except md.PackageNotFoundError:
+        have = "not installed"
+    if have != version:
+        bad.append(f"{name}=={version} (this venv: {have})")
+if bad:
+    sys.exit("bench/gpu_wheels.txt differs from the CPU venv: " + ", ".join(bad))
+PYEOF
+
+PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
+           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
+           --platform manylinux1_x86_64 --platform any)
+quiet() { grep -v "^WARNING: Location 'file://" || true; }  # this machine's local index noise
+shopt -s nocaseglob nullglob
+keep=()
+fetched=0
+while read -r spec _modules kind; do
+  name=${spec%%==*} version=${spec#*==}
+  stem="${name//-/_}-${version}-"  # wheel file names: name with _ for -, any case
+  have=("$DEST"/${stem}*.whl)
+  if ((${#have[@]} == 0)); then
+    if [ "${kind:-}" = sdist ]; then
+      built=(.cache/gpu-sdist-wheels/${stem}*.whl)  # built once, shared by both Python versions
+      if ((${#built[@]} == 0)); then
+        "$PIP_PYTHON" -m pip wheel -q --no-deps -w .cache/gpu-sdist-wheels "$spec" 2>&1 | quiet
+        built=(.cache/gpu-sdist-wheels/${stem}*.whl)
+      fi
+      ((${#built[@]})) || { echo "fetch_gpu_wheels.sh: no wheel built from the sdist of $spec" >&2; exit 1; }
+      cp "${built[@]}" "$DEST"/
+    else
+      "$PIP_PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
+        --implementation cp "${PLATFORMS[@]}" -d "$DEST" "$spec" 2>&1 | quiet
+    fi
+    have=("$DEST"/${stem}*.whl)
+    ((${#have[@]})) || { echo "fetch_gpu_wheels.sh: could not fetch $spec for Python $PYVER" >&2; exit 1; }
+    fetched=$((fetched + 1))
+  fi
+  ((${#have[@]} == 1)) || { echo "fetch_gpu_wheels.sh: several wheels for $spec: ${have[*]}" >&2; exit 1; }
+  keep+=("$(basename "${have[0]}")")
+done < <(sed 's/#.*//' "$LIST" | grep -v '^[[:space:]]*$')
+
+for wheel in "$DEST"/*; do
+  base=$(basename "$wheel")
+  if [[ " ${keep[*]} " != *" $base "* ]]; then
+    echo "removing $base (not in $LIST)"
+    rm -rf "$wheel"
+  fi
+done
+echo "$DEST: ${#keep[@]} wheels for Python $PYVER ($fetched fetched now), $(du -sh "$DEST" | cut -f1)"

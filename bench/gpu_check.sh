@@ -1,101 +1,219 @@
 #!/usr/bin/env bash
-# One-shot check on a CUDA machine (e.g. the lent H200; python 3.12, no network). Installs what
-# is missing, runs the CUDA tests (parity vs upstream in fp32; fp16 vs fp32: codes and
-# last-hidden SNR; CUDA graphs vs eager), then the serving benchmark with the server on
-# cuda/float16 with CUDA graphs at 1, 16, 64, 128 and 256 streams, sampling GPU memory while it
-# runs. Everything (logs, serving.md/png, gpu.md) lands in $OUT; commit gpu.md and the PNG as
-# bench/results/gpu.md and bench/results/gpu.png. Fits in BUDGET_S (default 540 s): each step
-# has a timeout, and all share one overall deadline.
+# One-shot check on a CUDA machine (the lent H200: Python 3.12, torch 2.11, no network), sized
+# to run in BUDGET_S (300 s) so that 15 minutes of device time hold a run and a rerun: install
+# the carried wheels (.whl/, from bench/fetch_gpu_wheels.sh) and check every import within
+# seconds, then the CUDA tests one file at a time (fp16 vs fp32, graphs vs eager, parity with
+# upstream), then the serving benchmark (upstream first, then our server on cuda/float16 with
+# CUDA graphs at 1, 16, 64, 128 and 256 streams, one wave each) while GPU memory is sampled.
+# Results go to $OUT as they come, in at most 6 files: gpu_check.log (everything), gpu.md (one
+# line per step as it ends, then the benchmark), serving.md and serving.png (rewritten after
+# every load level), gpu_memory_mib.txt. Commit gpu.md and serving.png as bench/results/gpu.*.
 #
-# Usage (repo root):  OUT=/tmp/out bash bench/gpu_check.sh   [BUDGET_S=540 TOKENS=200]
-# On the lent machine (no network): first `bash bench/fetch_gpu_wheels.sh` here, then
-#   device run: command="OUT=$OUT bash bench/gpu_check.sh", carry=[".whl"], timeout_s=600
-# `bash bench/gpu_check.sh --help` prints this; `--smoke` checks the script's own syntax only.
-set -u
+# Usage (repo root):
+#   bash bench/gpu_check.sh --dry-run   here, on the CPU: everything that needs no GPU, as there
+#   device run: command="OUT=$OUT bash bench/gpu_check.sh", carry=[".whl"], timeout_s=330
+#   bash bench/gpu_check.sh --help | --smoke (syntax only)
+# --dry-run: fetch the wheels (pinned to the CPU venv), fail if the tree plus .whl/ is over
+# 60 MiB, install them with the same command for Python 3.12 and import each, then run the
+# server and the benchmark (tiny model, CPU) from the same pins installed for the venv's Python
+# in an environment that holds only the GPU image's packages (bench/gpu_image.txt), and apply
+# the budget and $OUT checks. Env: OUT, BUDGET_S, PYTHON (GPU: python3), PYTHON312 (dry run).
+set -uo pipefail
+MODE=gpu
 case "${1:-}" in
-  --help | -h) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  --smoke) bash -n "$0" && echo "gpu_check.sh: syntax ok (--smoke runs nothing on a GPU)"; exit 0 ;;
+  --help | -h) sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+  --smoke) bash -n "$0" && echo "gpu_check.sh: syntax ok (--smoke runs nothing; --dry-run checks the rest)"; exit 0 ;;
+  --dry-run) MODE=dry ;;
+  "") ;;
+  *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
+REPO=$PWD
+TMP=$(mktemp -d /tmp/gpu_check.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+if [ "$MODE" = dry ] && [ -z "${OUT:-}" ]; then OUT=/tmp/gpu_check-dry-run; rm -rf "$OUT"; fi
 OUT=${OUT:-bench/results/gpu}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
-PY=${PYTHON:-python3}
-BUDGET_S=${BUDGET_S:-540}
-TOKENS=${TOKENS:-200}
-CONCURRENCY=${CONCURRENCY:-1,16,64,128,256}
-DEADLINE=$((SECONDS + BUDGET_S))
-export PYTHONPATH="$PWD/client:$PWD/server${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-# The server sets this itself on CUDA when unset; set here too for the test processes.
-export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
+REPORT=$OUT/gpu.md
 
-# step NAME MAX_SECONDS CMD...: runs CMD with min(MAX_SECONDS, time left) as its timeout.
+# -- the budget: every step's cap, which together must fit BUDGET_S ----------------------------
+MAX_BUDGET_S=300  # 15 min of device time = 2 x (machine start ~2 min + this + transfers)
+BUDGET_S=${BUDGET_S:-$MAX_BUDGET_S}
+CAP_INSTALL=30 CAP_IMPORTS=30 CAP_TEST=35 CAP_BENCH=130
+TEST_FILES=(tests/test_cuda.py tests/test_llama_parity.py tests/test_generation_parity.py)
+MAX_OUT_FILES=6    # 8 files come back from $OUT; 2 spare for a step killed mid-write
+MAX_OUT_MIB=16     # per file
+MAX_CARRY_MIB=60   # the tree plus .whl/; the device's limit is 64 MiB
+check_budget() {
+  local planned=$((CAP_INSTALL + CAP_IMPORTS + ${#TEST_FILES[@]} * CAP_TEST + CAP_BENCH))
+  echo "budget: install ${CAP_INSTALL} + imports ${CAP_IMPORTS} + ${#TEST_FILES[@]} test files x ${CAP_TEST}" \
+    "+ bench ${CAP_BENCH} = ${planned} s planned, BUDGET_S ${BUDGET_S}, at most ${MAX_BUDGET_S}"
+  if ((planned > BUDGET_S || BUDGET_S > MAX_BUDGET_S)); then
+    echo "BUDGET CHECK FAILED: the steps' caps must fit BUDGET_S, and BUDGET_S ${MAX_BUDGET_S} s"
+    return 1
+  fi
+}
+check_out() {
+  local files n bad=0
+  mapfile -t files < <(find "$OUT" -type f | sort)
+  n=${#files[@]}
+  echo "\$OUT holds $n files (at most ${MAX_OUT_FILES}):"
+  for f in "${files[@]}"; do
+    local rel=${f#"$OUT"/} size
+    size=$(stat -c %s "$f")
+    echo "  $rel ($((size / 1024)) KiB)"
+    if ((size > MAX_OUT_MIB * 1048576)); then echo "  ^ over ${MAX_OUT_MIB} MiB"; bad=1; fi
+    if [[ $rel == */*/*/* || ! $rel =~ ^[A-Za-z0-9._/-]+$ ]]; then echo "  ^ too deep or an odd name"; bad=1; fi
+  done
+  if ((n > MAX_OUT_FILES || bad)); then echo "OUT CHECK FAILED"; return 1; fi
+}
+check_budget || exit 1
+
+# -- steps --------------------------------------------------------------------------------------
+DEADLINE=$((SECONDS + BUDGET_S))
+# step NAME CAP CMD...: runs CMD with min(CAP, time left) as its timeout, its output inline in
+# the log; one line in gpu.md when it ends.
 step() {
-  local name=$1 max=$2 left rc
+  local name=$1 cap=$2 left rc t0=$SECONDS
   shift 2
   left=$((DEADLINE - SECONDS))
-  if ((left < 20)); then echo "== $name: SKIPPED (out of time)"; return 124; fi
-  ((max > left)) && max=$left
-  echo "== $name (timeout ${max}s): $*"
-  local t0=$SECONDS
-  timeout -k 10 "$max" "$@" >"$OUT/$name.log" 2>&1
+  if ((left < 10)); then
+    echo "== $name: SKIPPED (out of time)"; echo "- $name: skipped, out of time" >>"$REPORT"
+    return 124
+  fi
+  ((cap > left)) && cap=$left
+  echo "== $name (timeout ${cap}s): $*"
+  timeout -k 5 "$cap" "$@"
   rc=$?
-  echo "== $name: rc=$rc in $((SECONDS - t0))s"
-  tail -n 25 "$OUT/$name.log"
+  echo "== $name: rc=$rc in $((SECONDS - t0)) s"
+  echo "- $name: rc=$rc in $((SECONDS - t0)) s$( ((rc == 124)) && echo ' (timed out)')" >>"$REPORT"
+  return $rc
+}
+# The carried wheels, offline, into a --target folder (then first on PYTHONPATH).
+PIP_INSTALL=(-m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade
+             --disable-pip-version-check --root-user-action=ignore)
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
+PROJECT_PATH="$REPO/client:$REPO/server"
+
+# The benchmark's arguments: the GPU run's, or the dry run's small CPU one (same code path).
+bench_args() {  # DEVICE
+  if [ "$1" = cuda ]; then
+    echo --device cuda --dtype float16 --modes none --model full --tokens 200 \
+      --concurrency 1,16,64,128,256 --requests 1 --upstream-requests 2 --max-streams 256 \
+      --server-arg=--max-queue=256 --server-timeout 100 --time-budget-s $((CAP_BENCH - 30))
+  else
+    echo --device cpu --dtype float32 --modes none --model tiny --tokens 16 \
+      --concurrency 1,2 --requests 1 --upstream-requests 1 --max-streams 2 \
+      --server-timeout 100 --time-budget-s 60
+  fi
+}
+run_bench() {  # PYTHON DEVICE
+  local logs=$TMP/bench-logs rc
+  (while sleep 1; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; done) \
+    >"$OUT/gpu_memory_mib.txt" 2>/dev/null &
+  local sampler=$!
+  # shellcheck disable=SC2046 # bench_args is a word list
+  step bench_serving "$CAP_BENCH" "$1" bench/bench_serving.py $(bench_args "$2") --out "$OUT" --logs "$logs"
+  rc=$?
+  kill "$sampler" 2>/dev/null
+  for log in "$logs"/server-*.log; do
+    [ -f "$log" ] && { echo "== tail of $(basename "$log")"; tail -n 60 "$log"; }
+  done
+  SERVER_LOGS=("$logs"/server-*.log)
+  local peak
+  peak=$(sort -n "$OUT/gpu_memory_mib.txt" 2>/dev/null | tail -1)
+  echo "- peak GPU memory in use while benchmarking: ${peak:-n/a} MiB" >>"$REPORT"
+  [ -f "$OUT/serving.md" ] && { echo; cat "$OUT/serving.md"; } >>"$REPORT"
   return $rc
 }
 
-echo "== machine"; date; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
-$PY --version
+{ echo "# GPU check ($MODE run, $(date -u +%FT%TZ))"; echo; } >"$REPORT"
+echo "== $MODE run at $(date -u +%FT%TZ) in $REPO, results in $OUT"
+failed=0
 
-# The lent machine has no network: carry the missing wheels (bench/fetch_gpu_wheels.sh fills
-# .whl/ here; pass carry=[".whl"]). Elsewhere, install the project normally.
-if [ -d .whl ]; then
-  step install 180 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --upgrade --target /tmp/site .whl/*.whl
-  # /tmp/site must win over the image's transformers 5 and huggingface-hub 1.x.
-  export PYTHONPATH="/tmp/site:$PYTHONPATH"
-elif ! $PY -c "import torch, torchaudio, ChatTTS, transformers, grpc_health, grpc_reflection, matplotlib, pytest" 2>/dev/null; then
-  step install 240 $PY -m pip install -q -e ".[server,dev]" matplotlib
+if [ "$MODE" = gpu ]; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+  PY=${PYTHON:-python3}
+  $PY --version
+  SITE=$TMP/site
+  shopt -s nullglob
+  wheels=(.whl/*.whl)
+  shopt -u nullglob
+  if ((${#wheels[@]})); then
+    step install "$CAP_INSTALL" $PY "${PIP_INSTALL[@]}" --target "$SITE" "${wheels[@]}" || exit 1
+    # The carried wheels must win over the image's transformers 5 and huggingface-hub 1.x.
+    export PYTHONPATH="$SITE:$PROJECT_PATH"
+    step imports "$CAP_IMPORTS" $PY bench/_gpu_imports.py --target "$SITE" || exit 1
+  else
+    # No carried wheels and no network: only a machine with everything installed can go on.
+    echo "no .whl/ here: checking the installed packages (never installing online)"
+    export PYTHONPATH="$PROJECT_PATH"
+    step imports "$CAP_IMPORTS" $PY bench/_gpu_imports.py || {
+      echo "missing packages: run bench/fetch_gpu_wheels.sh where pip works and carry .whl"
+      exit 1
+    }
+  fi
+  # The benchmark's full-size random weights, built on the CPU cores while the tests use the GPU.
+  timeout 120 $PY -c "from chattts_server.model.dev_assets import build_dev_assets as b; print('full dev model:', b('full', '.cache/dev-models'))" &
+  assets=$!
+  # Each test file on its own, so a failure (say an fp16 near-tie) hides no other file.
+  for f in "${TEST_FILES[@]}"; do
+    name=$(basename "$f" .py)
+    CHATTTS_TEST_DEVICE=cuda step "$name" "$CAP_TEST" $PY -m pytest -v -p no:cacheprovider -rs "$f" || failed=1
+  done
+  wait "$assets" || echo "building the full dev model failed; bench_serving will try again"
+  run_bench "$PY" cuda || failed=1
+else
+  # -- the dry run: what the GPU run does, minus the GPU ------------------------------------------
+  VENV_PY=$REPO/.venv/bin/python
+  [ -x "$VENV_PY" ] || { echo "no .venv: run make install first"; exit 1; }
+  PY312=${PYTHON312:-}
+  for candidate in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12 /usr/bin/python3.12 /usr/local/bin/python3.12; do
+    [ -n "$PY312" ] && break
+    "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && PY312=$candidate
+  done
+  [ -n "$PY312" ] || { echo "DRY RUN FAILED: no Python 3.12 on this machine (set PYTHON312)"; exit 1; }
+  echo "Python 3.12 (as on the GPU machine): $PY312; the CPU venv: $($VENV_PY --version)"
+  CP311=.cache/gpu-wheels-cp311 STANDINS=.cache/gpu-dry-stand-ins-cp312
+  step fetch 600 bash -c "bash bench/fetch_gpu_wheels.sh && bash bench/fetch_gpu_wheels.sh --python-version 3.11 --dest $CP311 && bash bench/fetch_gpu_wheels.sh --list bench/gpu_dry_run_stand_ins.txt --dest $STANDINS" || exit 1
+  DEADLINE=$((SECONDS + BUDGET_S))  # downloads are here only; the budget is for the rest
+
+  # What travels: tracked and untracked-but-not-ignored files, plus the carried .whl/.
+  tree_bytes=$(git ls-files -co --exclude-standard -z | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
+  whl_bytes=$(du -sb .whl | cut -f1)
+  carry_mib=$(((tree_bytes + whl_bytes) / 1048576))
+  echo "what travels: tree $((tree_bytes / 1024)) KiB + .whl $((whl_bytes / 1024)) KiB = ${carry_mib} MiB (at most ${MAX_CARRY_MIB})"
+  echo "- travels: tree $((tree_bytes / 1024)) KiB + .whl/ $((whl_bytes / 1024)) KiB = ${carry_mib} MiB (limit ${MAX_CARRY_MIB})" >>"$REPORT"
+  ((carry_mib <= MAX_CARRY_MIB)) || { echo "SIZE CHECK FAILED: ${carry_mib} MiB would travel"; exit 1; }
+
+  # Python 3.12, as on the GPU machine: the same install, then every carried import that does
+  # not need torch (numpy & co. stand in for the image's behind the carried wheels).
+  step install "$CAP_INSTALL" "$PY312" "${PIP_INSTALL[@]}" --target "$TMP/site312" .whl/*.whl || exit 1
+  "$PY312" "${PIP_INSTALL[@]}" --target "$TMP/stand-ins312" "$STANDINS"/*.whl || exit 1
+  PYTHONPATH="$TMP/site312:$PROJECT_PATH:$TMP/stand-ins312" \
+    step imports_py312 "$CAP_IMPORTS" "$PY312" bench/_gpu_imports.py --target "$TMP/site312" --outside-image || exit 1
+
+  # The venv's Python with only the image's packages (linked from the venv) and the same pins
+  # installed from their cp311 wheels: every import, the test files' collection, the server.
+  SIM=$TMP/image-py311
+  "$("$VENV_PY" -c 'import sys; print(sys._base_executable)')" -m venv --without-pip "$SIM" || exit 1
+  "$VENV_PY" bench/_gpu_image_view.py "$("$SIM/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || exit 1
+  "$VENV_PY" "${PIP_INSTALL[@]}" --target "$TMP/site311" "$CP311"/*.whl || exit 1
+  export PYTHONPATH="$TMP/site311:$PROJECT_PATH"
+  step imports_py311 "$CAP_IMPORTS" "$SIM/bin/python" bench/_gpu_imports.py --target "$TMP/site311" || exit 1
+  step collect_tests "$CAP_TEST" "$SIM/bin/python" -m pytest -q --collect-only -p no:cacheprovider "${TEST_FILES[@]}" || failed=1
+  run_bench "$SIM/bin/python" cpu || failed=1
+  if grep -q "OGG_OPUS is off: it needs PyAV" "${SERVER_LOGS[@]}" /dev/null; then
+    echo "- the server ran without PyAV (OGG_OPUS off), as it will on the GPU machine" >>"$REPORT"
+  else
+    echo "DRY RUN FAILED: the server's log does not say OGG_OPUS is off without PyAV"; failed=1
+  fi
 fi
-$PY - <<'PYEOF' | tee "$OUT/env.txt"
-import torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
-if torch.cuda.is_available():
-    print(torch.cuda.get_device_name(0))
-PYEOF
 
-# CUDA tests: our Llama vs transformers, engine codes vs upstream ChatTTS with both sides on CUDA
-# (fp32), and tests/test_cuda.py (fp16 vs fp32 codes and hidden-state SNR, graphs vs eager).
-CHATTTS_TEST_DEVICE=cuda step tests 170 $PY -m pytest -q -x -p no:cacheprovider -rs \
-  tests/test_cuda.py tests/test_llama_parity.py tests/test_generation_parity.py
-tests_rc=$?
-
-# GPU memory, sampled every second while the benchmark runs.
-(while sleep 1; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; done) \
-  >"$OUT/gpu_memory_mib.txt" 2>/dev/null &
-sampler=$!
-# Serving benchmark: server on cuda/fp16 with CUDA graphs (its defaults), upstream ChatTTS on cuda.
-step bench_serving 330 $PY bench/bench_serving.py --device cuda --dtype float16 --modes none \
-  --model full --tokens "$TOKENS" --concurrency "$CONCURRENCY" --requests 256 \
-  --upstream-requests 2 --max-streams 256 --server-arg=--max-queue=256 \
-  --server-timeout 240 --out "$OUT"
-bench_rc=$?
-kill "$sampler" 2>/dev/null
-
-peak=$(sort -n "$OUT/gpu_memory_mib.txt" 2>/dev/null | tail -1)
-{
-  echo "# GPU check"
-  echo
-  echo '```'; cat "$OUT/env.txt"; echo '```'
-  echo
-  echo "- tests (CUDA parity, fp16 vs fp32, graphs vs eager): rc=$tests_rc; see gpu_check.log"
-  echo "- serving benchmark: rc=$bench_rc; peak GPU memory in use: ${peak:-?} MiB"
-  echo
-  [ -f "$OUT/serving.md" ] && cat "$OUT/serving.md"
-} >"$OUT/gpu.md"
-[ -f "$OUT/serving.png" ] && cp "$OUT/serving.png" "$OUT/gpu.png"
-echo "== summary: tests rc=$tests_rc, bench_serving rc=$bench_rc, $((SECONDS))s"
-cat "$OUT/gpu.md"
-exit $((tests_rc != 0 || bench_rc != 0))
+check_budget || failed=1
+check_out || failed=1
+echo "== done: $MODE run $( ((failed)) && echo FAILED || echo ok) in $SECONDS s"
+echo "- $MODE run $( ((failed)) && echo FAILED || echo ok) in $SECONDS s" >>"$REPORT"
+exit $failed
