@@ -133,5 +133,6 @@ def test_a_server_without_pyav_serves_linear16_and_refuses_ogg_opus(
                 synthesize(tts_pb2.OGG_OPUS)
         srv.stop()
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "OGG_OPUS" in (refused.value.details() or "")
+    details = refused.value.details() or ""
+    assert "OGG_OPUS" in details and "audio_format.encoding" in details, details
     assert "OGG_OPUS is off: it needs PyAV" in srv.log_text()
