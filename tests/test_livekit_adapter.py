@@ -9,17 +9,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
 import pytest
 
 pytest.importorskip("livekit.agents")
 
-from livekit.agents import APIConnectionError, APIConnectOptions  # noqa: E402
+from livekit.agents import APIConnectionError, APIConnectOptions, APIStatusError  # noqa: E402
 from livekit.agents.metrics import TTSMetrics  # noqa: E402
 
 from chattts_client import AudioChunkEvent, TTSClient, make_config  # noqa: E402
 from chattts_client.livekit import TTS  # noqa: E402
-from serverutil import free_port  # noqa: E402
+from chattts_server.config import SecurityConfig  # noqa: E402
+from conftest import DEV_MODEL_CACHE  # noqa: E402
+from serverutil import InProcessServer, free_port, tiny_server_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -129,3 +132,31 @@ def test_unreachable_server_is_an_api_connection_error():
         await tts.aclose()
 
     asyncio.run(run())
+
+
+def test_token_is_sent_and_refusals_are_final_api_errors(tiny_model_dir, tmp_path):
+    """The token option reaches the server's auth check; a refusal is a 401/403 APIStatusError,
+    which the framework does not retry (no retry interval passes)."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("agent-secret\n")
+    base = tiny_server_config(DEV_MODEL_CACHE, max_streams=2, max_queue=2, warmup=False)
+    config = replace(base, security=SecurityConfig(auth_token_file=tokens)).validate()
+
+    async def speak(tts: TTS) -> int:
+        stream = tts.stream()
+        stream.push_text("Hello.")
+        stream.end_input()
+        async with stream:
+            return sum([a.frame.samples_per_channel async for a in stream])
+
+    async def run(target: str) -> None:
+        assert await speak(TTS(target=target, token="agent-secret", **OPTIONS)) > 0  # type: ignore[arg-type]
+        for token, status in ((None, 401), ("wrong", 403)):
+            started = time.monotonic()
+            with pytest.raises(APIStatusError) as refused:
+                await speak(TTS(target=target, token=token, **OPTIONS))  # type: ignore[arg-type]
+            assert refused.value.status_code == status and not refused.value.retryable
+            assert time.monotonic() - started < 1.5  # not retried (2 s between retries)
+
+    with InProcessServer(config) as srv:
+        asyncio.run(run(srv.target))

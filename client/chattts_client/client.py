@@ -420,6 +420,26 @@ class AsyncTTSClient(_ClientBase):
         )
         return [VoiceInfo(v.name, v.description) for v in response.voices]
 
+    async def explain(self, error: grpc.RpcError, timeout: float = 5.0) -> grpc.RpcError:
+        """The error a failed stream really ended with.
+
+        When the server ends a streaming call while a request is being written (a refused
+        token, a full server), grpc.aio reports INTERNAL "Internal error from Core" in place of
+        the server's status (grpc/grpc#36066). A ListVoices call on the same channel and
+        credentials then shows the real refusal; any other error is returned as it is.
+        """
+        if not (
+            isinstance(error, grpc.aio.AioRpcError)
+            and error.code() == grpc.StatusCode.INTERNAL
+            and error.details() == "Internal error from Core"
+        ):
+            return error
+        try:
+            await self.list_voices(timeout=timeout)
+        except grpc.RpcError as probe:
+            return probe
+        return error
+
     async def close(self) -> None:
         if self._channel is not None:
             await self._channel.close()

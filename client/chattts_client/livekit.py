@@ -180,7 +180,7 @@ class ChunkedStream(tts.ChunkedStream):
                 if isinstance(event, AudioChunkEvent):
                     output_emitter.push(event.audio)
         except grpc.RpcError as exc:
-            raise api_error(exc, owner._target) from None
+            raise api_error(await owner._client().explain(exc), owner._target) from None
         finally:
             events.cancel()  # no-op once the call has ended; cancels it when we are cancelled
         # No flush here: the framework's end_input flushes and marks the last frame final (a
@@ -231,7 +231,7 @@ class SynthesizeStream(tts.SynthesizeStream):
                 if isinstance(event, AudioChunkEvent):
                     output_emitter.push(event.audio)
         except grpc.RpcError as exc:
-            raise api_error(exc, owner._target) from None
+            raise api_error(await owner._client().explain(exc), owner._target) from None
         finally:
             events.cancel()  # closed early (aclose, interruption): the server sees CANCELLED
             sender.cancel()

@@ -284,9 +284,10 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
                     await self._on_audio(event)
                 else:
                     await self._on_utterance_end(event)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.CANCELLED and self._requests is None:
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.CANCELLED and self._requests is None:
                 return  # we closed it
+            exc = await self._client.explain(error)
             await self.push_error(error_msg=_describe(exc, self._target), exception=exc)
             if self._live is not None:
                 await self.append_to_audio_context(
