@@ -70,10 +70,7 @@ class HTTPServer:
         return self.port
 
     async def stop(self) -> None:
-        """Close the listeners, cancel what still runs (the drain's grace period is over) and
-        close the connections."""
-        if not self.server.started:
-            return
-        for task in list(self.server.server_state.tasks):
-            task.cancel()
-        await self.server.shutdown()
+        """Close the listeners and idle connections, let responses that are ending finish
+        (timeout_graceful_shutdown, 1 s: the drain's grace period is over), cancel the rest."""
+        if self.server.started:
+            await self.server.shutdown()
