@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 import time
+import wave
 from dataclasses import replace
 
 import pytest
@@ -22,7 +26,7 @@ from chattts_client import AudioChunkEvent, TTSClient, make_config  # noqa: E402
 from chattts_client.livekit import TTS  # noqa: E402
 from chattts_server.config import SecurityConfig  # noqa: E402
 from conftest import DEV_MODEL_CACHE  # noqa: E402
-from serverutil import InProcessServer, free_port, tiny_server_config  # noqa: E402
+from serverutil import REPO, InProcessServer, free_port, tiny_server_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -160,3 +164,19 @@ def test_token_is_sent_and_refusals_are_final_api_errors(tiny_model_dir, tmp_pat
 
     with InProcessServer(config) as srv:
         asyncio.run(run(srv.target))
+
+
+def test_readme_example_runs(server, tmp_path):
+    out = tmp_path / "livekit.wav"
+    script = REPO / "examples" / "livekit_say.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--target", server.target, "--out", str(out)],
+        env={**os.environ, "PYTHONPATH": str(REPO / "client")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert result.stdout.startswith(f"wrote {out}")
+    with wave.open(str(out)) as wav:
+        assert wav.getframerate() == 24000 and wav.getnframes() > 0

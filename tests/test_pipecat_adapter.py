@@ -14,11 +14,12 @@ Synthesize of the same text).
 from __future__ import annotations
 
 import json
+import wave
 
 import pytest
 
 from chattts_client import AudioChunkEvent, TTSClient, make_config
-from clientvenv import PIPECAT_AI, client_floor_pins, client_venv, run_in
+from clientvenv import PIPECAT_AI, REPO, client_floor_pins, client_venv, run_in
 from serverutil import free_port
 
 pytestmark = pytest.mark.slow
@@ -136,3 +137,14 @@ def test_pipeline_with_barge_in(server):
     assert all(0 < f["value"] < 5 for f in ttfb), ttfb
 
     assert any("unreachable" in e for e in result["dead_errors"]), result["dead_errors"]
+
+
+def test_readme_example_runs(server, tmp_path):
+    python = client_venv("pipecat", [*client_floor_pins(), PIPECAT_AI])
+    out = tmp_path / "pipecat.wav"
+    script = REPO / "examples" / "pipecat_say.py"
+    code = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    printed = run_in(python, code, str(script), "--target", server.target, "--out", str(out))
+    assert f"wrote {out}" in printed
+    with wave.open(str(out)) as wav:
+        assert wav.getframerate() == 24000 and wav.getnframes() > 0

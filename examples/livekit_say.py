@@ -1,0 +1,44 @@
+"""A LiveKit Agents TTS stream against chattts-stream, as an AgentSession drives it per reply.
+
+Run `make run` in one shell, then: python examples/livekit_say.py [--target HOST:PORT] [--out F]
+(needs `pip install "chattts-stream[livekit]"`). In an agent, pass the same object to
+`AgentSession(tts=...)`; tests/test_livekit_adapter.py runs this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import wave
+
+from chattts_client.livekit import TTS
+
+
+async def say(target: str, out: str) -> float:
+    tts = TTS(target=target, voice="seed:1234")
+    stream = tts.stream()  # one segment: an agent opens one per reply
+    for token in ["Hello", " from", " LiveKit", " Agents.", " Tokens", " stream", " in."]:
+        stream.push_text(token)  # LLM tokens as they come
+    stream.end_input()  # flush, then half-close the call
+    with wave.open(out, "wb") as wav:
+        wav.setnchannels(1)
+        wav.setsampwidth(2)
+        wav.setframerate(tts.sample_rate)
+        async for audio in stream:
+            wav.writeframes(audio.frame.data.tobytes())
+        seconds = wav.tell() / tts.sample_rate
+    await stream.aclose()
+    await tts.aclose()
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="localhost:50051")
+    parser.add_argument("--out", default="livekit.wav")
+    args = parser.parse_args()
+    print(f"wrote {args.out}: {asyncio.run(say(args.target, args.out)):.2f} s of audio")
+
+
+if __name__ == "__main__":
+    main()
