@@ -129,6 +129,9 @@ run_bench() {  # PYTHON DEVICE
   return $rc
 }
 
+stop() {  # WHY: the long steps would fail the same way; say so in gpu.md and end here
+  echo "== stopped: $1"; echo "- stopped: $1 (see gpu_check.log)" >>"$REPORT"; exit 1
+}
 { echo "# GPU check ($MODE run, $(date -u +%FT%TZ))"; echo; } >"$REPORT"
 echo "== $MODE run at $(date -u +%FT%TZ) in $REPO, results in $OUT"
 failed=0
@@ -142,18 +145,16 @@ if [ "$MODE" = gpu ]; then
   wheels=(.whl/*.whl)
   shopt -u nullglob
   if ((${#wheels[@]})); then
-    step install "$CAP_INSTALL" $PY "${PIP_INSTALL[@]}" --target "$SITE" "${wheels[@]}" || exit 1
+    step install "$CAP_INSTALL" $PY "${PIP_INSTALL[@]}" --target "$SITE" "${wheels[@]}" || stop "the install failed"
     # The carried wheels must win over the image's transformers 5 and huggingface-hub 1.x.
     export PYTHONPATH="$SITE:$PROJECT_PATH"
-    step imports "$CAP_IMPORTS" $PY bench/_gpu_imports.py --target "$SITE" || exit 1
+    step imports "$CAP_IMPORTS" $PY bench/_gpu_imports.py --target "$SITE" || stop "the import check failed"
   else
     # No carried wheels and no network: only a machine with everything installed can go on.
     echo "no .whl/ here: checking the installed packages (never installing online)"
     export PYTHONPATH="$PROJECT_PATH"
-    step imports "$CAP_IMPORTS" $PY bench/_gpu_imports.py || {
-      echo "missing packages: run bench/fetch_gpu_wheels.sh where pip works and carry .whl"
-      exit 1
-    }
+    step imports "$CAP_IMPORTS" $PY bench/_gpu_imports.py ||
+      stop "packages missing and no .whl/: run bench/fetch_gpu_wheels.sh where pip works, carry .whl"
   fi
   # The benchmark's full-size random weights, built on the CPU cores while the tests use the GPU.
   timeout 120 $PY -c "from chattts_server.model.dev_assets import build_dev_assets as b; print('full dev model:', b('full', '.cache/dev-models'))" &

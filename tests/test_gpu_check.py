@@ -91,3 +91,37 @@ def test_every_carried_pin_is_what_the_venv_runs() -> None:
     assert len(pins) >= 30
     assert {name: md.version(name) for name, _ in pins} == dict(pins)
     assert "av" not in dict(pins)  # 36 MB: the server runs without it (tests/test_without_pyav.py)
+
+
+def _python312() -> str | None:
+    import glob
+    import shutil
+
+    for candidate in [
+        shutil.which("python3.12"),
+        *glob.glob("/root/.pyenv/versions/3.12*/bin/python3.12"),
+    ]:
+        if (
+            candidate
+            and subprocess.run([candidate, "-c", "pass"], capture_output=True).returncode == 0
+        ):
+            return candidate
+    return None
+
+
+def test_a_gpu_run_stops_within_seconds_when_an_import_fails(tmp_path: Path) -> None:
+    """The GPU path itself, on a Python 3.12 without torch: the carried wheels install, the
+    import check fails (torch, numpy... absent) and the run ends there, saying so in gpu.md,
+    before any test or benchmark starts."""
+    python = _python312()
+    if python is None:
+        pytest.skip("no Python 3.12 here")
+    if not list((REPO / ".whl").glob("*.whl")):
+        pytest.skip("no .whl/ yet (the dry run above fetches it)")
+    done = _run(["bash", str(SCRIPT)], {"OUT": str(tmp_path), "PYTHON": python}, timeout_s=120)
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "== install: rc=0" in done.stdout
+    assert "IMPORT CHECK FAILED" in done.stdout and "import torch: No module named" in done.stdout
+    assert "== test_cuda" not in done.stdout and "== bench_serving" not in done.stdout
+    report = (tmp_path / "gpu.md").read_text()
+    assert "- stopped: the import check failed" in report
