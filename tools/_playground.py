@@ -1,0 +1,123 @@
+"""Drive the playground page in Debian's Chromium (headless, through chromedriver and Selenium).
+
+Shared by tests/test_playground_browser.py and tools/playground_check.py. Nothing here
+downloads a browser: it uses /usr/bin/chromium and /usr/bin/chromedriver (Debian's chromium
+and chromium-driver packages, which the Makefile installs).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+    "--window-size=1280,1000",
+]
+
+
+def browser_missing() -> str | None:
+    """Why the browser cannot run here, or None."""
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if shutil.which(path) is None:
+            return f"{path} is not installed (Debian packages chromium and chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "the selenium package is not installed"
+    return None
+
+
+@dataclass
+class PlaygroundRun:
+    state: dict[str, Any]
+    """window.playground when the stream was done: chunks, first audio, samples, peak..."""
+    stats_text: str
+    timeline_pixels: int
+    """Non-white pixels the timeline canvas drew."""
+    browser_log: list[str]
+
+
+def run_playground(
+    url: str,
+    text: str,
+    *,
+    route: str = "ws",
+    word_by_word: bool = True,
+    token: str = "",
+    max_tokens: int | None = None,
+    screenshot: Path | None = None,
+    timeout_s: float = 60.0,
+) -> PlaygroundRun:
+    """Open the page at `url`, speak `text` and wait until the stream is done and played."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    profile = tempfile.mkdtemp(prefix="playground-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in [*FLAGS, f"--user-data-dir={profile}"]:
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        driver.set_page_load_timeout(30)
+        driver.get(url)
+        box = driver.find_element(By.ID, "text")
+        box.clear()
+        box.send_keys(text)
+        Select(driver.find_element(By.ID, "route")).select_by_value(route)
+        checkbox = driver.find_element(By.ID, "wordByWord")
+        if checkbox.is_selected() != word_by_word:
+            checkbox.click()
+        if token:
+            driver.find_element(By.ID, "token").send_keys(token)
+        if max_tokens:
+            driver.find_element(By.ID, "maxTokens").send_keys(str(max_tokens))
+        driver.find_element(By.ID, "speak").click()
+        deadline = time.monotonic() + timeout_s
+        state: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            state = driver.execute_script("return JSON.parse(JSON.stringify(window.playground))")
+            played = driver.execute_script(
+                "return window.playground.done && window.playground.peak > 0"
+            )
+            if state.get("done") and (played or state.get("error")):
+                break
+            time.sleep(0.1)
+        else:
+            raise TimeoutError(f"the playground did not finish in {timeout_s} s: {state}")
+        # Let the live timeline draw the last playback, then read it.
+        time.sleep(0.3)
+        state = driver.execute_script("return JSON.parse(JSON.stringify(window.playground))")
+        pixels = driver.execute_script(
+            """const c = document.getElementById('timeline');
+               const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+               let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i + 3] && (d[i] < 240 || d[i + 1] < 240 || d[i + 2] < 240)) n++;
+               return n;"""
+        )
+        stats = driver.find_element(By.ID, "stats").text
+        if screenshot is not None:
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            driver.save_screenshot(str(screenshot))
+        logs = [entry["message"] for entry in driver.get_log("browser")]
+        return PlaygroundRun(state, stats, int(pixels), logs)
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
