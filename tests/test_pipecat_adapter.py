@@ -14,6 +14,8 @@ Synthesize of the same text).
 from __future__ import annotations
 
 import json
+import logging
+import time
 import wave
 
 import pytest
@@ -95,7 +97,17 @@ def _reference_bytes(target: str, text: str) -> int:
         )
 
 
-def test_pipeline_with_barge_in(server):
+def _streams_logged(caplog: pytest.LogCaptureFixture) -> list[dict[str, str]]:
+    """The server's log line of each StreamingSynthesize call that ended, as key=value pairs."""
+    return [
+        dict(kv.split("=", 1) for kv in r.getMessage().split()[1:] if "=" in kv)
+        for r in caplog.records
+        if r.getMessage().startswith("stream method=StreamingSynthesize ")
+    ]
+
+
+def test_pipeline_with_barge_in(server, caplog):
+    caplog.set_level(logging.INFO)
     python = client_venv("pipecat", [*client_floor_pins(), PIPECAT_AI])
     out = run_in(
         python, _PIPELINE, server.target, f"127.0.0.1:{free_port()}", str(NUM_TOKENS), SECOND_TURN
@@ -137,6 +149,16 @@ def test_pipeline_with_barge_in(server):
     assert all(0 < f["value"] < 5 for f in ttfb), ttfb
 
     assert any("unreachable" in e for e in result["dead_errors"]), result["dead_errors"]
+
+    # On the server: one stream for the whole conversation, ended cleanly (no reconnect at the
+    # barge-in), and the clear stopped generation: without it, all nine utterances are spoken.
+    deadline = time.monotonic() + 10
+    while not _streams_logged(caplog) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (stream,) = _streams_logged(caplog)
+    assert stream["status"] == "OK", stream
+    utterance_s = one_utterance / 2 / 24000
+    assert float(stream["audio_s"]) < 7 * utterance_s, (stream, utterance_s)
 
 
 def test_readme_example_runs(server, tmp_path):
