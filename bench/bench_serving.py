@@ -10,6 +10,8 @@ depend on weight values), upstream first (the reference every ratio needs), then
       wall second; and, from timers inside the server (bench/serving_profile), the cost per
       generated token of the GPT step, heads + sampling, Decoder + vocoder, the rest of the
       engine step, audio encoding, and what is left (gRPC, asyncio, hand-off, idle);
+      with `--transports grpc,http` each level runs again through the HTTP front door of the
+      same server (POST /v1/audio/speech, pcm; levels named "<mode>/http");
   (b) upstream `Chat.infer(text, stream=True, skip_refine_text=True)`, sequential requests of
       exactly --tokens tokens: the same figures.
 Writes <out>/serving.md and <out>/serving.png after upstream and after every load level, so a
@@ -19,7 +21,7 @@ times noisy.
 
 Usage: python bench/bench_serving.py [--tokens 200] [--requests 16] [--upstream-requests 3]
        [--concurrency 1,2,16] [--modes none,bf16,int8,auto] [--out bench/results]
-       [--logs DIR] [--time-budget-s S]
+       [--logs DIR] [--time-budget-s S] [--transports grpc,http]
        python bench/bench_serving.py --smoke    # tiny model, a few tokens, a temp folder
 """
 
@@ -188,6 +190,55 @@ async def run_level(
     return level
 
 
+async def run_level_http(
+    url: str, mode: str, concurrency: int, requests: int, tokens: int, base: int
+) -> Level:
+    """The same work as `run_level`, through POST /v1/audio/speech (pcm, audio stream format):
+    each body chunk's arrival and its audio duration (s16le at 24 kHz)."""
+    import httpx2
+
+    level = Level(f"ours {mode} over HTTP", f"{mode}/http", concurrency)
+    sem = asyncio.Semaphore(concurrency)
+    limits = httpx2.Limits(max_connections=max(concurrency, 1) + 4)
+
+    async with httpx2.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
+
+        async def one(i: int) -> None:
+            body = {
+                "model": "chattts",
+                "input": text_for(base + i),
+                "response_format": "pcm",
+                "chattts": {
+                    "voice": {"seed": 2},
+                    "sampling": {
+                        "seed": base + i,
+                        "min_new_tokens": tokens,
+                        "max_new_tokens": tokens,
+                    },
+                },
+            }
+            async with sem:
+                arrivals, durations = [], []
+                try:
+                    t0 = time.perf_counter()
+                    async with client.stream("POST", "/v1/audio/speech", json=body) as r:
+                        r.raise_for_status()
+                        async for chunk in r.aiter_bytes():
+                            arrivals.append(time.perf_counter() - t0)
+                            durations.append(len(chunk) / 2 / 24000)
+                    total = time.perf_counter() - t0
+                except Exception as exc:  # noqa: BLE001 - counted and reported
+                    level.errors += 1
+                    print(f"  request {i} failed: {exc!r}"[:300], flush=True)
+                    return
+                level.add(arrivals, durations, total)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(requests)))
+        level.wall_s = time.perf_counter() - start
+    return level
+
+
 def run_mode(
     args: argparse.Namespace,
     mode: str,
@@ -214,10 +265,12 @@ def run_mode(
         "--max-queue", str(max(64, args.requests * 2)),
         *args.server_arg,
     ]  # fmt: skip
+    transports = [t for t in args.transports.split(",") if t]
     with launch(
         server_args,
         dev_model=args.model,
         cache=cache,
+        http="http" in transports,
         start_timeout_s=args.server_timeout,
         log_path=logs / f"server-{mode}.log",
     ) as srv:
@@ -228,21 +281,26 @@ def run_mode(
                 print(f"  {mode} c{c}: skipped, past --time-budget-s", flush=True)
                 continue
             n = max(args.requests, c) if c > 1 else max(1, args.upstream_requests)
-            time.sleep(0.5)
-            before = read_profile(profile)
-            level = asyncio.run(run_level(srv.target, mode, c, n, args.tokens, 1000 * c))
-            time.sleep(0.5)  # the profile file is rewritten every 0.2 s
-            level.cost_ms, level.tokens = cost_per_token(
-                before, read_profile(profile), level.wall_s
-            )
-            print(
-                f"  {mode} c{c}: {n} requests, wall {level.wall_s:.1f} s, TTFA p50 "
-                f"{pct(level.ttfa_s, 50):.2f} s, gap-free p50 {pct(level.gap_free_s, 50):.2f} s, "
-                f"RTF p50 {pct(level.rtf, 50):.2f}, {level.throughput:.2f} audio s/s, "
-                f"errors {level.errors}",
-                flush=True,
-            )
-            on_level(level)
+            for transport in transports:  # the same work over each front door, one server
+                time.sleep(0.5)
+                before = read_profile(profile)
+                if transport == "http":
+                    work = run_level_http(srv.http_url, mode, c, n, args.tokens, 1000 * c)
+                else:
+                    work = run_level(srv.target, mode, c, n, args.tokens, 1000 * c)
+                level = asyncio.run(work)
+                time.sleep(0.5)  # the profile file is rewritten every 0.2 s
+                level.cost_ms, level.tokens = cost_per_token(
+                    before, read_profile(profile), level.wall_s
+                )
+                print(
+                    f"  {level.mode} c{c}: {n} requests, wall {level.wall_s:.1f} s, TTFA p50 "
+                    f"{pct(level.ttfa_s, 50):.2f} s, gap-free p50 "
+                    f"{pct(level.gap_free_s, 50):.2f} s, RTF p50 {pct(level.rtf, 50):.2f}, "
+                    f"{level.throughput:.2f} audio s/s, errors {level.errors}",
+                    flush=True,
+                )
+                on_level(level)
         srv.stop()
     log_text = srv.log_text()
     if "linear-mode autotune" in log_text:
@@ -411,6 +469,12 @@ def main() -> None:
     )
     parser.add_argument("--concurrency", default="1,2,16")
     parser.add_argument("--modes", default="none,bf16,int8,auto", help="--quantize values")
+    parser.add_argument(
+        "--transports",
+        default="grpc",
+        help="front doors to drive, each level in turn on the same server: grpc (the client "
+        "library), http (POST /v1/audio/speech, pcm) or grpc,http",
+    )
     parser.add_argument("--max-streams", type=int, default=16)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="server device")
     parser.add_argument(
@@ -444,6 +508,7 @@ def main() -> None:
         args.model, args.tokens, args.requests, args.upstream_requests = "tiny", 24, 2, 1
         # One server: each --quantize mode costs a server start; autotune times every mode.
         args.concurrency, args.max_streams, args.modes = "1,2", 2, "auto"
+        args.transports = "grpc,http"
         args.out = tempfile.mkdtemp(prefix="bench_serving-")
 
     from chattts_server.model.dev_assets import build_dev_assets
