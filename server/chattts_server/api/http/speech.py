@@ -164,6 +164,8 @@ class SpeechResponse(Response):
         super().__init__(status_code=200)
         self.synthesis = synthesis
         self.job = job
+        self._ending = False
+        """The last body message is being sent: a disconnect now is the normal end."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         work = asyncio.ensure_future(self._respond(send))
@@ -176,7 +178,7 @@ class SpeechResponse(Response):
             await asyncio.gather(work, watcher, return_exceptions=True)
         if not work.cancelled() and work.exception() is not None:
             raise work.exception()  # type: ignore[misc]
-        if work.cancelled():
+        if work.cancelled() and not self._ending:
             log.info("speech client went away; its generation was cancelled")
 
     async def _respond(self, send: Send) -> None:
@@ -237,6 +239,7 @@ class SpeechResponse(Response):
                 "total_tokens": input_tokens + output_tokens,
             }
             tail = _sse({"type": "speech.audio.done", "usage": usage})
+        self._ending = True
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 

@@ -189,16 +189,21 @@ async def speech_stream(
 
     gone = False
     speaker: asyncio.Future[None] | None = None
+    closing: list[bool] = []  # set by _speak once it is closing the socket itself
 
     def on_gone() -> None:
         nonlocal gone
+        if closing:
+            return  # our own close, not the client leaving
         gone = True
         if speaker is not None:
             speaker.cancel()
 
     watchers: list[asyncio.Future[None]] = []
     speaker = asyncio.ensure_future(
-        _speak(ws, synthesis, settings, _fragments(ws, on_gone, watchers), on_gone, retry_ms)
+        _speak(
+            ws, synthesis, settings, _fragments(ws, on_gone, watchers), on_gone, retry_ms, closing
+        )
     )
     try:
         await asyncio.wait({speaker})
@@ -221,6 +226,7 @@ async def _speak(
     fragments: AsyncIterator[TextFragment],
     on_gone: Callable[[], None],
     retry_ms: int,
+    closing: list[bool],
 ) -> None:
     num_utterances, audio_s, num_tokens = 0, 0.0, 0
 
@@ -247,6 +253,7 @@ async def _speak(
     except Exception as exc:
         if not is_ours(exc):
             raise
+        closing.append(True)
         await _send_error(ws, http_failure(exc, retry_ms))
         return
     done = {
@@ -256,6 +263,7 @@ async def _speak(
         "num_tokens": num_tokens,
     }
     await send(json.dumps(done))
+    closing.append(True)
     await ws.close(1000)
 
 
