@@ -37,8 +37,9 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaModel
 
+from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.linear_modes import MODES, modes_for
-from chattts_server.model.llama import LlamaDecoder, LlamaShape, SlotKVCache
+from chattts_server.model.llama import LlamaDecoder, LlamaShape
 
 
 def _interleaved_ms(

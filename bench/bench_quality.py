@@ -41,8 +41,9 @@ sys.path[:0] = [str(REPO / "server"), str(REPO / "client")]
 
 from chattts_server.model.autotune import snr_db  # noqa: E402
 from chattts_server.model.dev_assets import build_dev_assets  # noqa: E402
+from chattts_server.model.kv_cache import SlotKVCache  # noqa: E402
 from chattts_server.model.linear_modes import MODES, modes_for  # noqa: E402
-from chattts_server.model.llama import LlamaDecoder, SlotKVCache  # noqa: E402
+from chattts_server.model.llama import LlamaDecoder  # noqa: E402
 from chattts_server.model.loader import load_chattts  # noqa: E402
 from chattts_server.model.vocoders import decode_mel  # noqa: E402
 

@@ -12,7 +12,8 @@ from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
 from chattts_server.engine.runner import ModelRunner
 from chattts_server.engine.types import SamplingParams, UtteranceRequest, VoiceKind, VoiceSpec
-from chattts_server.model.llama import LlamaDecoder, SlotKVCache
+from chattts_server.model.kv_cache import SlotKVCache
+from chattts_server.model.llama import LlamaDecoder
 from chattts_server.model.loader import load_chattts
 from test_generation_parity import run_core
 

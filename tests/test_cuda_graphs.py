@@ -101,7 +101,8 @@ def test_too_large_a_batch_or_length_is_refused():
 
 
 def test_padded_static_decode_equals_the_plain_decode(tiny_model_dir):
-    from chattts_server.model.llama import LlamaDecoder, SlotKVCache
+    from chattts_server.model.kv_cache import SlotKVCache
+    from chattts_server.model.llama import LlamaDecoder
     from chattts_server.model.loader import load_chattts
 
     modules = load_chattts(tiny_model_dir, torch.device("cpu"), torch.float32)

@@ -21,9 +21,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaModel
 
-from chattts_server.model.autotune import snr_db
+from chattts_server.model.autotune import autotune, snr_db
+from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.linear_modes import MODES, modes_for
-from chattts_server.model.llama import LlamaDecoder, LlamaShape, SlotKVCache
+from chattts_server.model.llama import LlamaDecoder, LlamaShape
 
 CPU, FP32 = torch.device("cpu"), torch.float32
 AVAILABLE = modes_for("auto", CPU, FP32)
@@ -108,7 +109,7 @@ def test_autotune_picks_a_valid_mode_per_batch_size_logs_it_and_frees_the_rest(
     built = ours.modes
     before = ours.weight_bytes()
     with caplog.at_level(logging.INFO, logger="chattts_server.model.autotune"):
-        result = ours.autotune([1, 2, 4, 8], cache, steps=2)
+        result = autotune(ours, [1, 2, 4, 8], cache, steps=2)
     assert set(result.table) == {1, 2, 4, 8}
     assert set(result.table.values()) <= set(built)
     assert ours.mode_table == result.table
@@ -134,7 +135,7 @@ def test_autotune_picks_a_valid_mode_per_batch_size_logs_it_and_frees_the_rest(
 
 def test_auto_excludes_modes_under_the_quality_budget() -> None:
     ours, cache = _tiny_decoder("auto")
-    result = ours.autotune([1, 4], cache, min_snr_db=300.0, steps=1)
+    result = autotune(ours, [1, 4], cache, min_snr_db=300.0, steps=1)
     lossy = {m for m in AVAILABLE if ours.kv_dtype != FP32 or not MODES[m].lossless}
     assert set(result.excluded) == lossy
     # Nothing within budget (with K/V in bf16 not even fp32 linears): the lossless fallback.
@@ -153,7 +154,7 @@ def test_forced_int8_builds_only_int8_weights_and_reports_their_size(
     dense, _ = _tiny_decoder("none")
     # int8 weights take about a quarter of fp32's (plus per-channel scales).
     assert ours.weight_bytes("int8") < 0.3 * dense.weight_bytes("dense")
-    result = ours.autotune([1, 2], cache, steps=1)
+    result = autotune(ours, [1, 2], cache, steps=1)
     assert not result.snr_db  # forced: no budget check
     assert set(result.table.values()) <= {m for m in AVAILABLE if MODES[m].family == "int8"}
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaModel
 
+from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.linear_modes import onednn_available
-from chattts_server.model.llama import LlamaDecoder, LlamaShape, SlotKVCache
+from chattts_server.model.llama import LlamaDecoder, LlamaShape
 
 HIDDEN = 128
 ATOL = RTOL = 1e-4

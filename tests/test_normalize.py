@@ -42,7 +42,8 @@ ENGLISH = [
     ("Arrive at 10:05", "Arrive at ten oh five"),
     ("Leave at 9am", "Leave at nine a m"),
     ("Meet at 10:30 pm", "Meet at ten thirty p m"),
-    ("It's 3:00", "Its three o clock"),  # ChatTTS cannot say an apostrophe (its normalizer drops it)
+    # ChatTTS cannot say an apostrophe (its normalizer drops it)
+    ("It's 3:00", "Its three o clock"),
     ("Open at 14:00", "Open at fourteen hundred"),
     ("on 2024-03-05", "on the fifth of march twenty twenty four"),
     # phone numbers: digit by digit, a pause per group

@@ -18,9 +18,11 @@ import numpy as np
 import torch
 
 from ..config import EngineConfig, ModelConfig
+from ..model.autotune import autotune
 from ..model.cuda_graphs import DecodeGraphs, length_buckets
 from ..model.errors import ModelLoadError
-from ..model.llama import LlamaDecoder, SlotKVCache
+from ..model.kv_cache import SlotKVCache
+from ..model.llama import LlamaDecoder
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
 from ..model.vocoders import FRAMES_PER_TOKEN, HiFiGANVocoder, Vocoder, VocosVocoder
 from .prompts import PromptBuilder
@@ -389,7 +391,7 @@ class ModelRunner:
         sizes = decode_batch_sizes(batch_size)
         # Which linear mode is fastest for each batch size, timed on this machine (a kernel
         # that wins on one CPU loses on another); lossy modes only within the quality budget.
-        self.llama.autotune(sizes, self.cache, probe=probe.embeds.to(self.dtype))
+        autotune(self.llama, sizes, self.cache, probe=probe.embeds.to(self.dtype))
         if self.graphs is not None:
             try:
                 self.graphs.capture_all()  # after autotune: each graph bakes in its size's mode

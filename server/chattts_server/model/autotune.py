@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from .kv_cache import SlotKVCache
 from .linear_modes import MODES
 
 if TYPE_CHECKING:
-    from .llama import LlamaDecoder, SlotKVCache
+    from .llama import LlamaDecoder
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,6 @@ def measure_snr(
 ) -> dict[str, float]:
     """Hidden-state SNR of each mode (K/V in the decoder's ``kv_dtype``) against ``reference``
     with K/V in the model dtype, for one prefill of ``probe`` (L, D)."""
-    from .llama import SlotKVCache
 
     device, dtype = probe.device, probe.dtype
     exact = SlotKVCache(decoder.shape, 1, probe.shape[0], device, dtype)
@@ -138,10 +138,17 @@ def autotune(
     decoder: LlamaDecoder,
     batch_sizes: list[int],
     cache: SlotKVCache,
-    probe: Tensor | None,
-    min_snr_db: float,
-    steps: int,
+    probe: Tensor | None = None,
+    min_snr_db: float = 30.0,
+    steps: int = 5,
 ) -> AutotuneResult:
+    """Time each allowed mode at each decode batch size and have the decoder use the fastest.
+
+    Under ``quantize='auto'`` a lossy mode competes only if the hidden states it gives for
+    ``probe`` (L, D) embeddings (default: random) are within ``min_snr_db`` of the lossless
+    mode's. Logs the table and frees the weights of modes no size chose. Writes garbage into
+    slots 0..max(batch_sizes)-1 of ``cache``: call it at warm-up, before any request.
+    """
     sizes = sorted(set(batch_sizes))
     if not sizes or sizes[-1] > cache.num_slots:
         raise ValueError(f"batch sizes {sizes} need 1..{cache.num_slots} slots")

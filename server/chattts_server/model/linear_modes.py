@@ -22,7 +22,7 @@ KV cache stay fp32; only the matmul inputs and weights change format.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -240,3 +240,26 @@ def module_bytes(module: nn.Module) -> int:
     """Bytes a kernel's weights take (buffers, or the packed int8 weight)."""
     total = sum(b.numel() * b.element_size() for b in module.buffers())
     return total + int(getattr(module, "nbytes", 0))
+
+
+class ModeTable:
+    """Decode batch size -> linear mode. A batch of B rows uses the entry of the smallest size
+    >= B (the largest size's beyond the table); autotune fills it, the decoder reads it."""
+
+    def __init__(self, table: Mapping[int, str]) -> None:
+        if not table:
+            raise ValueError("a mode table needs at least one entry")
+        self.table = dict(sorted(table.items()))
+        sizes = list(self.table)
+        self._by_rows = [
+            self.table[next((b for b in sizes if b >= rows), sizes[-1])]
+            for rows in range(sizes[-1] + 1)
+        ]
+
+    def mode_for(self, num_rows: int) -> str:
+        return self._by_rows[min(num_rows, len(self._by_rows) - 1)]
+
+    @property
+    def largest(self) -> str:
+        """The mode of the largest batch size (prefill's default)."""
+        return self._by_rows[-1]
