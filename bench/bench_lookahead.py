@@ -44,7 +44,8 @@ from chattts_server.engine.streaming_decode import (  # noqa: E402
     StreamingDecoder,
     chunk_schedule,
 )
-from chattts_server.model.vocoders import VocosVocoder, frames_to_tokens  # noqa: E402
+from chattts_server.model.receptive_field import frames_to_tokens  # noqa: E402
+from chattts_server.model.vocos import VocosVocoder  # noqa: E402
 
 MS_PER_TOKEN = 1000.0 * 256 * 2 / 24000  # one GPT step of audio: 21.33 ms
 SNR_CAP_DB = 120.0  # above this the stream is exact up to fp32 rounding

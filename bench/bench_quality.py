@@ -45,7 +45,7 @@ from chattts_server.model.kv_cache import SlotKVCache  # noqa: E402
 from chattts_server.model.linear_modes import MODES, modes_for  # noqa: E402
 from chattts_server.model.llama import LlamaDecoder  # noqa: E402
 from chattts_server.model.loader import load_chattts  # noqa: E402
-from chattts_server.model.vocoders import decode_mel  # noqa: E402
+from chattts_server.model.mel_decoder import decode_mel  # noqa: E402
 
 BUDGET_DB = 30.0
 REFERENCE = "dense"

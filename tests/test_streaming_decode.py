@@ -17,7 +17,9 @@ from chattts_server.engine.streaming_decode import (
     StreamingDecoder,
     chunk_schedule,
 )
-from chattts_server.model.vocoders import HiFiGANVocoder, Vocoder, VocosVocoder
+from chattts_server.model.hifigan import HiFiGANVocoder
+from chattts_server.model.vocoders import Vocoder
+from chattts_server.model.vocos import VocosVocoder
 from test_vocoders import hidden_walk, tiny_decoder, tiny_hifigan, tiny_vocos
 
 EXACT_TOL = 1e-4

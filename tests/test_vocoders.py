@@ -12,17 +12,11 @@ import pytest
 import torch
 from torch import nn
 
-from chattts_server.model.vocoders import (
-    HiFiGANConfig,
-    HiFiGANGenerator,
-    HiFiGANVocoder,
-    VocosVocoder,
-    combined_receptive_field_tokens,
-    decode_mel,
-    decoder_receptive_field,
-    frames_to_tokens,
-    num_samples,
-)
+from chattts_server.model.hifigan import HiFiGANConfig, HiFiGANGenerator, HiFiGANVocoder
+from chattts_server.model.mel_decoder import decode_mel, decoder_receptive_field
+from chattts_server.model.receptive_field import combined_receptive_field_tokens, frames_to_tokens
+from chattts_server.model.vocoders import num_samples
+from chattts_server.model.vocos import VocosVocoder
 
 HIDDEN = 128  # tiny GPT width; the Decoder reads it as two 64-channel frames
 # Official kernels, rates and dilations; 16 channels (halved to 1 at full rate) to stay fast.

@@ -21,10 +21,13 @@ from ..config import EngineConfig, ModelConfig
 from ..model.autotune import autotune
 from ..model.cuda_graphs import DecodeGraphs, length_buckets
 from ..model.errors import ModelLoadError
+from ..model.hifigan import HiFiGANVocoder
 from ..model.kv_cache import SlotKVCache
 from ..model.llama import LlamaDecoder
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
-from ..model.vocoders import FRAMES_PER_TOKEN, HiFiGANVocoder, Vocoder, VocosVocoder
+from ..model.receptive_field import FRAMES_PER_TOKEN
+from ..model.vocoders import Vocoder
+from ..model.vocos import VocosVocoder
 from .prompts import PromptBuilder
 from .request import Phase
 from .slot_sampler import SlotSampler

@@ -33,15 +33,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..model.vocoders import (
+from ..model.mel_decoder import decode_mel, decoder_receptive_field
+from ..model.receptive_field import (
     FRAMES_PER_TOKEN,
     ReceptiveField,
-    Vocoder,
     combined_receptive_field_tokens,
-    decode_mel,
-    decoder_receptive_field,
-    num_samples,
 )
+from ..model.vocoders import Vocoder, num_samples
 from .types import ChunkingOptions
 
 _MAX_TOKENS = 4096  # the GPT's max_position_embeddings: no window is ever longer
