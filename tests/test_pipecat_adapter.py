@@ -17,12 +17,15 @@ import json
 import logging
 import time
 import wave
+from dataclasses import replace
 
 import pytest
 
 from chattts_client import AudioChunkEvent, TTSClient, make_config
+from chattts_server.config import SecurityConfig
 from clientvenv import PIPECAT_AI, REPO, client_floor_pins, client_venv, run_in
-from serverutil import free_port
+from conftest import DEV_MODEL_CACHE
+from serverutil import InProcessServer, free_port, tiny_server_config
 
 pytestmark = pytest.mark.slow
 
@@ -170,3 +173,45 @@ def test_readme_example_runs(server, tmp_path):
     assert f"wrote {out}" in printed
     with wave.open(str(out)) as wav:
         assert wav.getframerate() == 24000 and wav.getnframes() > 0
+
+
+_REFUSED = r"""
+import asyncio, json, sys
+from loguru import logger
+logger.remove()
+from pipecat.frames.frames import (ErrorFrame, LLMFullResponseEndFrame, LLMFullResponseStartFrame,
+                                   LLMTextFrame, TTSAudioRawFrame)
+from pipecat.tests.utils import SleepFrame, run_test
+from chattts_client.pipecat import ChatTTSTTSService
+
+async def main():
+    tts = ChatTTSTTSService(target=sys.argv[1], token=sys.argv[2], max_new_tokens=8)
+    tokens = [LLMTextFrame(t) for t in ["One", " two", " three", " four", " five."]]
+    down, up = await run_test(tts, frames_to_send=[
+        LLMFullResponseStartFrame(), *tokens, LLMFullResponseEndFrame(), SleepFrame(sleep=1.0)])
+    print(json.dumps({"errors": [f.error for f in up if isinstance(f, ErrorFrame)],
+                      "audio": sum(isinstance(f, TTSAudioRawFrame) for f in down)}))
+
+asyncio.run(main())
+"""
+
+
+def test_refused_token_is_one_clear_error_per_turn(tiny_model_dir, tmp_path):
+    """A wrong token: the check at start and the turn's stream each report PERMISSION_DENIED
+    once (not once per token, and not grpc.aio's INTERNAL in its place)."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("agent-secret\n")
+    base = tiny_server_config(DEV_MODEL_CACHE, max_streams=2, max_queue=2, warmup=False)
+    config = replace(base, security=SecurityConfig(auth_token_file=tokens)).validate()
+    python = client_venv("pipecat", [*client_floor_pins(), PIPECAT_AI])
+    with InProcessServer(config) as srv:
+        result = json.loads(run_in(python, _REFUSED, srv.target, "wrong").strip().splitlines()[-1])
+        good = json.loads(
+            run_in(python, _REFUSED, srv.target, "agent-secret").strip().splitlines()[-1]
+        )
+    ours = [e for e in result["errors"] if e.startswith("ChatTTS server")]
+    assert len(ours) == 2 and all("PERMISSION_DENIED" in e for e in ours), result["errors"]
+    # Besides ours, only Pipecat's own report of a turn that produced no audio.
+    assert all("completed with no audio" in e for e in result["errors"] if e not in ours)
+    assert result["audio"] == 0
+    assert good["errors"] == [] and good["audio"] > 0, good

@@ -32,7 +32,6 @@ from loguru import logger
 from pipecat.frames.frames import (
     CancelFrame,
     EndFrame,
-    ErrorFrame,
     Frame,
     StartFrame,
     TTSAudioRawFrame,
@@ -61,6 +60,10 @@ SETTLE_MIN_S = 0.3
 SETTLE_MAX_S = 2.0
 # The time to first audio assumed before the stream has measured one (a cold first utterance).
 INITIAL_TTFA_S = 1.0
+# A flushed turn whose last text is in no utterance that has started yet waits this long for one
+# (a busy CPU server can take seconds); a turn whose text makes no speech at all (only a code
+# block, say) ends after it.
+UNSPOKEN_TIMEOUT_S = 8.0
 
 
 @dataclass
@@ -70,6 +73,7 @@ class _Turn:
     context_id: str
     texts: list[str] = field(default_factory=list)  # held while another turn owns the stream
     flushed: bool = False  # the end-of-turn flush was asked for
+    unspoken: bool = False  # text was sent after the last utterance we heard start
 
 
 class ChatTTSTTSService(TTSService):  # type: ignore[misc]
@@ -154,6 +158,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         self._waiting: list[_Turn] = []  # turns whose text waits for the stream
         self._draining = False  # a clear was sent; events of the cleared turn are dropped
         self._open_utterance: int | None = None  # audio seen, UtteranceEnd not yet
+        self._failed_context: str | None = None  # the turn whose stream failed
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -224,10 +229,13 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         if self._requests is None:
+            if context_id == self._failed_context:
+                yield None  # this turn's stream failed; the error was reported once
+                return
             await self._open_stream()
         turn = self._turn(context_id)
         if turn is self._live:
-            self._send(text)
+            self._send_text(turn, text)
         else:
             turn.texts.append(text)
         await self.start_tts_usage_metrics(text)
@@ -241,7 +249,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         if turn is self._live:
             self._send(Flush())
             if self._open_utterance is None:
-                self._arm_settle()  # nothing may follow the flush: settle unless audio comes
+                self._arm_turn_end(turn)  # settle unless audio comes
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         await self.stop_all_metrics()
@@ -271,6 +279,11 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             return self._live
         return next((t for t in self._waiting if t.context_id == context_id), None)
 
+    def _send_text(self, turn: _Turn, text: str) -> None:
+        if text.strip():
+            turn.unspoken = True
+        self._send(text)
+
     def _send(self, item: StreamItem) -> None:
         if self._requests is not None:
             self._requests.put_nowait(item)
@@ -288,16 +301,19 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             if error.code() == grpc.StatusCode.CANCELLED and self._requests is None:
                 return  # we closed it
             exc = await self._client.explain(error)
-            await self.push_error(error_msg=_describe(exc, self._target), exception=exc)
-            if self._live is not None:
-                await self.append_to_audio_context(
-                    self._live.context_id, ErrorFrame(error=_describe(exc, self._target))
-                )
-                await self._end_turn(self._live)
-            self._requests = self._stream = None  # the next text opens a new stream
+            message = _describe(exc, self._target)
+            await self.push_error(error_msg=message, exception=exc)
+            # The next turn opens a new stream; the rest of this one is not retried token by
+            # token (each would fail the same way against a server that is down).
+            self._requests = self._stream = None
+            failed = self._live
+            self._failed_context = None if failed is None else failed.context_id
+            if failed is not None:
+                await self._end_turn(failed)
             self._reset_turns()
 
     async def _on_audio(self, event: AudioChunkEvent) -> None:
+        starts = event.utterance_index != self._open_utterance
         self._open_utterance = event.utterance_index
         if self._draining:
             return  # audio of a cleared turn
@@ -306,6 +322,8 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             # A turn settled too early (its next utterance was slower than the window): its
             # audio is kept, in a context of its own.
             self._live = _Turn(str(uuid.uuid4()), flushed=True)
+        if starts:
+            self._live.unspoken = False  # text sent before this start may be in it
         if not self.audio_context_available(self._live.context_id):
             # New, or ended by Pipecat's idle timer while the server was slow: audio is kept.
             await self.create_audio_context(self._live.context_id)
@@ -332,16 +350,22 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             else:
                 self._arm_settle()
         elif self._live is not None and self._live.flushed:
-            self._arm_settle()
+            self._arm_turn_end(self._live)
 
     def _settle_s(self) -> float:
         if self._fixed_settle_s is not None:
             return self._fixed_settle_s
         return min(SETTLE_MAX_S, max(SETTLE_MIN_S, SETTLE_TTFA_FACTOR * self._max_ttfa_s))
 
-    def _arm_settle(self) -> None:
+    def _arm_settle(self, delay_s: float | None = None) -> None:
         self._cancel_settle()
-        self._settle_task = self.create_task(self._settle(self._settle_s()), "chattts-settle")
+        delay_s = self._settle_s() if delay_s is None else delay_s
+        self._settle_task = self.create_task(self._settle(delay_s), "chattts-settle")
+
+    def _arm_turn_end(self, turn: _Turn) -> None:
+        """Arm the end of a flushed turn with nothing being spoken: the settle window, or longer
+        while some of its text is in no utterance heard so far."""
+        self._arm_settle(max(UNSPOKEN_TIMEOUT_S, self._settle_s()) if turn.unspoken else None)
 
     def _cancel_settle(self) -> None:
         task, self._settle_task = self._settle_task, None
@@ -377,11 +401,11 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             return
         turn = self._live = self._waiting.pop(0)
         for text in turn.texts:
-            self._send(text)
+            self._send_text(turn, text)
         turn.texts.clear()
         if turn.flushed:
             self._send(Flush())
-            self._arm_settle()
+            self._arm_turn_end(turn)
 
 
 def _describe(exc: grpc.RpcError, target: str) -> str:
