@@ -218,6 +218,7 @@ def test_curl_streams_audio_and_sse(srv, tmp_path):
         ({"input": "Hi.", "chattts": {"sampling": {"top_p": 2}}}, "chattts.sampling.top_p"),
         ({"input": "Hi.", "chattts": {"no_such_field": 1}}, "chattts"),
         ({"input": "[Stts] hi."}, "input"),
+        ({"input": "```\ncode only\n```"}, "input"),  # nothing left once markdown is read
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

@@ -183,7 +183,7 @@ class SpeechResponse(Response):
 
     async def _respond(self, send: Send) -> None:
         job = self.job
-        events = self.synthesis.synthesize(METHOD, job.text, job.settings)
+        events = self.synthesis.synthesize(METHOD, job.text, job.settings, text_field="input")
         sse = job.stream_format == "sse"
         output_tokens = 0
         async with aclosing(events):
