@@ -4,11 +4,11 @@ server (tiny dev model, loopback).
 pipecat-ai needs protobuf<7 and our server protobuf>=7.35, so the agent side runs in a venv of its
 own (tests/clientvenv.py: the client's lowest declared protobuf and grpcio, plus pipecat-ai), as
 a real agent process runs apart from the TTS server. The pipeline is run with Pipecat's own test
-utility (`pipecat.tests.utils.run_test`): LLM text frames stream in, an interruption arrives while
-the first turn is still being generated, a second turn follows, and the frames that come out are
-checked: turn boundaries, no first-turn audio after the interruption, and exactly the second
-turn's audio (every utterance is a fixed number of tokens, so its length is known from a
-Synthesize of the same text).
+utility (`pipecat.tests.utils.run_test`): LLM text frames stream in, an interruption arrives once
+the first turn's audio flows (the frames wait for it) while its generation still runs, a second
+turn follows, and the frames that come out are checked: turn boundaries, no first-turn audio
+after the interruption, and exactly the second turn's audio (every utterance is a fixed number
+of tokens, so its length is known from a Synthesize of the same text).
 """
 
 from __future__ import annotations
@@ -42,12 +42,29 @@ from pipecat.frames.frames import (
     LLMTextFrame, MetricsFrame, TTSAudioRawFrame, TTSStartedFrame, TTSStoppedFrame,
 )
 from pipecat.metrics.metrics import TTFBMetricsData
+from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
 from chattts_client.pipecat import ChatTTSTTSService
 
 target, dead_target, num_tokens, second_turn = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 options = dict(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)
+
+class Seen(BaseObserver):  # counts what the TTS service pushes
+    def __init__(self, tts):
+        super().__init__()
+        self.tts, self.audio, self.stopped = tts, 0, 0
+
+    async def on_push_frame(self, data):
+        if data.source is self.tts and isinstance(data.frame, TTSAudioRawFrame):
+            self.audio += 1
+        elif data.source is self.tts and isinstance(data.frame, TTSStoppedFrame):
+            self.stopped += 1
+
+def wait_until(condition, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        yield SleepFrame(sleep=0.05)
 
 def tokens(text):  # an LLM's stream: words with their spaces
     words = text.split(" ")
@@ -56,16 +73,20 @@ def tokens(text):  # an LLM's stream: words with their spaces
 async def main():
     tts = ChatTTSTTSService(target=target, **options)
     first = " ".join(f"Sentence number {n} of the first turn." for n in range(1, 9))
-    frames = [
-        LLMFullResponseStartFrame(), *tokens(first),
-        SleepFrame(sleep=1.0),  # the first turn is being spoken, more of it queued
-        InterruptionFrame(),
-        SleepFrame(sleep=0.3),
-        LLMFullResponseStartFrame(), *tokens(second_turn), LLMFullResponseEndFrame(),
-        SleepFrame(sleep=6.0),
-    ]
-    t0 = time.monotonic()
-    down, up = await run_test(tts, frames_to_send=frames,
+    seen = Seen(tts)
+
+    def frames():  # run_test pulls these as it goes, so waits can follow the pipeline
+        yield LLMFullResponseStartFrame()
+        yield from tokens(first)
+        yield from wait_until(lambda: seen.audio >= 3)  # the first turn is being spoken
+        yield InterruptionFrame()
+        yield SleepFrame(sleep=0.3)
+        yield LLMFullResponseStartFrame()
+        yield from tokens(second_turn)
+        yield LLMFullResponseEndFrame()
+        yield from wait_until(lambda: seen.stopped >= 1)  # the second turn has ended
+
+    down, up = await run_test(tts, frames_to_send=frames(), observers=[seen],
                               pipeline_params=PipelineParams(enable_metrics=True))
     out = []
     for f in down:
