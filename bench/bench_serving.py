@@ -239,6 +239,24 @@ async def run_level_http(
     return level
 
 
+def merge_levels(into: Level | None, part: Level) -> Level:
+    """Two runs of one level as one: samples pooled, walls and per-token costs added up."""
+    if into is None:
+        return part
+    for name in ("ttfa_s", "gap_free_s", "total_s", "audio_s"):
+        getattr(into, name).extend(getattr(part, name))
+    tokens = into.tokens + part.tokens
+    if tokens:
+        into.cost_ms = {
+            k: (into.cost_ms.get(k, 0) * into.tokens + v * part.tokens) / tokens
+            for k, v in part.cost_ms.items()
+        }
+    into.tokens = tokens
+    into.wall_s += part.wall_s
+    into.errors += part.errors
+    return into
+
+
 def run_mode(
     args: argparse.Namespace,
     mode: str,
@@ -281,20 +299,27 @@ def run_mode(
                 print(f"  {mode} c{c}: skipped, past --time-budget-s", flush=True)
                 continue
             n = max(args.requests, c) if c > 1 else max(1, args.upstream_requests)
-            for transport in transports:  # the same work over each front door, one server
-                time.sleep(0.5)
-                before = read_profile(profile)
-                if transport == "http":
-                    work = run_level_http(srv.http_url, mode, c, n, args.tokens, 1000 * c)
-                else:
-                    work = run_level(srv.target, mode, c, n, args.tokens, 1000 * c)
-                level = asyncio.run(work)
-                time.sleep(0.5)  # the profile file is rewritten every 0.2 s
-                level.cost_ms, level.tokens = cost_per_token(
-                    before, read_profile(profile), level.wall_s
-                )
+            # The same work over each front door of one server; with --rounds R the doors take
+            # turns R times (a shared machine's noise then falls on both alike).
+            merged: dict[str, Level] = {}
+            for _ in range(args.rounds):
+                for transport in transports:
+                    time.sleep(0.5)
+                    before = read_profile(profile)
+                    if transport == "http":
+                        work = run_level_http(srv.http_url, mode, c, n, args.tokens, 1000 * c)
+                    else:
+                        work = run_level(srv.target, mode, c, n, args.tokens, 1000 * c)
+                    part = asyncio.run(work)
+                    time.sleep(0.5)  # the profile file is rewritten every 0.2 s
+                    part.cost_ms, part.tokens = cost_per_token(
+                        before, read_profile(profile), part.wall_s
+                    )
+                    merged[transport] = merge_levels(merged.get(transport), part)
+            for level in merged.values():
                 print(
-                    f"  {level.mode} c{c}: {n} requests, wall {level.wall_s:.1f} s, TTFA p50 "
+                    f"  {level.mode} c{c}: {len(level.total_s)} requests, wall {level.wall_s:.1f} s, "
+                    f"TTFA p50 "
                     f"{pct(level.ttfa_s, 50):.2f} s, gap-free p50 "
                     f"{pct(level.gap_free_s, 50):.2f} s, RTF p50 {pct(level.rtf, 50):.2f}, "
                     f"{level.throughput:.2f} audio s/s, errors {level.errors}",
@@ -469,6 +494,9 @@ def main() -> None:
     )
     parser.add_argument("--concurrency", default="1,2,16")
     parser.add_argument("--modes", default="none,bf16,int8,auto", help="--quantize values")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="repeat each level, the transports taking turns"
+    )
     parser.add_argument(
         "--transports",
         default="grpc",
