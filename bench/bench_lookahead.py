@@ -122,12 +122,12 @@ def stream_once(sd: StreamingDecoder, hiddens: torch.Tensor, config: ChunkingCon
     for t in range(len(hiddens)):
         stream.push(hiddens[t : t + 1])
         t0 = time.perf_counter()
-        out = sd.step([stream])
+        out = sd.step({0: stream})
         if out:
             chunk_ms.append(1000.0 * (time.perf_counter() - t0))
-            parts.append(out[0][1])
+            parts.append(out[0])
     t0 = time.perf_counter()
-    [(_, pcm)] = sd.finish([stream])
+    pcm = sd.finish({0: stream})[0]
     if len(pcm):
         chunk_ms.append(1000.0 * (time.perf_counter() - t0))
         parts.append(pcm)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from chattts_server import launcher
 from chattts_server.config import (
@@ -16,11 +18,15 @@ from chattts_server.config import (
     NetworkConfig,
     ServerConfig,
 )
+from chattts_server.engine.engine import ChatTTSEngine
+from chattts_server.engine.step_io import ModelOutput, PreparedPrompt, SchedulerOutput
+from chattts_server.engine.types import UtteranceRequest
 from chattts_server.launcher import ServerProcess, free_port, wait_serving
 from chattts_server.server import TTSServer
 
 __all__ = [
     "REPO",
+    "FaultyRunner",
     "InProcessServer",
     "ServerProcess",
     "free_port",
@@ -46,11 +52,18 @@ def tiny_server_config(
 
 
 class InProcessServer:
-    """The real TTSServer on a background thread with its own event loop."""
+    """The real TTSServer on a background thread with its own event loop. `runner_factory`
+    builds the engine's model runner (e.g. a `FaultyRunner` around the real one)."""
 
-    def __init__(self, config: ServerConfig, wait: bool = True) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        wait: bool = True,
+        runner_factory: Callable[[], Any] | None = None,
+    ) -> None:
         self.config = config
         self.wait = wait
+        self.runner_factory = runner_factory
         self.server: TTSServer | None = None
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -69,7 +82,11 @@ class InProcessServer:
         self._thread.start()
 
         async def start() -> int:
-            self.server = TTSServer(self.config)
+            engine = None
+            if self.runner_factory is not None:
+                c = self.config
+                engine = ChatTTSEngine(c.model, c.engine, runner_factory=self.runner_factory)
+            self.server = TTSServer(self.config, engine=engine)
             return await self.server.start()
 
         self.port = self.call(start())
@@ -90,3 +107,39 @@ def launch(args: list[str], cache: Path, metrics: bool = True) -> ServerProcess:
     return launcher.launch(
         args, dev_model="tiny", cache=cache, metrics=metrics, echo=True, cwd=REPO
     )
+
+
+class FaultyRunner:
+    """The real `ModelRunner` with faults a test switches on, outside the production code.
+
+    `fail_text`: a request whose text holds it fails alone in the step it is computed in (the
+    runner reports its slot in `ModelOutput.failed`, as for a non-finite hidden state).
+    `broken`: every step raises, as on a lost device."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        from chattts_server.engine.runner import ModelRunner
+
+        self.inner = ModelRunner.load(config.model, config.engine)
+        self.fail_text: str | None = None
+        self.broken = False
+        self._texts: dict[str, str] = {}
+        self._slot_texts: dict[int, str] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def prepare(self, request_id: str, params: UtteranceRequest) -> PreparedPrompt:
+        self._texts[request_id] = params.text
+        return self.inner.prepare(request_id, params)
+
+    def execute(self, plan: SchedulerOutput) -> ModelOutput:
+        if self.broken:
+            raise RuntimeError("device lost")
+        for new in plan.new_slots:
+            self._slot_texts[new.slot_id] = self._texts.pop(new.request_id, "")
+        output = self.inner.execute(plan)
+        for slot_id in plan.slot_ids:
+            if self.fail_text and self.fail_text in self._slot_texts.get(slot_id, ""):
+                output.failed[slot_id] = f"injected {self.fail_text} failure"
+                output.audio.pop(slot_id, None)
+        return output

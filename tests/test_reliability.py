@@ -19,7 +19,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from conftest import DEV_MODEL_CACHE
-from serverutil import REPO, InProcessServer, launch, tiny_server_config, wait_serving
+from serverutil import (
+    REPO,
+    FaultyRunner,
+    InProcessServer,
+    launch,
+    tiny_server_config,
+    wait_serving,
+)
 
 SYNTH = "/chattts.v1.TextToSpeech/Synthesize"
 
@@ -100,8 +107,16 @@ class Streamer(threading.Thread):
 
 @pytest.fixture(scope="module")
 def small(tiny_model_dir):
-    """A dedicated server with 2 stream places and a queue of 1."""
-    with InProcessServer(tiny_server_config(DEV_MODEL_CACHE, max_streams=2, max_queue=1)) as srv:
+    """A dedicated server with 2 stream places and a queue of 1, whose runner fails any request
+    with "BOOM" in its text (and only those)."""
+    config = tiny_server_config(DEV_MODEL_CACHE, max_streams=2, max_queue=1)
+
+    def faulty() -> FaultyRunner:
+        runner = FaultyRunner(config)
+        runner.fail_text = "BOOM"
+        return runner
+
+    with InProcessServer(config, runner_factory=faulty) as srv:
         yield srv
 
 
@@ -215,21 +230,16 @@ def test_client_process_killed_mid_stream_frees_its_slot(small):
 
 
 def test_engine_exception_fails_only_that_stream(small):
-    def hook(req):
-        if "BOOM" in req.text:
-            raise RuntimeError("injected BOOM failure")
-
-    small.server.engine.fault_hook = hook
-    try:
-        other = Streamer(small.target, request("A calm sentence.", 60))
-        other.start()
-        assert other.first.wait(30)
-        bad = Streamer(small.target, request("This goes BOOM.", 60))
-        bad.start()
-        assert bad.result() == grpc.StatusCode.INTERNAL
-        assert other.result() == grpc.StatusCode.OK
-    finally:
-        small.server.engine.fault_hook = None
+    """A request whose work fails inside the engine (the runner reports its slot failed, as for
+    a non-finite hidden state) ends INTERNAL with a short message; the stream beside it, in the
+    same decode batch, ends OK."""
+    other = Streamer(small.target, request("A calm sentence.", 60))
+    other.start()
+    assert other.first.wait(30)
+    bad = Streamer(small.target, request("This goes BOOM.", 60))
+    bad.start()
+    assert bad.result() == grpc.StatusCode.INTERNAL
+    assert other.result() == grpc.StatusCode.OK
     assert "Traceback" not in bad.details and len(bad.details) < 300
     assert "BOOM" in bad.details
     wait_until(lambda: engine_idle(small), 5, "slots to be released")
@@ -357,14 +367,17 @@ def test_broken_engine_turns_not_serving_and_the_server_exits_nonzero(tiny_model
     """A fault that leaves the engine unusable (every step fails) must not limp on: the stream
     gets a clean error, health goes NOT_SERVING and `wait()` reports exit code 1 so a supervisor
     restarts the process."""
-    with InProcessServer(tiny_server_config(DEV_MODEL_CACHE, max_streams=2)) as srv:
+    config = tiny_server_config(DEV_MODEL_CACHE, max_streams=2)
+    runners: list[FaultyRunner] = []
+
+    def faulty() -> FaultyRunner:
+        runners.append(FaultyRunner(config))
+        return runners[-1]
+
+    with InProcessServer(config, runner_factory=faulty) as srv:
         assert srv.server is not None
         engine = srv.server.engine
-
-        def broken_execute(plan):
-            raise RuntimeError("device lost")
-
-        engine.runner.execute = broken_execute
+        runners[0].broken = True
         # One failed step may be one bad request; three in a row mean the engine is broken.
         for _ in range(3):
             s = Streamer(srv.target, request("Doomed.", 40))

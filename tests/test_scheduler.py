@@ -3,21 +3,25 @@ hand-written `ModelOutput` (what it sampled), so each test reads as one step of 
 
 import pytest
 
-from chattts_server.engine.request import EngineRequest, Phase, RequestStatus
+from chattts_server.engine.request import EngineRequest, RequestStatus
 from chattts_server.engine.scheduler import Scheduler
-from chattts_server.engine.step_io import ModelOutput, Sampled
-from chattts_server.engine.types import (
-    InvalidRequestError,
-    SamplingParams,
-    UtteranceRequest,
-)
+from chattts_server.engine.step_io import ModelOutput, PreparedPrompt, Sampled
+from chattts_server.engine.types import InvalidRequestError
+
+SCHEDULER = Scheduler(num_slots=1, max_tokens=4096, prefill_chunk_tokens=64)
 
 
-def req(
-    name: str, prompt_len: int = 10, max_new: int = 20, phase: Phase = Phase.CODES
-) -> EngineRequest:
-    params = UtteranceRequest(name, "text", sampling=SamplingParams(max_new_tokens=max_new))
-    return EngineRequest(params, phase, prompt_len, max_new, "text", submitted_at=0.0)
+def req(name: str, prompt_len: int = 10, max_new: int = 20, final: bool = True) -> EngineRequest:
+    """A request whose first pass has begun, as `EngineCore.add_request` leaves it."""
+    request = EngineRequest(name, submitted_at=0.0)
+    SCHEDULER.begin_pass(request, PreparedPrompt(prompt_len, max_new, final=final))
+    return request
+
+
+def budget(s: Scheduler, prompt_len: int, max_new: int | None, min_new: int = 0) -> int:
+    request = EngineRequest("budget", submitted_at=0.0)
+    s.begin_pass(request, PreparedPrompt(prompt_len, max_new, min_new))
+    return request.max_new_tokens
 
 
 def prefilled(s: Scheduler, *requests: EngineRequest) -> None:
@@ -36,7 +40,7 @@ def test_admits_into_free_slots_lowest_first_and_queues_the_rest():
     plan = s.schedule()
     assert [(n.request_id, n.slot_id) for n in plan.new_slots] == [("a", 0), ("b", 1)]
     assert [ch.slot_id for ch in plan.prefill] == [0, 1]
-    assert [p.slot_id for p in plan.pass_starts] == [0, 1]
+    assert all(ch.completes_prompt for ch in plan.prefill)
     assert c.status is RequestStatus.WAITING and c.slot_id is None
     assert s.num_free_slots == 0
 
@@ -70,11 +74,10 @@ def test_end_token_finishes_with_eos_and_the_budget_with_max_tokens():
         plan, ModelOutput(sampled=[Sampled(0, True), Sampled(1, False)])
     )
     assert decisions.finished == [a] and a.finish_reason == "eos"
-    assert a.num_audio_tokens == 1  # the prefill's token; the end code is not audio
     plan = s.schedule()
     decisions = s.update_from_output(plan, ModelOutput(sampled=[Sampled(1, False)]))
     assert decisions.finished == [b] and b.finish_reason == "max_tokens"
-    assert b.num_audio_tokens == 3 and s.num_free_slots == 2
+    assert b.num_generated == 3 and s.num_free_slots == 2
 
 
 def test_finished_slot_is_reused_by_the_waiting_request():
@@ -135,27 +138,40 @@ def test_max_streams_is_the_slot_count():
 
 def test_budget_is_clamped_to_the_slot_and_a_prompt_that_leaves_no_room_is_refused():
     s = Scheduler(num_slots=1, max_tokens=50, prefill_chunk_tokens=64, max_new_tokens=30)
-    assert s.fit(40, None) == 10
-    assert s.fit(10, None) == 30
-    assert s.fit(10, 5) == 5
+    assert budget(s, 40, None) == 10
+    assert budget(s, 10, None) == 30
+    assert budget(s, 10, 5) == 5
     with pytest.raises(InvalidRequestError):
-        s.fit(50, None)
+        budget(s, 50, None)
     with pytest.raises(InvalidRequestError):
-        s.fit(45, None, min_new_tokens=8)
-    with pytest.raises(InvalidRequestError):
-        s.add(req("big", prompt_len=40, max_new=20))
+        budget(s, 45, None, min_new=8)
+    assert budget(s, 40, 20) == 10  # the request's own cap is clamped to the slot too
 
 
 def test_refine_pass_end_moves_to_the_code_pass_on_the_same_slot():
     s = Scheduler(num_slots=1, max_tokens=100, prefill_chunk_tokens=64)
-    a = req("a", prompt_len=10, max_new=30, phase=Phase.REFINE)
+    a = req("a", prompt_len=10, max_new=30, final=False)
     s.add(a)
     prefilled(s, a)
     plan = s.schedule()
     decisions = s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, True)]))
     assert decisions.next_pass == [a] and decisions.finished == []
-    s.begin_pass(a, Phase.CODES, prompt_len=12)
+    s.begin_pass(a, PreparedPrompt(12, 30))
     plan = s.schedule()
     assert plan.prefill[0].slot_id == 0 and plan.prefill[0].length == 12
-    assert plan.pass_starts[0].phase is Phase.CODES and a.slot_id == 0
+    assert plan.prefill[0].completes_prompt and a.slot_id == 0 and a.final_pass
     assert a.max_new_tokens == 30 and a.num_generated == 0
+
+
+def test_a_slot_the_runner_failed_alone_ends_with_an_error_and_frees_its_slot():
+    s = Scheduler(num_slots=2, max_tokens=100, prefill_chunk_tokens=64)
+    a, b = req("a"), req("b")
+    s.add(a)
+    s.add(b)
+    prefilled(s, a, b)
+    plan = s.schedule()
+    output = ModelOutput(sampled=[Sampled(0, False), Sampled(1, False)], failed={0: "nan"})
+    decisions = s.update_from_output(plan, output)
+    assert decisions.failed == [(a, "nan")] and a.finish_reason == "error"
+    assert b.num_generated == 2 and a.num_generated == 1
+    assert s.schedule().released == [0]

@@ -65,13 +65,12 @@ def stream_all(
         n = push_sizes[i % len(push_sizes)]
         stream.push(hiddens[pos : pos + n])
         pos, i = pos + n, i + 1
-        for got, pcm in sd.step([stream]):
-            assert got is stream and pcm.dtype == np.float32
+        for key, pcm in sd.step({0: stream}).items():
+            assert key == 0 and pcm.dtype == np.float32
             parts.append(pcm)
             if on_step is not None:
                 on_step(stream)
-    [(got, pcm)] = sd.finish([stream])
-    parts.append(pcm)
+    parts.append(sd.finish({0: stream})[0])
     assert stream.done and stream.buffered_tokens == 0
     return np.concatenate(parts)
 
@@ -128,8 +127,8 @@ def test_short_streams_and_empty_stream(decoder, vocoder) -> None:
             assert streamed.shape == reference.shape
             assert np.abs(streamed - reference).max() <= EXACT_TOL
     stream = sd.open()
-    [(got, pcm)] = sd.finish([stream])
-    assert got is stream and pcm.shape == (0,) and stream.done
+    out = sd.finish({7: stream})
+    assert list(out) == [7] and out[7].shape == (0,) and stream.done
     with pytest.raises(RuntimeError):
         stream.push(hidden_walk(1))
 
@@ -148,19 +147,19 @@ def test_batched_streams_equal_each_alone(decoder, mode) -> None:
     alone = [stream_all(StreamingDecoder(decoder, vocoder), h, config) for h in inputs]
 
     streams = [sd.open(config) for _ in lengths]
-    parts: dict[int, list[np.ndarray]] = {id(s): [] for s in streams}
+    parts: dict[int, list[np.ndarray]] = {i: [] for i in range(len(streams))}
     for t in range(max(lengths)):
-        live = []
-        for stream, hiddens in zip(streams, inputs, strict=True):
+        live = {}
+        for i, (stream, hiddens) in enumerate(zip(streams, inputs, strict=True)):
             if t < len(hiddens):
                 stream.push(hiddens[t : t + 1])
-                live.append(stream)
-        for stream, pcm in sd.step(live):
-            parts[id(stream)].append(pcm)
-        ended = [s for s, h in zip(streams, inputs, strict=True) if t == len(h) - 1]
-        for stream, pcm in sd.finish(ended):
-            parts[id(stream)].append(pcm)
-    batched = [np.concatenate(parts[id(s)]) for s in streams]
+                live[i] = stream
+        for i, pcm in sd.step(live).items():
+            parts[i].append(pcm)
+        ended = {i: s for i, s in enumerate(streams) if t == len(inputs[i]) - 1}
+        for i, pcm in sd.finish(ended).items():
+            parts[i].append(pcm)
+    batched = [np.concatenate(parts[i]) for i in range(len(streams))]
     for got, want in zip(batched, alone, strict=True):
         assert got.shape == want.shape
         assert np.abs(got - want).max() <= 1e-5
@@ -176,8 +175,8 @@ def test_ready_chunks_of_several_streams_share_one_call(decoder) -> None:
     for stream, n in zip(streams, (60, 70, 100), strict=True):
         stream.push(hidden_walk(n, seed=n))
     calls = sd.num_decoder_calls, sd.num_vocoder_calls
-    out = sd.step(streams)
-    assert {id(s) for s, _ in out} == {id(s) for s in streams}
+    out = sd.step(dict(enumerate(streams)))
+    assert set(out) == {0, 1, 2}
     assert sum(s.num_chunks for s in streams) == 1 + 1 + 2
     assert (sd.num_decoder_calls, sd.num_vocoder_calls) == (calls[0] + 1, calls[1] + 1)
 
@@ -198,7 +197,7 @@ def test_short_lookahead_streams_in_steady_state_share_one_call(decoder) -> None
             if 0 <= step - start < len(hiddens):
                 stream.push(hiddens[step - start : step - start + 1])
         calls = sd.num_decoder_calls, sd.num_vocoder_calls
-        out = sd.step(streams)
+        out = sd.step(dict(enumerate(streams)))
         if len(out) == 3 and min(s._next_token for s in streams) > 52 + 8:
             steady_steps += 1
             assert (sd.num_decoder_calls, sd.num_vocoder_calls) == (calls[0] + 1, calls[1] + 1)

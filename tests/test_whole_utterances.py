@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_server.engine.runner import ModelRunner
 from conftest import DEV_MODEL_CACHE
 from serverutil import InProcessServer, tiny_server_config
 
@@ -25,18 +26,21 @@ WAIT_S = 60.0
 def eager_to_end(tiny_model_dir):
     """A server whose model always prefers the end code: its audio-head logits are shifted so
     the end code wins every draw it is allowed to win (a model that wants silence)."""
-    with InProcessServer(tiny_server_config(DEV_MODEL_CACHE, max_streams=2)) as srv:
-        assert srv.server is not None
-        runner = srv.server.engine.runner
-        sample = runner.code_sampler.sample
-        eos = runner.eos_code
+    config = tiny_server_config(DEV_MODEL_CACHE, max_streams=2)
+
+    def prefer_end_runner() -> ModelRunner:
+        runner = ModelRunner.load(config.model, config.engine)
+        sample, eos = runner.code_sampler.sample, runner.eos_code
 
         def prefer_end(slot_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
             logits = logits.clone()
             logits[..., eos] += 1e4
             return sample(slot_ids, logits)
 
-        runner.code_sampler.sample = prefer_end
+        runner.code_sampler.sample = prefer_end  # type: ignore[method-assign]
+        return runner
+
+    with InProcessServer(config, runner_factory=prefer_end_runner) as srv:
         yield srv
 
 

@@ -9,20 +9,29 @@ client slows only itself and never grows memory.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from .types import AudioChunk, EngineEvent, UtteranceRequest
 
-_FAILED = object()
+
+@dataclass(frozen=True)
+class _Failed:
+    """The request ended with `error` (raised to the reader)."""
+
+    error: BaseException
 
 
 class RequestHandle:
     def __init__(
-        self, request: UtteranceRequest, loop: asyncio.AbstractEventLoop, wake_engine: Any
+        self,
+        request: UtteranceRequest,
+        loop: asyncio.AbstractEventLoop,
+        wake_engine: Callable[[], None],
     ) -> None:
         self.request = request
         self.loop = loop
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue: asyncio.Queue[EngineEvent | _Failed] = asyncio.Queue()
         self._wake_engine = wake_engine
         self.produced = 0
         """Audio chunks emitted (written by the engine thread only)."""
@@ -50,16 +59,16 @@ class RequestHandle:
 
     def fail(self, error: BaseException) -> None:
         self.finished = True
-        self.loop.call_soon_threadsafe(self._queue.put_nowait, (_FAILED, error))
+        self.loop.call_soon_threadsafe(self._queue.put_nowait, _Failed(error))
 
     # -- event loop ------------------------------------------------------------------------
 
     async def next_event(self) -> EngineEvent:
         item = await self._queue.get()
-        if isinstance(item, tuple) and item and item[0] is _FAILED:
-            raise item[1]
+        if isinstance(item, _Failed):
+            raise item.error
         if isinstance(item, AudioChunk):
             self.consumed += 1
             if self.paused:
                 self._wake_engine()
-        return item  # type: ignore[no-any-return]
+        return item

@@ -14,6 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import EngineConfig, ModelConfig
@@ -38,6 +39,25 @@ _PAUSED_WAIT_S = 0.05
 """With every running request paused on its reader, wait this long for a wake-up."""
 
 
+@dataclass(frozen=True)
+class _Submit:
+    handle: RequestHandle
+
+
+@dataclass(frozen=True)
+class _Cancel:
+    handle: RequestHandle
+    """Its reader went away before the last event."""
+
+
+@dataclass(frozen=True)
+class _Wake:
+    """Look again: a paused reader caught up, or the engine is stopping."""
+
+
+_Command = _Submit | _Cancel | _Wake
+
+
 class ChatTTSEngine:
     """Implements the `Engine` protocol over an `EngineCore` on a dedicated thread."""
 
@@ -50,7 +70,7 @@ class ChatTTSEngine:
         self.model_config = model_config
         self.config = engine_config
         self._runner_factory = runner_factory
-        self._commands: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[_Command] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name="chattts-engine", daemon=True)
         self._ready = threading.Event()
         self._stopping = threading.Event()
@@ -62,7 +82,6 @@ class ChatTTSEngine:
         self._stats = EngineStats(0, 0, engine_config.max_streams, 0)
         self._on_ready: Callable[[], None] = lambda: None
         self._on_fatal: Callable[[BaseException], None] = lambda exc: None
-        self._fault_hook: Callable[[UtteranceRequest], None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -76,7 +95,7 @@ class ChatTTSEngine:
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stopping.set()
-        self._commands.put(("wake", None))
+        self._commands.put(_Wake())
         if self._thread.is_alive():
             self._thread.join(timeout_s)
 
@@ -93,22 +112,6 @@ class ChatTTSEngine:
         assert self._model_info is not None, "model_info is published when the engine is ready"
         return self._model_info
 
-    @property
-    def runner(self) -> Any:
-        """The model runner (tests replace its methods to inject faults)."""
-        return None if self.core is None else self.core.runner
-
-    @property
-    def fault_hook(self) -> Callable[[UtteranceRequest], None] | None:
-        """Test seam: called on the engine thread for each request of each step; may raise."""
-        return self._fault_hook
-
-    @fault_hook.setter
-    def fault_hook(self, hook: Callable[[UtteranceRequest], None] | None) -> None:
-        self._fault_hook = hook
-        if self.core is not None:
-            self.core.fault_hook = hook
-
     def stats(self) -> EngineStats:
         """The snapshot published after the engine's last step."""
         return self._stats
@@ -119,7 +122,7 @@ class ChatTTSEngine:
         if not self.ready:
             raise EngineUnavailableError("engine is not ready")
         handle = RequestHandle(request, asyncio.get_running_loop(), self._wake)
-        self._commands.put(("submit", handle))
+        self._commands.put(_Submit(handle))
         try:
             while True:
                 event = await handle.next_event()
@@ -129,10 +132,10 @@ class ChatTTSEngine:
         finally:
             handle.closed = True
             if not handle.finished:
-                self._commands.put(("cancel", handle))
+                self._commands.put(_Cancel(handle))
 
     def _wake(self) -> None:
-        self._commands.put(("wake", None))
+        self._commands.put(_Wake())
 
     # -- the engine thread -----------------------------------------------------------------
 
@@ -148,7 +151,6 @@ class ChatTTSEngine:
             if self.config.warmup:
                 runner.warmup(self.config.max_streams)
             self.core = EngineCore.from_config(runner, self.config, is_paused=self._is_paused)
-            self.core.fault_hook = self._fault_hook
             self._model_info = runner.info
             log.info("engine ready in %.1f s", time.monotonic() - started)
             self._ready.set()
@@ -187,13 +189,13 @@ class ChatTTSEngine:
                 commands.append(self._commands.get_nowait())
             except queue.Empty:
                 break
-        for kind, handle in commands:
-            if kind == "submit":
-                self._submit(core, handle)
-            elif (
-                kind == "cancel" and self._handles.pop(handle.request.request_id, None) is not None
-            ):
-                core.abort_request(handle.request.request_id)
+        for command in commands:
+            if isinstance(command, _Submit):
+                self._submit(core, command.handle)
+            elif isinstance(command, _Cancel):
+                request_id = command.handle.request.request_id
+                if self._handles.pop(request_id, None) is not None:
+                    core.abort_request(request_id)
         self._stats = core.stats()
 
     def _submit(self, core: EngineCore, handle: RequestHandle) -> None:
@@ -239,8 +241,8 @@ class ChatTTSEngine:
         self._handles.clear()
         while True:
             try:
-                kind, handle = self._commands.get_nowait()
+                command = self._commands.get_nowait()
             except queue.Empty:
                 break
-            if kind == "submit":
-                handle.fail(error)
+            if isinstance(command, _Submit):
+                command.handle.fail(error)

@@ -9,6 +9,7 @@ It reports what it sampled (`ModelOutput`); it never decides that a request stop
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from dataclasses import dataclass, field, replace
@@ -29,12 +30,10 @@ from ..model.receptive_field import FRAMES_PER_TOKEN
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
 from .prompts import PromptBuilder
-from .request import Phase
 from .slot_sampler import SlotSampler
 from .step_io import (
     FinishedAudio,
     ModelOutput,
-    PassStart,
     PreparedPrompt,
     Sampled,
     SchedulerOutput,
@@ -61,9 +60,17 @@ def build_streaming_decoder(
     return StreamingDecoder(modules.decoder, vocoder, chunking, device)
 
 
+class Phase(enum.Enum):
+    REFINE = "refine"
+    """ChatTTS's refine-text pass: the text head rewrites the sentence with prosody tags."""
+    CODES = "codes"
+    """Audio codes: the audio heads, with every hidden state streamed to the Decoder."""
+
+
 @dataclass
 class _SlotState:
-    """The tensors and decode state of the request in one slot (or waiting for one)."""
+    """What the request in one slot (or waiting for one) asks and has made: the runner's
+    share of a request (the scheduler keeps its slot, counters and budget)."""
 
     params: UtteranceRequest
     phase: Phase
@@ -235,14 +242,13 @@ class ModelRunner:
         Raises InvalidRequestError (e.g. a malformed speaker embedding) or ValueError."""
         text = self.prompts.normalize(params.text)
         if params.refine.enabled:
-            phase = Phase.REFINE
             prompt = self.prompts.refine_prompt(text, params.refine.prompt())
+            state = _SlotState(params, Phase.REFINE, prompt.embeds.to(self.dtype), text)
         else:
-            phase = Phase.CODES
             prompt = self.prompts.code_prompt(text, params.voice, params.speed)
-        state = _SlotState(params, phase, prompt.embeds.to(self.dtype), text)
+            state = _SlotState(params, Phase.CODES, prompt.embeds.to(self.dtype), text)
         self._pending[request_id] = state
-        return PreparedPrompt(phase, int(state.prompt.shape[0]), text)
+        return self._prepared(state)
 
     def start_code_pass(self, slot_id: int) -> PreparedPrompt:
         """After the refine pass: the audio-code prompt from the refined text, same slot."""
@@ -252,32 +258,42 @@ class ModelRunner:
         prompt = self.prompts.code_prompt(refined, p.voice, p.speed)
         state.phase, state.text, state.text_tokens = Phase.CODES, refined, []
         state.prompt = prompt.embeds.to(self.dtype)
-        return PreparedPrompt(Phase.CODES, int(state.prompt.shape[0]), refined)
+        return self._prepared(state)
+
+    @staticmethod
+    def _prepared(state: _SlotState) -> PreparedPrompt:
+        prompt_len = int(state.prompt.shape[0])
+        if state.phase is Phase.REFINE:
+            return PreparedPrompt(prompt_len, REFINE_SAMPLING.max_new_tokens, final=False)
+        s = state.params.sampling
+        return PreparedPrompt(prompt_len, s.max_new_tokens, s.min_new_tokens)
 
     def finish(self, slot_ids: list[int]) -> dict[int, FinishedAudio]:
         """End the utterances in `slot_ids`: flush their decoders (batched), drop their state."""
         states = {slot_id: self._slots.pop(slot_id) for slot_id in slot_ids}
-        streams = [s.stream for s in states.values() if s.stream is not None]
-        tails = {id(stream): pcm for stream, pcm in self.decoder.finish(streams)}
+        tails = self.decoder.finish(
+            {slot_id: s.stream for slot_id, s in states.items() if s.stream is not None}
+        )
         empty = np.zeros(0, dtype=np.float32)
         return {
             slot_id: FinishedAudio(
-                pcm=tails.get(id(state.stream), empty),
+                pcm=tails.get(slot_id, empty),
+                text=state.text,
                 codes=np.asarray(state.codes, dtype=np.int64).reshape(-1, self.num_vq),
             )
             for slot_id, state in states.items()
         }
 
-    def _begin_pass(self, start: PassStart, state: _SlotState) -> None:
+    def _begin_pass(self, slot_id: int, state: _SlotState) -> None:
         """Set up sampling (and audio streaming) when a pass's prefill completes."""
-        p = start.params
-        if start.phase is Phase.CODES:
+        p = state.params
+        if state.phase is Phase.CODES:
             # At least one audio token: never a silent sentence (upstream regenerates instead).
             sampling = replace(p.sampling, min_new_tokens=max(1, p.sampling.min_new_tokens))
-            self.code_sampler.set_row(start.slot_id, sampling)
+            self.code_sampler.set_row(slot_id, sampling)
             state.stream = self.decoder.open(self.decoder.default_config.with_options(p.chunking))
         else:
-            self.text_sampler.set_row(start.slot_id, replace(REFINE_SAMPLING, seed=p.sampling.seed))
+            self.text_sampler.set_row(slot_id, replace(REFINE_SAMPLING, seed=p.sampling.seed))
 
     # -- one engine step ---------------------------------------------------------------------
 
@@ -290,7 +306,6 @@ class ModelRunner:
         for new in plan.new_slots:
             self._slots[new.slot_id] = self._pending.pop(new.request_id)
 
-        starts = {s.slot_id: s for s in plan.pass_starts}
         rows: list[tuple[int, torch.Tensor]] = []
         for chunk in plan.prefill:
             state = self._slots[chunk.slot_id]
@@ -301,7 +316,7 @@ class ModelRunner:
                 self.cache,
             )
             if chunk.completes_prompt:
-                self._begin_pass(starts[chunk.slot_id], state)
+                self._begin_pass(chunk.slot_id, state)
                 rows.append((chunk.slot_id, hidden[-1]))
         if plan.decode:
             slot_ids = torch.tensor(
@@ -319,6 +334,7 @@ class ModelRunner:
             rows.extend(zip([r.slot_id for r in plan.decode], hidden, strict=True))
 
         output = ModelOutput()
+        rows = self._finite_rows(rows, output)
         code_rows = [(s, h) for s, h in rows if self._slots[s].phase is Phase.CODES]
         text_rows = [(s, h) for s, h in rows if self._slots[s].phase is Phase.REFINE]
         if code_rows:
@@ -327,6 +343,21 @@ class ModelRunner:
             self._text_step(text_rows, output)
         self._decode_audio([s for s, _ in code_rows], output)
         return output
+
+    @staticmethod
+    def _finite_rows(
+        rows: list[tuple[int, torch.Tensor]], output: ModelOutput
+    ) -> list[tuple[int, torch.Tensor]]:
+        """Rows whose hidden state is finite; a NaN or inf (a broken prompt or speaker, an
+        overflow in half precision) fails that request alone, not the step."""
+        if not rows:
+            return rows
+        finite = torch.isfinite(torch.stack([h for _, h in rows])).all(dim=1).tolist()
+        for (slot_id, _), ok in zip(rows, finite, strict=True):
+            if not ok:
+                log.error("slot %d: the model produced a non-finite hidden state", slot_id)
+                output.failed[slot_id] = "the model produced a non-finite hidden state"
+        return [row for row, ok in zip(rows, finite, strict=True) if ok]
 
     def _code_step(self, rows: list[tuple[int, torch.Tensor]], output: ModelOutput) -> None:
         slots = [s for s, _ in rows]
@@ -369,14 +400,10 @@ class ModelRunner:
 
     def _decode_audio(self, slot_ids: list[int], output: ModelOutput) -> None:
         """Run the streaming decoder for every stream that has a chunk ready (batched)."""
-        streams = {
-            id(stream): (slot_id, stream)
-            for slot_id in slot_ids
-            if (stream := self._slots[slot_id].stream) is not None
-        }
-        for stream, pcm in self.decoder.step(stream for _, stream in streams.values()):
+        streams = {s: stream for s in slot_ids if (stream := self._slots[s].stream) is not None}
+        for slot_id, pcm in self.decoder.step(streams).items():
             if pcm.size:
-                output.audio.setdefault(streams[id(stream)][0], []).append(pcm)
+                output.audio.setdefault(slot_id, []).append(pcm)
 
     # -- warm-up -----------------------------------------------------------------------------
 
@@ -415,7 +442,7 @@ class ModelRunner:
             torch.einsum("bd,qvd->bqv", hidden.float(), self.head_code)
         stream = self.decoder.open()
         stream.push(torch.zeros(24, d, device=self.device))
-        self.decoder.finish([stream])
+        self.decoder.finish({0: stream})
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         log.info("warm-up (decode batches %s) took %.2f s", sizes, time.monotonic() - started)

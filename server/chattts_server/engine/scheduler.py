@@ -13,13 +13,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .request import EngineRequest, Phase, RequestStatus
+from .request import EngineRequest, RequestStatus
 from .step_io import (
     DecodeRow,
     ModelOutput,
     NewSlot,
-    PassStart,
     PrefillChunk,
+    PreparedPrompt,
     SchedulerOutput,
 )
 from .types import InvalidRequestError
@@ -33,8 +33,10 @@ class StepDecisions:
     """Utterances complete ('eos' or 'max_tokens'); their slots are free, their audio tail is
     still in the runner (flush it with `ModelRunner.finish`)."""
     next_pass: list[EngineRequest] = field(default_factory=list)
-    """Refine passes that ended: they keep their slot and need their audio-code prompt
-    (`ModelRunner.start_code_pass`, then `Scheduler.begin_pass`)."""
+    """Passes that ended but not the utterance (refine): they keep their slot and need their
+    next prompt (`ModelRunner.start_code_pass`, then `Scheduler.begin_pass`)."""
+    failed: list[tuple[EngineRequest, str]] = field(default_factory=list)
+    """Requests whose work failed alone in the runner, with its reason; their slots are free."""
 
 
 class Scheduler:
@@ -69,24 +71,26 @@ class Scheduler:
 
     # -- requests in ---------------------------------------------------------------------
 
-    def fit(self, prompt_len: int, max_new_tokens: int | None, min_new_tokens: int = 0) -> int:
-        """A pass's token budget, clamped to the room a slot has left after its prompt."""
-        room = self.max_tokens - prompt_len
-        need = max(1, min_new_tokens)
+    def begin_pass(self, request: EngineRequest, prepared: PreparedPrompt) -> None:
+        """Set up a pass (the first, or the next on the slot the request holds): its prompt
+        length and its token budget, clamped to the room the slot has after the prompt.
+        Raises InvalidRequestError when the prompt leaves too little room."""
+        room = self.max_tokens - prepared.prompt_len
+        need = max(1, prepared.min_new_tokens)
         if room < need:
             raise InvalidRequestError(
                 "text",
-                f"the prompt takes {prompt_len} of the {self.max_tokens} positions of a KV slot "
-                f"(--max-tokens), leaving too few for {need} tokens",
+                f"the prompt takes {prepared.prompt_len} of the {self.max_tokens} positions of a "
+                f"KV slot (--max-tokens), leaving too few for {need} tokens",
             )
-        return min(max_new_tokens or self.max_new_tokens, room)
+        request.max_new_tokens = min(prepared.max_new_tokens or self.max_new_tokens, room)
+        request.prompt_len = prepared.prompt_len
+        request.final_pass = prepared.final
+        request.num_prefilled = 0
+        request.num_generated = 0
 
     def add(self, request: EngineRequest) -> None:
-        """Queue a request whose prompt and budget fit a slot (see `fit`)."""
-        if request.prompt_len + request.max_new_tokens > self.max_tokens:
-            raise InvalidRequestError(
-                "text", f"prompt and token budget exceed the {self.max_tokens} positions of a slot"
-            )
+        """Queue a request whose first pass has begun (`begin_pass`)."""
         request.status = RequestStatus.WAITING
         self.waiting.append(request)
 
@@ -125,8 +129,6 @@ class Scheduler:
                 length = min(budget, request.prompt_len - request.num_prefilled)
                 completes = request.num_prefilled + length >= request.prompt_len
                 plan.prefill.append(PrefillChunk(slot_id, request.num_prefilled, length, completes))
-                if completes:
-                    plan.pass_starts.append(PassStart(slot_id, request.phase, request.params))
                 budget -= length
         return plan
 
@@ -135,30 +137,23 @@ class Scheduler:
         decisions = StepDecisions()
         for chunk in plan.prefill:
             self.running[chunk.slot_id].num_prefilled += chunk.length
+        for slot_id, reason in output.failed.items():
+            request = self.running[slot_id]
+            self._finish(request, "error")
+            decisions.failed.append((request, reason))
         for sampled in output.sampled:
+            if sampled.slot_id in output.failed:
+                continue
             request = self.running[sampled.slot_id]
             request.num_generated += 1
-            if request.phase is Phase.CODES and not sampled.is_end:
-                request.num_audio_tokens += 1
             if not (sampled.is_end or request.num_generated >= request.max_new_tokens):
                 continue
-            if request.phase is Phase.REFINE:
+            if not request.final_pass:
                 decisions.next_pass.append(request)
             else:
                 self._finish(request, "eos" if sampled.is_end else "max_tokens", release=False)
                 decisions.finished.append(request)
         return decisions
-
-    def begin_pass(self, request: EngineRequest, phase: Phase, prompt_len: int) -> None:
-        """Start the request's next pass on the slot it holds (audio codes after refine)."""
-        sampling = request.params.sampling
-        request.max_new_tokens = self.fit(
-            prompt_len, sampling.max_new_tokens, sampling.min_new_tokens
-        )
-        request.phase = phase
-        request.prompt_len = prompt_len
-        request.num_prefilled = 0
-        request.num_generated = 0
 
     def fail(self, request: EngineRequest) -> None:
         """End a request that failed on its own; its slot's state is dropped next step."""

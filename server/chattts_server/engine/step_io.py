@@ -13,18 +13,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .request import Phase
-from .types import UtteranceRequest
-
 
 @dataclass(frozen=True)
 class PreparedPrompt:
-    """What the runner tells the core about a pass's prompt (`prepare`, `start_code_pass`)."""
+    """A pass the runner has built a prompt for (`prepare`, `start_code_pass`): what the
+    scheduler needs to give it a budget and to know what its end means."""
 
-    phase: Phase
     prompt_len: int
-    text: str
-    """The text the prompt was built from: normalized, or refined for the code pass."""
+    max_new_tokens: int | None
+    """The pass's token cap as the request asks (None: the server's); clamped to the slot."""
+    min_new_tokens: int = 0
+    final: bool = True
+    """Its end ends the utterance; False for the refine pass (audio codes follow, same slot)."""
 
 
 @dataclass(frozen=True)
@@ -59,17 +59,6 @@ class DecodeRow:
     """KV position of its input, the token sampled last step."""
 
 
-@dataclass(frozen=True)
-class PassStart:
-    """A slot whose prefill completes this step starts a pass: set up its sampling (and, for
-    audio codes, its streaming decoder) from these parameters."""
-
-    slot_id: int
-    phase: Phase
-    params: UtteranceRequest
-    """The request's sampling, chunking, voice and refine settings."""
-
-
 @dataclass
 class SchedulerOutput:
     """What the runner does in one step. Field order is execution order."""
@@ -82,9 +71,8 @@ class SchedulerOutput:
     new_slots: list[NewSlot] = field(default_factory=list)
     """Requests that took a slot this step."""
     prefill: list[PrefillChunk] = field(default_factory=list)
-    """Prompt chunks to write into the KV cache, at most the scheduler's token budget."""
-    pass_starts: list[PassStart] = field(default_factory=list)
-    """Slots whose prefill completes this step (a subset of `prefill`'s slots)."""
+    """Prompt chunks to write into the KV cache, at most the scheduler's token budget; a chunk
+    that completes its prompt starts the slot's pass (the runner knows which pass it is)."""
     decode: list[DecodeRow] = field(default_factory=list)
     """Slots that decode one token, in slot order (so a packed batch is a cache view)."""
 
@@ -117,6 +105,9 @@ class ModelOutput:
     decode row."""
     audio: dict[int, list[np.ndarray]] = field(default_factory=dict)
     """PCM chunks (float32 mono at the model's rate) that became ready, in order, per slot."""
+    failed: dict[int, str] = field(default_factory=dict)
+    """Slots whose work failed alone (e.g. a non-finite hidden state), with a short reason:
+    they end with an error, the step's other slots go on."""
 
 
 @dataclass(frozen=True)
@@ -125,5 +116,7 @@ class FinishedAudio:
 
     pcm: np.ndarray
     """The last samples (may be empty)."""
+    text: str
+    """The text spoken: normalized, and refined if the refine pass ran."""
     codes: np.ndarray
     """(num_tokens, num_vq) int64 audio codes of the utterance (for parity tests and debugging)."""

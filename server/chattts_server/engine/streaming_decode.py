@@ -25,7 +25,7 @@ Runs on the engine thread only; nothing here locks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -41,6 +41,9 @@ from ..model.receptive_field import (
 )
 from ..model.vocoders import Vocoder, num_samples
 from .types import ChunkingOptions
+
+K = TypeVar("K")
+"""A stream's key in `StreamingDecoder.step` (the runner uses slot ids)."""
 
 _MAX_TOKENS = 4096  # the GPT's max_position_embeddings: no window is ever longer
 
@@ -377,36 +380,36 @@ class StreamingDecoder:
 
     # -- public steps ------------------------------------------------------------------------
 
-    def step(self, streams: Iterable[DecodeStream]) -> list[tuple[DecodeStream, np.ndarray]]:
-        """Decode every ready chunk of `streams` (batched); PCM for each stream that had one.
+    def step(self, streams: Mapping[K, DecodeStream]) -> dict[K, np.ndarray]:
+        """Decode every ready chunk of `streams` (batched, by any key: the runner's slot ids);
+        PCM for each stream that had one, under its key.
 
         A stream is ready when `lookahead_tokens` exist past its next chunk, or it has ended
         with tokens left (then everything left is decoded, in chunks of at most the cap).
         """
-        streams = list(streams)
-        chunks = [chunk for stream in streams for chunk in self._plan(stream)]
-        out: dict[int, tuple[DecodeStream, list[np.ndarray]]] = {}
-        if chunks:
+        planned = [(key, chunk) for key, stream in streams.items() for chunk in self._plan(stream)]
+        out: dict[K, list[np.ndarray]] = {}
+        if planned:
+            chunks = [chunk for _, chunk in planned]
             with torch.inference_mode():
                 self._run_decoder(chunks)
                 self._run_vocoder(chunks)
-            for chunk in chunks:  # per stream in plan order: each seam needs the previous tail
-                out.setdefault(id(chunk.stream), (chunk.stream, []))[1].append(self._emit(chunk))
-        for stream in streams:
+            for key, chunk in planned:  # per stream in plan order: each seam needs the last tail
+                out.setdefault(key, []).append(self._emit(chunk))
+        for stream in streams.values():
             if stream.done:
                 stream._buf = None
             elif stream._buf is not None:
                 stream._compact()
-        return [(stream, np.concatenate(parts)) for stream, parts in out.values()]
+        return {key: np.concatenate(parts) for key, parts in out.items()}
 
-    def finish(self, streams: Iterable[DecodeStream]) -> list[tuple[DecodeStream, np.ndarray]]:
-        """End `streams` and flush them: one entry per stream (empty PCM if nothing was left)."""
-        streams = list(streams)
-        for stream in streams:
+    def finish(self, streams: Mapping[K, DecodeStream]) -> dict[K, np.ndarray]:
+        """End `streams` and flush them: one entry per key (empty PCM if nothing was left)."""
+        for stream in streams.values():
             stream.end()
-        flushed = {id(stream): pcm for stream, pcm in self.step(streams)}
+        flushed = self.step(streams)
         empty = np.zeros(0, dtype=np.float32)
-        return [(stream, flushed.get(id(stream), empty)) for stream in streams]
+        return {key: flushed.get(key, empty) for key in streams}
 
 
 def chunk_schedule(config: ChunkingConfig, num_tokens: int) -> list[int]:
