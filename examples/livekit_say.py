@@ -14,8 +14,8 @@ import wave
 from chattts_client.livekit import TTS
 
 
-async def say(target: str, out: str) -> float:
-    tts = TTS(target=target, voice="seed:1234")
+async def say(target: str, out: str, max_new_tokens: int | None = None) -> float:
+    tts = TTS(target=target, voice="seed:1234", max_new_tokens=max_new_tokens)
     stream = tts.stream()  # one segment: an agent opens one per reply
     for token in ["Hello", " from", " LiveKit", " Agents.", " Tokens", " stream", " in."]:
         stream.push_text(token)  # LLM tokens as they come
@@ -35,9 +35,14 @@ async def say(target: str, out: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="localhost:50051")
+    parser.add_argument(
+        "--max-new-tokens", type=int, help="cap on audio tokens per sentence (server default)"
+    )
     parser.add_argument("--out", default="livekit.wav")
     args = parser.parse_args()
-    print(f"wrote {args.out}: {asyncio.run(say(args.target, args.out)):.2f} s of audio")
+    print(
+        f"wrote {args.out}: {asyncio.run(say(args.target, args.out, args.max_new_tokens)):.2f} s of audio"
+    )
 
 
 if __name__ == "__main__":

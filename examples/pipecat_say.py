@@ -42,8 +42,8 @@ class WavSink(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-async def say(target: str, out: str) -> float:
-    tts = ChatTTSTTSService(target=target, voice="seed:1234")
+async def say(target: str, out: str, max_new_tokens: int | None = None) -> float:
+    tts = ChatTTSTTSService(target=target, voice="seed:1234", max_new_tokens=max_new_tokens)
     with wave.open(out, "wb") as wav:
         wav.setnchannels(1)
         wav.setsampwidth(2)
@@ -67,9 +67,14 @@ async def say(target: str, out: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="localhost:50051")
+    parser.add_argument(
+        "--max-new-tokens", type=int, help="cap on audio tokens per sentence (server default)"
+    )
     parser.add_argument("--out", default="pipecat.wav")
     args = parser.parse_args()
-    print(f"wrote {args.out}: {asyncio.run(say(args.target, args.out)):.2f} s of audio")
+    print(
+        f"wrote {args.out}: {asyncio.run(say(args.target, args.out, args.max_new_tokens)):.2f} s of audio"
+    )
 
 
 if __name__ == "__main__":

@@ -173,7 +173,16 @@ def test_readme_example_runs(server, tmp_path):
     out = tmp_path / "livekit.wav"
     script = REPO / "examples" / "livekit_say.py"
     result = subprocess.run(
-        [sys.executable, str(script), "--target", server.target, "--out", str(out)],
+        [
+            sys.executable,
+            str(script),
+            "--target",
+            server.target,
+            "--max-new-tokens",
+            "24",
+            "--out",
+            str(out),
+        ],
         env={**os.environ, "PYTHONPATH": str(REPO / "client")},
         capture_output=True,
         text=True,

@@ -190,7 +190,17 @@ def test_readme_example_runs(server, tmp_path):
     out = tmp_path / "pipecat.wav"
     script = REPO / "examples" / "pipecat_say.py"
     code = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-    printed = run_in(python, code, str(script), "--target", server.target, "--out", str(out))
+    printed = run_in(
+        python,
+        code,
+        str(script),
+        "--target",
+        server.target,
+        "--max-new-tokens",
+        "24",
+        "--out",
+        str(out),
+    )
     assert f"wrote {out}" in printed
     with wave.open(str(out)) as wav:
         assert wav.getframerate() == 24000 and wav.getnframes() > 0
