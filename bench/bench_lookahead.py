@@ -39,11 +39,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "client"), str(REPO / "server")]
 
-from chattts_server.engine.streaming_decode import (  # noqa: E402
-    ChunkingConfig,
-    StreamingDecoder,
-    chunk_schedule,
-)
+from chattts_server.engine.chunking import ChunkingConfig  # noqa: E402
+from chattts_server.engine.streaming_decode import StreamingDecoder, chunk_schedule  # noqa: E402
 from chattts_server.model.receptive_field import frames_to_tokens  # noqa: E402
 from chattts_server.model.vocos import VocosVocoder  # noqa: E402
 

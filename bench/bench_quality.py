@@ -46,8 +46,9 @@ from chattts_server.model.linear_modes import MODES, modes_for  # noqa: E402
 from chattts_server.model.llama import LlamaDecoder  # noqa: E402
 from chattts_server.model.loader import load_chattts  # noqa: E402
 from chattts_server.model.mel_decoder import decode_mel  # noqa: E402
+from chattts_server.model.quantize_policy import MIN_SNR_DB  # noqa: E402
 
-BUDGET_DB = 30.0
+BUDGET_DB = MIN_SNR_DB
 REFERENCE = "dense"
 
 

@@ -11,12 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from chattts_server.engine.streaming_decode import (
-    ChunkingConfig,
-    DecodeStream,
-    StreamingDecoder,
-    chunk_schedule,
-)
+from chattts_server.engine.chunking import ChunkingConfig
+from chattts_server.engine.streaming_decode import DecodeStream, StreamingDecoder, chunk_schedule
 from chattts_server.model.hifigan import HiFiGANVocoder
 from chattts_server.model.vocoders import Vocoder
 from chattts_server.model.vocos import VocosVocoder

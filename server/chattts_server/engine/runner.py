@@ -29,6 +29,7 @@ from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_devi
 from ..model.receptive_field import FRAMES_PER_TOKEN
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
+from .chunking import ChunkingConfig
 from .prompts import PromptBuilder
 from .slot_sampler import SlotSampler
 from .step_io import (
@@ -38,7 +39,7 @@ from .step_io import (
     Sampled,
     SchedulerOutput,
 )
-from .streaming_decode import ChunkingConfig, DecodeStream, StreamingDecoder
+from .streaming_decode import DecodeStream, StreamingDecoder
 from .types import REFINE_SAMPLING, ChunkingOptions, ModelInfo, UtteranceRequest, VoiceSpec
 
 log = logging.getLogger(__name__)

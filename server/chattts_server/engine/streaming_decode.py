@@ -26,7 +26,7 @@ Runs on the engine thread only; nothing here locks.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -40,54 +40,10 @@ from ..model.receptive_field import (
     combined_receptive_field_tokens,
 )
 from ..model.vocoders import Vocoder, num_samples
-from .types import ChunkingOptions
+from .chunking import ChunkingConfig
 
 K = TypeVar("K")
 """A stream's key in `StreamingDecoder.step` (the runner uses slot ids)."""
-
-_MAX_TOKENS = 4096  # the GPT's max_position_embeddings: no window is ever longer
-
-
-@dataclass(frozen=True)
-class ChunkingConfig:
-    """How a stream is cut into chunks. Token counts are GPT steps (2 mel frames, 512 samples)."""
-
-    # New tokens in a stream's first chunk: small, for a short time to first audio.
-    first_chunk_tokens: int = 8
-    # Each next chunk is this many times the previous one (1 = fixed size), up to the cap.
-    growth: float = 2.0
-    # Cap on new tokens per chunk; bounds the per-chunk cost and the gap between chunks.
-    max_chunk_tokens: int = 32
-    # Emitted tokens re-decoded as left context; None = the receptive field (exact left seams).
-    left_context_tokens: int | None = None
-    # Tokens past a chunk's end that must exist before it is decoded: latency vs accuracy
-    # (8: >= 60 dB SNR vs offline in bench/bench_lookahead.py for +171 ms to first audio).
-    lookahead_tokens: int = 8
-    # Samples crossfaded at each seam when context or lookahead is below the receptive field.
-    crossfade_samples: int = 256
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.first_chunk_tokens <= self.max_chunk_tokens <= _MAX_TOKENS:
-            raise ValueError(
-                f"need 1 <= first_chunk_tokens ({self.first_chunk_tokens}) <= "
-                f"max_chunk_tokens ({self.max_chunk_tokens}) <= {_MAX_TOKENS}"
-            )
-        if not 1.0 <= self.growth <= 16.0:
-            raise ValueError(f"growth must be in [1, 16], got {self.growth}")
-        if (
-            self.left_context_tokens is not None
-            and not 0 <= self.left_context_tokens <= _MAX_TOKENS
-        ):
-            raise ValueError(f"left_context_tokens must be in [0, {_MAX_TOKENS}] or None")
-        if not 0 <= self.lookahead_tokens <= _MAX_TOKENS:
-            raise ValueError(f"lookahead_tokens must be in [0, {_MAX_TOKENS}]")
-        if not 0 <= self.crossfade_samples <= 48000:
-            raise ValueError("crossfade_samples must be in [0, 48000]")
-
-    def with_options(self, options: ChunkingOptions) -> ChunkingConfig:
-        """This schedule with the options' set fields (server flags or one request) applied."""
-        overrides = {k: v for k, v in vars(options).items() if v is not None}
-        return replace(self, **overrides) if overrides else self
 
 
 class DecodeStream:

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from .kv_cache import SlotKVCache
 from .linear_modes import MODES
+from .quantize_policy import MIN_SNR_DB
 
 if TYPE_CHECKING:
     from .llama import LlamaDecoder
@@ -139,7 +140,7 @@ def autotune(
     batch_sizes: list[int],
     cache: SlotKVCache,
     probe: Tensor | None = None,
-    min_snr_db: float = 30.0,
+    min_snr_db: float = MIN_SNR_DB,
     steps: int = 5,
 ) -> AutotuneResult:
     """Time each allowed mode at each decode batch size and have the decoder use the fastest.

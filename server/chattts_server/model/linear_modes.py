@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-QUANTIZE_CHOICES = ("none", "bf16", "int8", "auto")
+from .quantize_policy import QUANTIZE_CHOICES
 
 # Batch size oneDNN packs the weights for; measured to matter little between 1 and 64.
 _ONEDNN_BATCH_HINT = 16
