@@ -19,7 +19,12 @@ import pytest
 
 pytest.importorskip("livekit.agents")
 
-from livekit.agents import APIConnectionError, APIConnectOptions, APIStatusError  # noqa: E402
+from livekit.agents import (  # noqa: E402
+    DEFAULT_API_CONNECT_OPTIONS,
+    APIConnectionError,
+    APIConnectOptions,
+    APIStatusError,
+)
 from livekit.agents.metrics import TTSMetrics  # noqa: E402
 
 from chattts_client import AudioChunkEvent, TTSClient, make_config  # noqa: E402
@@ -141,29 +146,45 @@ def test_unreachable_server_is_an_api_connection_error():
     asyncio.run(run())
 
 
-def test_token_is_sent_and_refusals_are_final_api_errors(tiny_model_dir, tmp_path):
-    """The token option reaches the server's auth check; a refusal is a 401/403 APIStatusError,
-    which the framework does not retry (no retry interval passes)."""
+def test_refusals_are_the_api_errors_the_framework_retries_right(tiny_model_dir, tmp_path):
+    """On a token-protected server with room for one stream: the token option reaches the auth
+    check; a missing or wrong token is a final 401/403 APIStatusError (not retried: no retry
+    interval passes); a full server is a retryable 429. (grpc.aio reports such refusals as
+    INTERNAL when they cross a write; the adapter recovers the server's status.)"""
     tokens = tmp_path / "tokens"
     tokens.write_text("agent-secret\n")
-    base = tiny_server_config(DEV_MODEL_CACHE, max_streams=2, max_queue=2, warmup=False)
+    base = tiny_server_config(DEV_MODEL_CACHE, max_streams=1, max_queue=0, warmup=False)
     config = replace(base, security=SecurityConfig(auth_token_file=tokens)).validate()
+    no_retry = APIConnectOptions(max_retry=0)
 
-    async def speak(tts: TTS) -> int:
-        stream = tts.stream()
+    async def speak(tts: TTS, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS) -> int:
+        stream = tts.stream(conn_options=conn_options)
         stream.push_text("Hello.")
         stream.end_input()
         async with stream:
             return sum([a.frame.samples_per_channel async for a in stream])
 
     async def run(target: str) -> None:
-        assert await speak(TTS(target=target, token="agent-secret", **OPTIONS)) > 0  # type: ignore[arg-type]
+        good = TTS(target=target, token="agent-secret", **OPTIONS)  # type: ignore[arg-type]
+        assert await speak(good) > 0
         for token, status in ((None, 401), ("wrong", 403)):
             started = time.monotonic()
             with pytest.raises(APIStatusError) as refused:
-                await speak(TTS(target=target, token=token, **OPTIONS))  # type: ignore[arg-type]
+                bad = TTS(target=target, token=token, **OPTIONS)  # type: ignore[arg-type]
+                await speak(bad)  # default retries: a final error skips them
             assert refused.value.status_code == status and not refused.value.retryable
             assert time.monotonic() - started < 1.5  # not retried (2 s between retries)
+        # The one stream held open: the next is refused as full, 429, which the framework
+        # retries (after its interval) and a FallbackAdapter moves on from.
+        busy = good.stream()
+        busy.push_text("Busy.")
+        await busy.__anext__()
+        for _ in range(3):
+            with pytest.raises(APIStatusError) as full:
+                await speak(good, no_retry)
+            assert full.value.status_code == 429 and full.value.retryable, full.value
+        await busy.aclose()
+        await good.aclose()
 
     with InProcessServer(config) as srv:
         asyncio.run(run(srv.target))

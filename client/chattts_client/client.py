@@ -425,8 +425,11 @@ class AsyncTTSClient(_ClientBase):
 
         When the server ends a streaming call while a request is being written (a refused
         token, a full server), grpc.aio reports INTERNAL "Internal error from Core" in place of
-        the server's status (grpc/grpc#36066). A ListVoices call on the same channel and
-        credentials then shows the real refusal; any other error is returned as it is.
+        the server's status (grpc/grpc#36066). Two cheap probes on the same channel and
+        credentials then show the real refusal: ListVoices (reachability, auth), and a stream of
+        the config alone (admission: it is admitted or refused like any stream, and ends at once
+        without synthesizing; its one write precedes any refusal). Any other error, or one the
+        probes do not reproduce, is returned as it is.
         """
         if not (
             isinstance(error, grpc.aio.AioRpcError)
@@ -436,6 +439,8 @@ class AsyncTTSClient(_ClientBase):
             return error
         try:
             await self.list_voices(timeout=timeout)
+            async for _ in self.stream([], timeout=timeout):
+                pass
         except grpc.RpcError as probe:
             return probe
         return error
