@@ -43,7 +43,7 @@ proto: install
 lint: install
 	$(BIN)/ruff check client server tests bench tools
 	$(BIN)/ruff format --check client server tests bench tools
-	$(BIN)/mypy client/chattts_client server/chattts_server
+	$(BIN)/mypy client/chattts_client server/chattts_server tools/chattts_devtools
 
 bench: install
 	$(BIN)/python bench/run_all.py

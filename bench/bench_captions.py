@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "client"), str(REPO / "server")]
+sys.path[:0] = [str(REPO / "client"), str(REPO / "server"), str(REPO / "tools")]
 
 import grpc  # noqa: E402
 
@@ -153,7 +153,7 @@ def main() -> None:
     if args.target:
         runs = asyncio.run(measure(args.target, args))
     else:
-        from chattts_server.launcher import launch
+        from chattts_devtools.launcher import launch
 
         server_args = ["--model-dir", args.model_dir] if args.model_dir else []
         with launch(

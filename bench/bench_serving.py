@@ -41,7 +41,12 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "client"), str(REPO / "server"), str(REPO / "bench")]
+sys.path[:0] = [
+    str(REPO / "client"),
+    str(REPO / "server"),
+    str(REPO / "tools"),
+    str(REPO / "bench"),
+]
 
 TEXT_WORDS = [
     "alpha",
@@ -267,7 +272,7 @@ def run_mode(
 ) -> None:
     """Start a server in `mode`, measure each concurrency level, hand each to `on_level` as it
     completes; levels that would start after `deadline` (time.monotonic()) are skipped."""
-    from chattts_server.launcher import launch
+    from chattts_devtools.launcher import launch
 
     profile = logs / f"profile-{mode}.json"
     profile.unlink(missing_ok=True)
@@ -340,7 +345,7 @@ def run_upstream(model_dir: Path, device: str, tokens: int, requests: int) -> Le
     import torch
     from ChatTTS import Chat
 
-    from chattts_server.model.loader import upstream_chat
+    from chattts_devtools.upstream import upstream_chat
 
     chat = upstream_chat(model_dir, torch.device(device))
     torch.manual_seed(2)

@@ -95,7 +95,7 @@ PIP_INSTALL=(-m pip install -q --no-index --no-deps --no-compile --no-cache-dir 
              --disable-pip-version-check --root-user-action=ignore)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
-PROJECT_PATH="$REPO/client:$REPO/server"
+PROJECT_PATH="$REPO/client:$REPO/server:$REPO/tools"
 
 # The benchmark's arguments: the GPU run's, or the dry run's small CPU one (same code path).
 bench_args() {  # DEVICE

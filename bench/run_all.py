@@ -46,7 +46,10 @@ def run(cmd: list[str]) -> int:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
-            [str(REPO / "client"), str(REPO / "server"), os.environ.get("PYTHONPATH", "")]
+            [
+                *(str(REPO / d) for d in ("client", "server", "tools")),
+                os.environ.get("PYTHONPATH", ""),
+            ]
         ),
     }
     started = time.monotonic()

@@ -10,7 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from chattts_server import launcher
+from chattts_devtools import launcher
+from chattts_devtools.launcher import ServerProcess, free_port, wait_serving
 from chattts_server.config import (
     AdmissionConfig,
     EngineConfig,
@@ -21,7 +22,6 @@ from chattts_server.config import (
 from chattts_server.engine.engine import ChatTTSEngine
 from chattts_server.engine.step_io import ModelOutput, PreparedPrompt, SchedulerOutput
 from chattts_server.engine.types import UtteranceRequest
-from chattts_server.launcher import ServerProcess, free_port, wait_serving
 from chattts_server.server import TTSServer
 
 __all__ = [

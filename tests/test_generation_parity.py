@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from chattts_devtools.upstream import upstream_chat
 from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
 from chattts_server.engine.runner import ModelRunner
@@ -27,7 +28,7 @@ from chattts_server.engine.types import (
     VoiceKind,
     VoiceSpec,
 )
-from chattts_server.model.loader import load_chattts, upstream_chat
+from chattts_server.model.loader import load_chattts
 
 CPU = torch.device(os.environ.get("CHATTTS_TEST_DEVICE", "cpu"))
 """Where runner and upstream run; bench/gpu_check.sh sets CHATTTS_TEST_DEVICE=cuda (fp32 both)."""

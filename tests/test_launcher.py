@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chattts_server.launcher import launch
+from chattts_devtools.launcher import launch
 
 
 def test_a_server_that_exits_at_start_is_reported_with_its_output(tmp_path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from chattts_client import TTSClient
 from chattts_client._proto.chattts.v1 import tts_pb2
-from chattts_server.launcher import launch
+from chattts_devtools.launcher import launch
 from chattts_server.model.linear_modes import MODES, modes_for
 
 TOKENS = 40

@@ -22,7 +22,7 @@ import pytest
 
 from chattts_client import TTSClient
 from chattts_client._proto.chattts.v1 import tts_pb2
-from chattts_server.launcher import ServerProcess, launch
+from chattts_devtools.launcher import ServerProcess, launch
 
 TOKENS = 400
 ROUNDS = 2

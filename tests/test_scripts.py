@@ -42,7 +42,7 @@ def _ids(paths: list[Path]) -> list[str]:
 def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO / "client"), str(REPO / "server")]),
+        "PYTHONPATH": os.pathsep.join([str(REPO / d) for d in ("client", "server", "tools")]),
         "PYTHONUNBUFFERED": "1",
         # Smoke runs check that scripts work, not speed. One thread each: on a busy 2-core
         # machine spinning OpenMP workers made upstream ChatTTS 100x slower (6 s for 24 tokens).

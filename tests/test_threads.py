@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chattts_server.launcher import launch
+from chattts_devtools.launcher import launch
 from chattts_server.threads import CpuBudget, cgroup_cpu_quota, plan_threads
 
 

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from chattts_server import launcher
+from chattts_devtools import launcher
 
 REPO = Path(__file__).resolve().parents[1]
 DEV_MODEL_CACHE = REPO / ".cache" / "dev-models"

@@ -48,7 +48,7 @@ def main() -> int:
         print(f"SKIPPED: no browser to drive: {missing}")
         return 0 if args.smoke else 1
 
-    from chattts_server.launcher import launch
+    from chattts_devtools.launcher import launch
 
     out = Path(args.out) / "playground.png"
     with launch(["--max-streams", "2"], dev_model=args.model, cache=args.cache, http=True) as srv:

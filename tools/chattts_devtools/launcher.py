@@ -30,9 +30,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 _LISTENING = re.compile(r"listening on port (\d+)")
 _HTTP = re.compile(r"listening on port \d+ \(http (\d+)\)")
-# The folders that hold chattts_server and (in a checkout) chattts_client.
-_SERVER_ROOT = Path(__file__).resolve().parents[1]
-_CLIENT_ROOT = _SERVER_ROOT.parent / "client"
+# The folders of a checkout that hold chattts_server and chattts_client.
+_REPO = Path(__file__).resolve().parents[2]
+_SERVER_ROOT = _REPO / "server"
+_CLIENT_ROOT = _REPO / "client"
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -160,18 +160,3 @@ def load_chattts(model_dir: Path | str, device: torch.device, dtype: torch.dtype
         speaker=Speaker(shapes.gpt.hidden_size, config.spk_stat, device),
         normalizer=Normalizer(str(homophones), logging.getLogger("chattts_server.normalizer")),
     )
-
-
-def upstream_chat(model_dir: Path | str, device: torch.device | None = None):  # -> ChatTTS.Chat
-    """An upstream ChatTTS Chat loaded from these files (any size), for parity tests and benchmarks."""
-    from ChatTTS import Chat
-
-    root = resolve_model_dir(model_dir)
-    shapes = read_shapes(root)
-    check_consistent(shapes)
-    chat = Chat(logging.getLogger("chattts_server.upstream"))
-    chat.config = chattts_config(shapes)
-    paths = {name: str(root / rel) for name, rel in asdict(chat.config.path).items()}
-    if not chat._load(device=device or torch.device("cpu"), compile=False, **paths):
-        raise RuntimeError(f"ChatTTS could not load {root}")
-    return chat
