@@ -117,8 +117,9 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         settings = TTSSettings(
             model="ChatTTS", voice=None if voice is None else str(voice), language=None
         )
+        # Tokens go to the server as they come; its release policy decides when speech starts.
+        kwargs.setdefault("text_aggregation_mode", TextAggregationMode.TOKEN)
         super().__init__(
-            text_aggregation_mode=TextAggregationMode.TOKEN,
             push_start_frame=True,
             push_stop_frames=True,
             sample_rate=sample_rate,
