@@ -109,10 +109,11 @@ def test_invalid_argument_after_admission_is_counted_by_status(
     ops_server: ServerProcess, stub
 ) -> None:
     before = scrape(ops_server.metrics_port)
-    # Refused mid-stream, after admission (empty text after the config).
+    # Refused mid-stream, after admission (a structural token after the config; whitespace
+    # alone is valid text in a stream).
     requests = [
         tts_pb2.StreamingSynthesizeRequest(config=fixed(8)),
-        tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text="   ")),
+        tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text="Hi [Stts] there.")),
     ]
     with pytest.raises(grpc.RpcError) as info:
         list(stub.StreamingSynthesize(iter(requests), timeout=10))

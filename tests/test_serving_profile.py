@@ -58,7 +58,10 @@ def test_the_profile_times_and_counts_decode_through_the_graphs_path(tiny_model_
     """(The plain path's timers are checked by tests/test_gpu_check.py: its CPU benchmark
     decodes without graphs and must fill the GPT row of the cost table.)"""
     profile = tmp_path / "profile.json"
-    paths = [REPO / "bench" / "serving_profile", REPO / "client", REPO / "server", REPO / "tests"]
+    paths = [
+        REPO / "bench" / "serving_profile",
+        *(REPO / d for d in ("client", "server", "tools", "tests")),
+    ]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(map(str, paths)),
