@@ -116,43 +116,23 @@ class ModelRunner:
             modules.gpt_config, modules.gpt_state_dict, device, dtype, quantize=quantize
         )
         modules.gpt_state_dict.clear()
-        kv_dtype = self.llama.kv_dtype
-        self._check_kv_fits(config, device, kv_dtype)
+        self._check_kv_fits(config, device, self.llama.kv_dtype)
         # Graphs pad batches with rows that write to a scratch slot past the requests' slots.
         num_slots = config.max_streams + (decode_graphs != "off")
-        self.cache = SlotKVCache(self.llama.shape, num_slots, config.max_tokens, device, kv_dtype)
-        self.graphs: DecodeGraphs | None = None
+        self.cache = SlotKVCache(
+            self.llama.shape, num_slots, config.max_tokens, device, self.llama.kv_dtype
+        )
+        self.graphs = None if decode_graphs == "off" else self._build_graphs(decode_graphs)
         self.graphs_error = ""
         """Why the graphs asked for are not used: what their capture raised at warm-up."""
-        if decode_graphs != "off":
-            self.graphs = DecodeGraphs(
-                lambda slots, embeds, positions, attend_len: self.llama.decode_static(
-                    slots, embeds, positions, self.cache, attend_len
-                ),
-                decode_batch_sizes(config.max_streams),
-                length_buckets(config.max_tokens),
-                self.llama.shape.hidden_size,
-                scratch_slot=config.max_streams,
-                device=device,
-                dtype=dtype,
-                capture=decode_graphs == "cuda",
-            )
         log.info(
             "KV cache: %d slots x %d tokens, %.1f MiB (%s)",
             config.max_streams,
             config.max_tokens,
             self.cache.nbytes / 2**20,
-            kv_dtype,
+            self.llama.kv_dtype,
         )
-        with torch.inference_mode():
-            embed: Any = modules.embed
-            # Effective (weight-normed) head weights, computed once: (num_vq, V, D) and (V_text, D).
-            self.head_code = torch.stack([h.weight.detach().float() for h in embed.head_code])
-            self.head_text = embed.head_text.weight.detach().float()
-            self.emb_code = torch.stack(
-                [e.weight.detach().float() for e in embed.emb_code]
-            )  # (num_vq, V, D)
-            self.emb_text = embed.emb_text.weight.detach().float()  # (V_text, D)
+        self._load_heads(modules.embed)
         self.prompts = PromptBuilder(modules, device)
         self.code_sampler = SlotSampler(
             config.max_streams, self.num_vq, self.num_audio_tokens, self.eos_code, device
@@ -160,11 +140,36 @@ class ModelRunner:
         self.text_sampler = SlotSampler(
             config.max_streams, 1, self.head_text.shape[0], self.text_eos, device
         )
-        self.decoder = build_streaming_decoder(modules, config, device)
+        self.audio = build_streaming_decoder(modules, config, device)
+        """Hidden states to PCM: the ChatTTS Decoder and the vocoder, chunked per stream."""
         self._pending: dict[str, _SlotState] = {}
         """Prepared prompts of requests waiting for a slot, by request id."""
         self._slots: dict[int, _SlotState] = {}
         """State of the request in each occupied slot, by slot id."""
+
+    def _build_graphs(self, decode_graphs: str) -> DecodeGraphs:
+        config = self.config
+        return DecodeGraphs(
+            lambda slots, embeds, positions, attend_len: self.llama.decode_static(
+                slots, embeds, positions, self.cache, attend_len
+            ),
+            decode_batch_sizes(config.max_streams),
+            length_buckets(config.max_tokens),
+            self.llama.shape.hidden_size,
+            scratch_slot=config.max_streams,
+            device=self.device,
+            dtype=self.dtype,
+            capture=decode_graphs == "cuda",
+        )
+
+    @torch.inference_mode()
+    def _load_heads(self, embed: Any) -> None:
+        """The heads' effective (weight-normed) weights and the input embeddings, computed
+        once in fp32: (num_vq, V, D) and (V_text, D)."""
+        self.head_code = torch.stack([h.weight.detach().float() for h in embed.head_code])
+        self.head_text = embed.head_text.weight.detach().float()
+        self.emb_code = torch.stack([e.weight.detach().float() for e in embed.emb_code])
+        self.emb_text = embed.emb_text.weight.detach().float()
 
     def _check_kv_fits(
         self, config: EngineConfig, device: torch.device, dtype: torch.dtype
@@ -196,7 +201,7 @@ class ModelRunner:
         shapes = self.modules.shapes
         return ModelInfo(
             sample_rate=shapes.vocos.sample_rate,
-            samples_per_token=FRAMES_PER_TOKEN * self.decoder.hop_length,
+            samples_per_token=FRAMES_PER_TOKEN * self.audio.hop_length,
             speaker_dim=shapes.gpt.hidden_size,
             num_vq=self.num_vq,
             num_audio_codes=self.num_audio_tokens,
@@ -272,7 +277,7 @@ class ModelRunner:
     def finish(self, slot_ids: list[int]) -> dict[int, FinishedAudio]:
         """End the utterances in `slot_ids`: flush their decoders (batched), drop their state."""
         states = {slot_id: self._slots.pop(slot_id) for slot_id in slot_ids}
-        tails = self.decoder.finish(
+        tails = self.audio.finish(
             {slot_id: s.stream for slot_id, s in states.items() if s.stream is not None}
         )
         empty = np.zeros(0, dtype=np.float32)
@@ -292,7 +297,7 @@ class ModelRunner:
             # At least one audio token: never a silent sentence (upstream regenerates instead).
             sampling = replace(p.sampling, min_new_tokens=max(1, p.sampling.min_new_tokens))
             self.code_sampler.set_row(slot_id, sampling)
-            state.stream = self.decoder.open(self.decoder.default_config.with_options(p.chunking))
+            state.stream = self.audio.open(self.audio.default_config.with_options(p.chunking))
         else:
             self.text_sampler.set_row(slot_id, replace(REFINE_SAMPLING, seed=p.sampling.seed))
 
@@ -402,7 +407,7 @@ class ModelRunner:
     def _decode_audio(self, slot_ids: list[int], output: ModelOutput) -> None:
         """Run the streaming decoder for every stream that has a chunk ready (batched)."""
         streams = {s: stream for s in slot_ids if (stream := self._slots[s].stream) is not None}
-        for slot_id, pcm in self.decoder.step(streams).items():
+        for slot_id, pcm in self.audio.step(streams).items():
             if pcm.size:
                 output.audio.setdefault(slot_id, []).append(pcm)
 
@@ -441,9 +446,9 @@ class ModelRunner:
                 self.cache,
             )
             torch.einsum("bd,qvd->bqv", hidden.float(), self.head_code)
-        stream = self.decoder.open()
+        stream = self.audio.open()
         stream.push(torch.zeros(24, d, device=self.device))
-        self.decoder.finish({0: stream})
+        self.audio.finish({0: stream})
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         log.info("warm-up (decode batches %s) took %.2f s", sizes, time.monotonic() - started)

@@ -71,15 +71,10 @@ class DecodeStream:
         self.last_window_tokens = 0  # Decoder window of the last chunk
         self.max_window_tokens = 0
         self.last_vocoder_frames = 0  # vocoder window of the last chunk
-        self.max_vocoder_frames = 0
 
     @property
     def num_tokens(self) -> int:
         return self._num_tokens
-
-    @property
-    def num_samples_emitted(self) -> int:
-        return self._emitted
 
     @property
     def ended(self) -> bool:
@@ -279,7 +274,6 @@ class StreamingDecoder:
             stream.last_window_tokens = tb - ta
             stream.max_window_tokens = max(stream.max_window_tokens, tb - ta)
             stream.last_vocoder_frames = vb - va
-            stream.max_vocoder_frames = max(stream.max_vocoder_frames, vb - va)
         return chunks
 
     # -- batched decode --------------------------------------------------------------------
