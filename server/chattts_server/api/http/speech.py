@@ -47,16 +47,6 @@ METHOD = "HTTPSpeech"
 """The method label of these streams in metrics and the stream log line."""
 MAX_INSTRUCTIONS_CHARS = 4096
 _STREAM_FORMATS = ("audio", "sse")
-_KNOWN_FIELDS = {
-    "model",
-    "input",
-    "voice",
-    "instructions",
-    "response_format",
-    "speed",
-    "stream_format",
-    "chattts",
-}
 
 
 @dataclass(frozen=True)
