@@ -100,7 +100,9 @@ def test_default_policy_starts_speech_at_the_first_clause(stub):
     stream = Stream(stub)
 
     def requests():
-        yield tts_pb2.StreamingSynthesizeRequest(config=short())
+        # The idle release is off: on a loaded machine the first utterance may take longer
+        # than idle_ms, which would release "here is" on its own.
+        yield tts_pb2.StreamingSynthesizeRequest(config=short(idle_ms=0))
         yield text("Sure, here is")
         assert stream.first_end.wait(WAIT_S)
         stream.half_closed = True

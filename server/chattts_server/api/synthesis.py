@@ -29,11 +29,10 @@ from .convert import FieldError, StreamSettings, Validator
 from .errors import is_ours, status_of
 from .events import AudioOut, SessionEvent
 from .session import Session
-from .text_reader import TextFragment, read_text
+from .text_reader import EndOfText, TextFragment, UtteranceQueue, read_text
 
 log = logging.getLogger(__name__)
 
-_END = object()
 NOT_ACCEPTING = "server is not accepting streams (starting or draining)"
 
 
@@ -133,7 +132,7 @@ class Synthesis:
         sent everything; a fragment source that raises FieldError ends the stream with it."""
         async with self._admitted(method, queue_timeout_s) as record:
             session = Session(self.engine, settings, deadline)
-            queue: asyncio.Queue[object] = asyncio.Queue()
+            queue: UtteranceQueue = asyncio.Queue()
             reader = asyncio.create_task(
                 read_text(
                     fragments,
@@ -141,7 +140,6 @@ class Synthesis:
                     self.validator,
                     settings.text_release,
                     self.limits.max_stream_chars,
-                    _END,
                     on_clear=session.interrupt,
                     markdown=settings.markdown,
                 )
@@ -155,14 +153,13 @@ class Synthesis:
                 await asyncio.gather(reader, return_exceptions=True)
 
     async def _run(
-        self, session: Session, items: AsyncIterator[object], record: StreamRecord
+        self, session: Session, items: AsyncIterator[str | FieldError], record: StreamRecord
     ) -> AsyncGenerator[SessionEvent, None]:
         """Speak each utterance in turn; a failure sets the record's status and is raised."""
         try:
             async for item in items:
                 if isinstance(item, FieldError):
                     raise item
-                assert isinstance(item, str)
                 async with aclosing(session.speak(item)) as events:
                     async for event in events:
                         record.on_event(event)
@@ -256,14 +253,14 @@ class StreamRecord:
         )
 
 
-async def _items(items: list[str]) -> AsyncIterator[object]:
+async def _items(items: list[str]) -> AsyncIterator[str | FieldError]:
     for item in items:
         yield item
 
 
-async def _drain(queue: asyncio.Queue[object]) -> AsyncIterator[object]:
+async def _drain(queue: UtteranceQueue) -> AsyncIterator[str | FieldError]:
     while True:
         item = await queue.get()
-        if item is _END:
+        if isinstance(item, EndOfText):
             return
         yield item

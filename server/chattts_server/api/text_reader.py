@@ -11,8 +11,9 @@ an LLM stalls on a tool call), and a sentence end held by the markdown stage is 
 a short quiet spell. One read of the request stream is kept pending across those wake-ups,
 because cancelling a read would end the request iterator.
 
-Queue protocol: strings (utterances, in order), then exactly one of `end` (the client
-half-closed or went away) or a FieldError (the stream must end with INVALID_ARGUMENT).
+Queue protocol (`UtteranceQueue`): strings (utterances, in order), then exactly one of
+`EndOfText` (the client half-closed or went away) or a FieldError (the stream must end with
+INVALID_ARGUMENT).
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ _TEXT_FIELD = "text.text"
 
 
 @dataclass(frozen=True)
+class EndOfText:
+    """The text is over (half-close, or the client went away): speak what is queued, end."""
+
+
+UtteranceQueue = asyncio.Queue["str | FieldError | EndOfText"]
+"""Released utterances from `read_text` to the speaking side."""
+
+
+@dataclass(frozen=True)
 class TextFragment:
     """One text message of a stream, whatever the transport (gRPC `TextInput`, WebSocket JSON)."""
 
@@ -47,11 +57,10 @@ class TextFragment:
 
 async def read_text(
     fragments: AsyncIterator[TextFragment],
-    queue: asyncio.Queue[object],
+    queue: UtteranceQueue,
     validator: Validator,
     policy: ReleasePolicy,
     max_stream_chars: int,
-    end: object,
     on_clear: Callable[[], None] | None = None,
     markdown: bool = True,
 ) -> None:
@@ -108,20 +117,20 @@ async def read_text(
             if text_input.flush:
                 put(releaser.flush())
         put(releaser.flush())
-        queue.put_nowait(end)
+        queue.put_nowait(EndOfText())
     except FieldError as exc:
         queue.put_nowait(exc)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the client went away mid-read, or sent garbage
         log.debug("request stream ended: %r", exc)
-        queue.put_nowait(end)
+        queue.put_nowait(EndOfText())
     finally:
         if next_message is not None and not next_message.done():
             next_message.cancel()
 
 
-def _drop_queued_utterances(queue: asyncio.Queue[object]) -> None:
+def _drop_queued_utterances(queue: UtteranceQueue) -> None:
     """Remove the utterances not yet taken by the speaking side (only strings are queued before
     the end marker, so nothing else is lost)."""
     while True:
