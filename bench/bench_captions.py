@@ -33,7 +33,7 @@ sys.path[:0] = [str(REPO / "client"), str(REPO / "server"), str(REPO / "tools")]
 
 import grpc  # noqa: E402
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc  # noqa: E402
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc  # noqa: E402
 
 CAPTION_TEXT = (
     "so what we are seeing here is that the traffic on the ring road is building up again "

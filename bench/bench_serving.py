@@ -160,8 +160,8 @@ async def run_level(
     target: str, mode: str, concurrency: int, requests: int, tokens: int, base: int
 ) -> Level:
     from chattts_client import AsyncTTSClient
-    from chattts_client._proto.chattts.v1 import tts_pb2
     from chattts_client.messages import AudioChunkEvent
+    from chattts_proto.chattts.v1 import tts_pb2
 
     level = Level(f"ours {mode}", mode, concurrency)
     sem = asyncio.Semaphore(concurrency)

@@ -27,8 +27,8 @@ import grpc
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "client"), str(REPO / "server"), str(REPO / "tools")]
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc  # noqa: E402
 from chattts_devtools.launcher import launch  # noqa: E402
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc  # noqa: E402
 
 CACHE = REPO / ".cache" / "dev-models"
 

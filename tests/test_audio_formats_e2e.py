@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 NUM_TOKENS = 16
 NATIVE_RATE = 24000

@@ -28,8 +28,8 @@ from chattts_client import (
     parse_voice,
     pcm16_to_float,
 )
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_client.cli import main
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 SAMPLE_RATE_HZ = 24000
 NUM_CHUNKS = 3

@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-COMMITTED = REPO / "client" / "chattts_client" / "_proto"
+COMMITTED = REPO / "client" / "chattts_proto"
 
 
 def test_stubs_match_the_proto(tmp_path):
-    out = tmp_path / "_proto"
+    out = tmp_path / "chattts_proto"
     subprocess.run(
         [sys.executable, str(REPO / "tools" / "gen_proto.py"), str(out)],
         check=True,

@@ -14,8 +14,8 @@ import soundfile as sf
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_client.wav import WavWriter
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 
 def samples_for(num_tokens: int) -> int:

@@ -14,7 +14,7 @@ import re
 import grpc
 import pytest
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from llm_replies import CHINESE, ENGLISH, MARKUP_SYMBOLS, MARKUP_WORDS, REPLIES, Reply, tokens
 
 WAIT_S = 120.0

@@ -14,7 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from serverutil import ServerProcess, launch, wait_serving
 
 MAX_STREAMS = 2

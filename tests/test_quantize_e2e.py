@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from chattts_client import TTSClient
-from chattts_client._proto.chattts.v1 import tts_pb2
 from chattts_devtools.launcher import launch
+from chattts_proto.chattts.v1 import tts_pb2
 from chattts_server.model.linear_modes import MODES, modes_for
 
 TOKENS = 40

@@ -17,7 +17,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from conftest import DEV_MODEL_CACHE
 from serverutil import (
     REPO,
@@ -199,7 +199,7 @@ def test_client_process_killed_mid_stream_frees_its_slot(small):
     script = textwrap.dedent(
         f"""
         import sys, time, grpc
-        from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+        from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
         cfg = tts_pb2.SynthesisConfig(sampling=tts_pb2.Sampling(min_new_tokens=300, max_new_tokens=300))
         ch = grpc.insecure_channel("{small.target}")
         for reply in tts_pb2_grpc.TextToSpeechStub(ch).Synthesize(

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from chattts_client import TTSClient
-from chattts_client._proto.chattts.v1 import tts_pb2
 from chattts_devtools.launcher import ServerProcess, launch
+from chattts_proto.chattts.v1 import tts_pb2
 
 TOKENS = 400
 ROUNDS = 2

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_server.config import SecurityConfig
 from chattts_server.server import StartupError, TTSServer
 from conftest import DEV_MODEL_CACHE

@@ -16,7 +16,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from chattts_client import AudioChunkEvent, Clear, TTSClient, UtteranceEndEvent, make_config
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 WAIT_S = 60.0
 

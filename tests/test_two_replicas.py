@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from serverutil import ServerProcess, launch, wait_serving
 
 pytestmark = pytest.mark.slow  # two subprocess servers: ~25 s to start on 2 cores

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_server.api.convert import FieldError, StreamSettings, Validator
 from chattts_server.audio.encoding import SUPPORTED_ENCODINGS
 from chattts_server.engine.types import ModelInfo

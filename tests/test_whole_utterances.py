@@ -14,7 +14,7 @@ import grpc
 import pytest
 import torch
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_server.engine.runner import ModelRunner
 from conftest import DEV_MODEL_CACHE
 from serverutil import InProcessServer, tiny_server_config

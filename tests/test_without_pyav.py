@@ -17,8 +17,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_devtools import launcher
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[1]
 DEV_MODEL_CACHE = REPO / ".cache" / "dev-models"

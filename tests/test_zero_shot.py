@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from test_integration import _bad_request_field
 
 

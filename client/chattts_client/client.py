@@ -16,7 +16,6 @@ from typing import Any
 
 import grpc
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_client.messages import (
     AudioChunkEvent,
     Event,
@@ -25,6 +24,7 @@ from chattts_client.messages import (
     event_from_pb,
     text_input,
 )
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 DEFAULT_TARGET = "localhost:50051"
 DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import cast
 
-from chattts_client._proto.chattts.v1 import tts_pb2
+from chattts_proto.chattts.v1 import tts_pb2
 
 # --- events ---------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from chattts_client._proto.chattts.v1 import tts_pb2
+from chattts_proto.chattts.v1 import tts_pb2
 
 from .api.admission import Admission
 from .api.auth import BearerTokenInterceptor, load_tokens

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias, overload
 
-from chattts_client._proto.chattts.v1 import tts_pb2
+from chattts_proto.chattts.v1 import tts_pb2
 
 from ..engine.types import UtteranceDone
 from .convert import ENCODING_VALUES

@@ -11,7 +11,7 @@ from typing import TypeVar
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from chattts_client._proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 from .admission import AdmissionRejected
 from .convert import FieldError

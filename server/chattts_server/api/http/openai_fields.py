@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from chattts_client._proto.chattts.v1 import tts_pb2
+from chattts_proto.chattts.v1 import tts_pb2
 
 from ...voices import VoiceLibrary
 from ..convert import FieldError

@@ -32,7 +32,7 @@ from google.protobuf import json_format
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from chattts_client._proto.chattts.v1 import tts_pb2
+from chattts_proto.chattts.v1 import tts_pb2
 
 from ..convert import AudioOptions, FieldError, StreamSettings
 from ..errors import is_ours

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from chattts_client._proto.chattts.v1 import tts_pb2 as chattts_dot_v1_dot_tts__pb2
+from chattts_proto.chattts.v1 import tts_pb2 as chattts_dot_v1_dot_tts__pb2
 
 GRPC_GENERATED_VERSION = '1.72.1'
 GRPC_VERSION = grpc.__version__
