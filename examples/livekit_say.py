@@ -2,7 +2,7 @@
 
 Run `make run` in one shell, then: python examples/livekit_say.py [--target HOST:PORT] [--out F]
 (needs `pip install "chattts-stream[livekit]"`). In an agent, pass the same object to
-`AgentSession(tts=...)`; tests/test_livekit_adapter.py runs this script.
+`AgentSession(tts=...)`; tests/e2e/test_livekit_adapter.py runs this script.
 """
 
 from __future__ import annotations

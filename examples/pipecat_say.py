@@ -3,7 +3,7 @@
 Run `make run` in one shell, then: python examples/pipecat_say.py [--target HOST:PORT] [--out F]
 (needs `pip install "chattts-stream[pipecat]"`). In a voice agent, put the service where the TTS
 goes: `Pipeline([transport.input(), stt, user_aggregator, llm, tts, transport.output(), ...])`;
-tests/test_pipecat_adapter.py runs this script.
+tests/e2e/test_pipecat_adapter.py runs this script.
 """
 
 from __future__ import annotations

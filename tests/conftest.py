@@ -1,4 +1,5 @@
-"""Shared fixtures: the tiny random-weight ChatTTS model and a real server on a loopback port."""
+"""Shared fixtures: the tiny random-weight ChatTTS model, a real server on a loopback port and
+a throw-away PKI. Helpers the tests import live in tests/helpers/ (on the tests' path)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from serverutil import InProcessServer, tiny_server_config
-
-REPO = Path(__file__).resolve().parents[1]
-DEV_MODEL_CACHE = REPO / ".cache" / "dev-models"
+from serverutil import DEV_MODEL_CACHE, InProcessServer, tiny_server_config
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +28,11 @@ def server(tiny_model_dir: Path) -> InProcessServer:
     """One real server for the integration tests that do not stop or break it."""
     with InProcessServer(tiny_server_config(DEV_MODEL_CACHE, max_streams=4, max_queue=4)) as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A throw-away CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
+    from pki import make_pki  # cryptography: not on the GPU machine, which runs tests too
+
+    return make_pki(tmp_path_factory.mktemp("pki"))

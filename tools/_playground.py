@@ -1,6 +1,6 @@
 """Drive the playground page in Debian's Chromium (headless, through chromedriver and Selenium).
 
-Shared by tests/test_playground_browser.py and tools/playground_check.py. Nothing here
+Shared by tests/e2e/test_playground_browser.py and tools/playground_check.py. Nothing here
 downloads a browser: it uses /usr/bin/chromium and /usr/bin/chromedriver (Debian's chromium
 and chromium-driver packages, which the Makefile installs).
 """

@@ -11,7 +11,7 @@ the protoc that wrote it, and protobuf's cross-version guarantee lets a runtime 
 its own major or of the major before. Gencode of protobuf 6.30.0 (the first 6.x, bundled with
 grpcio-tools 1.72.1; 1.72.0 is yanked) therefore imports on every runtime from 6.30.0 to 7.x,
 which covers pipecat-ai (protobuf<7) as well as our server (protobuf>=7.35). The client's
-dependencies in pyproject.toml declare that range; tests/test_protobuf_range.py runs the client
+dependencies in pyproject.toml declare that range; tests/e2e/test_protobuf_range.py runs the client
 on its lowest runtime.
 
 Usage: python tools/gen_proto.py [OUT_DIR]   (default: client/chattts_proto)

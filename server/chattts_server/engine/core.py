@@ -41,7 +41,8 @@ MAX_CONSECUTIVE_STEP_FAILURES = 3
 
 
 class Runner(Protocol):
-    """What the core needs of the model runner (`runner.ModelRunner`; fakes in unit tests)."""
+    """What the core needs of the model runner (`runner.ModelRunner`; tests wrap it, see
+    tests/helpers/serverutil.FaultyRunner)."""
 
     info: ModelInfo
 
@@ -216,7 +217,7 @@ class EngineCore:
             end = ends[request.slot_id]
             self._emit_audio(request, [end.pcm], now)
             out = self._output(request)
-            out.done, out.codes = request.done(now, end), end.codes
+            out.done, out.codes = request.utterance_done(now, end), end.codes
             self._requests.pop(request.request_id, None)
             if request.finish_reason == "max_tokens":
                 log.warning(

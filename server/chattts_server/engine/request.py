@@ -71,7 +71,7 @@ class EngineRequest:
         self.last_audio_at = now
         self.num_samples += num_samples
 
-    def done(self, now: float, end: FinishedAudio) -> UtteranceDone:
+    def utterance_done(self, now: float, end: FinishedAudio) -> UtteranceDone:
         """The utterance's closing figures; only for a request that finished its last pass."""
         assert self.finish_reason in ("eos", "max_tokens"), self.finish_reason
         return UtteranceDone(

@@ -9,8 +9,8 @@ into the cache and returns the attention output (rows, heads * head_dim) in the 
   causal over the slot's earlier positions too.
 - `SlotRangeAttention`: a decode batch whose slots lie close together. Attention reads the view
   of slot range min..max in place; a slot in the range but not in the batch gets a dummy query
-  whose output is dropped. The scheduler handing out the lowest free slot id and the runner
-  ordering rows by slot keep the common case a plain view.
+  whose output is dropped. The scheduler handing out the lowest free slot id and listing decode
+  rows in slot order keeps the common case a plain view.
 - `GatherAttention`: each row's K/V gathered (a copy of rows * heads * len * head_dim per
   layer): for slots far apart, and, with fixed shapes and no host reads, for CUDA graphs.
 """

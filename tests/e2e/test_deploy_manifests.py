@@ -1,0 +1,599 @@
+"""Deployment files under deploy/: Kubernetes manifests, Envoy, Docker. Offline and fast.
+
+The kustomize overlays are rendered by a small loader below, not by the kustomize binary. It
+implements only what the kustomizations use (resources, namespace, images, and `patches` of
+JSON 6902 operations with a kind/name target) and fails on any other key, so it cannot drift
+silently from kustomize's meaning. Where kubectl is installed, one test compares its output with
+`kubectl kustomize`. Every rendered object is validated against the Kubernetes 1.30 OpenAPI
+schemas bundled with kubernetes-validate (strict: unknown fields fail), then checked against the
+server's real command-line parser and the facts the probes, drain and autoscaling depend on.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import kubernetes_validate
+import pytest
+import yaml
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+K8S = DEPLOY / "k8s"
+DOCKER = DEPLOY / "docker"
+OVERLAYS = {"cpu": K8S / "overlays" / "cpu", "gpu": K8S / "overlays" / "gpu"}
+K8S_VERSION = "1.30"
+METRIC = "chattts_active_streams"
+GRPC_PORT = 50051
+METRICS_PORT = 9090
+# Seconds between the end of --grace-s and SIGKILL for cancelling leftovers and exiting.
+EXIT_MARGIN_S = 10
+# The startup probe must allow model load + warm-up (and, on a GPU, compilation).
+MIN_STARTUP_BUDGET_S = 300
+
+try:
+    from chattts_server.config import config_from_args
+    from chattts_server.voices import VoiceLibrary
+except ImportError:  # an editable install made before the packages existed maps nothing
+    sys.path.insert(0, str(REPO / "server"))
+    from chattts_server.config import config_from_args
+    from chattts_server.voices import VoiceLibrary
+
+
+# ---------------------------------------------------------------------------------------------
+# A minimal kustomize: exactly the features deploy/k8s uses.
+
+_KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "namespace", "images", "patches"}
+_CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume"}
+
+
+def _pointer(path: str) -> list[str]:
+    assert path.startswith("/"), path
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _parent(doc: Any, path: str) -> tuple[Any, str]:
+    *head, last = _pointer(path)
+    node = doc
+    for key in head:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    return node, last
+
+
+def apply_json_patch(doc: dict, ops: list[dict]) -> None:
+    """RFC 6902 add/remove/replace/test, in place; raises on a missing path or a failed test."""
+    for op in ops:
+        parent, key = _parent(doc, op["path"])
+        kind = op["op"]
+        index: int | str = key
+        if isinstance(parent, list):
+            if kind == "add":
+                parent.insert(len(parent) if key == "-" else int(key), op["value"])
+                continue
+            index = int(key)
+            assert 0 <= index < len(parent), f"{op['path']}: index out of range"
+        elif kind != "add":
+            assert key in parent, f"{op['path']}: no such member"
+        if kind in ("add", "replace"):
+            parent[index] = op["value"]
+        elif kind == "remove":
+            del parent[index]
+        elif kind == "test":
+            assert parent[index] == op["value"], f"JSON patch test failed at {op['path']}"
+        else:
+            raise AssertionError(f"unsupported JSON patch op {kind!r}")
+
+
+def _load_yaml_docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _set_image(containers: list[dict], images: list[dict]) -> None:
+    for c in containers:
+        name = re.split(r"[:@]", c["image"], maxsplit=1)[0]
+        for img in images:
+            if img["name"] == name:
+                c["image"] = f"{img.get('newName', name)}:{img['newTag']}"
+
+
+def render(folder: Path) -> list[dict]:
+    """What `kustomize build folder` gives for the subset of kustomize that deploy/k8s uses."""
+    k = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    unknown = set(k) - _KUSTOMIZATION_KEYS
+    assert not unknown, (
+        f"{folder}: kustomization keys the test loader does not implement: {unknown}"
+    )
+    docs: list[dict] = []
+    for entry in k.get("resources", []):
+        path = folder / entry
+        docs += render(path) if path.is_dir() else _load_yaml_docs(path)
+    for patch in k.get("patches", []):
+        assert set(patch) == {"path", "target"}, f"{folder}: only path+target patches: {patch}"
+        assert set(patch["target"]) <= {"kind", "name"}, patch["target"]
+        ops = yaml.safe_load((folder / patch["path"]).read_text())
+        assert isinstance(ops, list), f"{patch['path']}: expected JSON 6902 operations"
+        targets = [
+            d
+            for d in docs
+            if d["kind"] == patch["target"]["kind"]
+            and d["metadata"]["name"] == patch["target"].get("name", d["metadata"]["name"])
+        ]
+        assert len(targets) == 1, f"{patch}: matches {len(targets)} objects"
+        apply_json_patch(targets[0], ops)
+    if "namespace" in k:
+        for d in docs:
+            if d["kind"] not in _CLUSTER_SCOPED:
+                d["metadata"]["namespace"] = k["namespace"]
+    for d in docs:
+        pod = d.get("spec", {}).get("template", {}).get("spec", {})
+        for field in ("containers", "initContainers"):
+            _set_image(pod.get(field, []), k.get("images", []))
+    return docs
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
+    found = [d for d in by_kind(docs, kind) if name is None or d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def pod_spec(docs: list[dict]) -> dict:
+    return one(docs, "Deployment")["spec"]["template"]["spec"]
+
+
+def server_container(docs: list[dict]) -> dict:
+    containers = pod_spec(docs)["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def server_config(container: dict):
+    assert "command" not in container, "the image's ENTRYPOINT (chattts-server) must be kept"
+    return config_from_args([str(a) for a in container["args"]])
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+@pytest.fixture(scope="module", params=sorted(OVERLAYS))
+def overlay(request) -> tuple[str, list[dict]]:
+    return request.param, render(OVERLAYS[request.param])
+
+
+# ---------------------------------------------------------------------------------------------
+# Kubernetes
+
+
+def test_loader_applies_json_patch_like_rfc6902():
+    doc = {"a": [1, 2], "b": {"c": 1}}
+    apply_json_patch(
+        doc,
+        [
+            {"op": "test", "path": "/b/c", "value": 1},
+            {"op": "add", "path": "/a/-", "value": 3},
+            {"op": "add", "path": "/a/0", "value": 0},
+            {"op": "replace", "path": "/b/c", "value": 2},
+            {"op": "remove", "path": "/a/1"},
+            {"op": "add", "path": "/d~1e", "value": True},
+        ],
+    )
+    assert doc == {"a": [0, 2, 3], "b": {"c": 2}, "d/e": True}
+    for bad in (
+        {"op": "test", "path": "/b/c", "value": 3},
+        {"op": "replace", "path": "/nope", "value": 1},
+        {"op": "remove", "path": "/a/9"},
+    ):
+        with pytest.raises((AssertionError, KeyError)):
+            apply_json_patch(copy.deepcopy(doc), [bad])
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (built-in kustomize) absent")
+@pytest.mark.parametrize("name", sorted(OVERLAYS))
+def test_loader_matches_kubectl_kustomize(name):
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(OVERLAYS[name])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+
+    def key(d: dict) -> tuple[str, str]:
+        return d["kind"], d["metadata"]["name"]
+
+    theirs = sorted((d for d in yaml.safe_load_all(out) if d), key=key)
+    assert sorted(render(OVERLAYS[name]), key=key) == theirs
+
+
+def test_every_object_validates_against_kubernetes_schema(overlay):
+    name, docs = overlay
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget"} <= kinds
+    assert "HorizontalPodAutoscaler" in kinds
+    for d in docs:
+        try:
+            kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            where = ".".join(str(p) for p in err.path)
+            pytest.fail(f"{name}: {d['kind']}/{d['metadata']['name']}: {where}: {err.message}")
+        assert d["metadata"].get("namespace") == "chattts", d["metadata"]["name"]
+
+
+def test_probes_use_grpc_health_on_the_server_port(overlay):
+    _, docs = overlay
+    c = server_container(docs)
+    cfg = server_config(c)
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["grpc"] == cfg.network.port == GRPC_PORT
+    assert ports["metrics"] == cfg.network.metrics_port == METRICS_PORT
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        spec = c[probe]
+        assert set(spec) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, probe
+        assert spec["grpc"]["port"] == GRPC_PORT, probe
+        assert spec["grpc"].get("service", "") == "", probe  # whole-server health
+    startup = c["startupProbe"]
+    budget_s = startup["periodSeconds"] * startup["failureThreshold"]
+    assert budget_s >= MIN_STARTUP_BUDGET_S, "startup probe too short for model load + warm-up"
+
+
+def test_termination_grace_covers_prestop_and_server_drain(overlay):
+    _, docs = overlay
+    c = server_container(docs)
+    cfg = server_config(c)
+    command = c["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep" and len(command) == 2
+    prestop_s = float(command[1])
+    assert prestop_s > 0, "endpoints need a moment to be removed before SIGTERM"
+    period_s = pod_spec(docs)["terminationGracePeriodSeconds"]
+    assert cfg.admission.grace_s > 0
+    assert period_s >= prestop_s + cfg.admission.grace_s + EXIT_MARGIN_S, (
+        f"terminationGracePeriodSeconds {period_s} < preStop {prestop_s} + "
+        f"--grace-s {cfg.admission.grace_s} + margin {EXIT_MARGIN_S}"
+    )
+
+
+def test_pod_runs_non_root_with_read_only_root_fs(overlay):
+    _, docs = overlay
+    spec = pod_spec(docs)
+    c = server_container(docs)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    for path in ("/tmp", "/home/app/.cache"):  # the image's only writable paths (Dockerfiles)
+        assert "emptyDir" in volumes[mounts[path]], path
+    cfg = server_config(c)
+    assert str(cfg.voices_dir) in mounts
+    assert (
+        volumes[mounts[str(cfg.voices_dir)]]["configMap"]["name"]
+        == one(docs, "ConfigMap")["metadata"]["name"]
+    )
+
+
+def test_hpa_scales_the_deployment_on_active_streams(overlay):
+    _, docs = overlay
+    deployment = one(docs, "Deployment")
+    hpa = one(docs, "HorizontalPodAutoscaler")
+    ref = hpa["spec"]["scaleTargetRef"]
+    assert (ref["apiVersion"], ref["kind"], ref["name"]) == (
+        deployment["apiVersion"],
+        "Deployment",
+        deployment["metadata"]["name"],
+    )
+    assert "replicas" not in deployment["spec"], "the HPA owns the replica count"
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods"
+    assert metric["pods"]["metric"]["name"] == METRIC
+    target = metric["pods"]["target"]
+    assert target["type"] == "AverageValue"
+    max_streams = server_config(server_container(docs)).engine.max_streams
+    assert 0 < float(target["averageValue"]) < max_streams, "scale out before pods are full"
+    assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+
+
+def test_pdb_and_services_select_the_server_pods(overlay):
+    _, docs = overlay
+    deployment = one(docs, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selects(deployment["spec"]["selector"]["matchLabels"], pod_labels)
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert ("minAvailable" in pdb["spec"]) != ("maxUnavailable" in pdb["spec"])
+    container_ports = {p["name"]: p["containerPort"] for p in server_container(docs)["ports"]}
+    services = {s["metadata"]["name"]: s for s in by_kind(docs, "Service")}
+    headless = services["chattts-stream-headless"]["spec"]
+    assert headless["clusterIP"] == "None"
+    assert not headless.get("publishNotReadyAddresses", False), "only ready pods in DNS"
+    assert services["chattts-stream"]["spec"].get("type", "ClusterIP") == "ClusterIP"
+    assert services["chattts-stream"]["spec"].get("clusterIP") != "None"
+    for svc in services.values():
+        assert selects(svc["spec"]["selector"], pod_labels), svc["metadata"]["name"]
+        for port in svc["spec"]["ports"]:
+            assert port["targetPort"] in container_ports, port
+            assert port["port"] == container_ports[port["targetPort"]], port
+        grpc_ports = [p for p in svc["spec"]["ports"] if p["name"] == "grpc"]
+        assert grpc_ports and grpc_ports[0]["port"] == GRPC_PORT
+
+
+def test_gpu_overlay_requests_a_gpu_and_mounts_real_weights():
+    docs = render(OVERLAYS["gpu"])
+    c = server_container(docs)
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert c["resources"]["requests"]["nvidia.com/gpu"] == 1
+    assert c["image"].endswith("-gpu")
+    cfg = server_config(c)
+    assert (cfg.model.device, cfg.model.dtype) == ("cuda", "float16")
+    assert cfg.model.model_dir is not None
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    mount = mounts[str(cfg.model.model_dir)]
+    assert mount["readOnly"] is True
+    volumes = {v["name"]: v for v in pod_spec(docs)["volumes"]}
+    claim = volumes[mount["name"]]["persistentVolumeClaim"]["claimName"]
+    one(docs, "PersistentVolumeClaim", claim)
+
+
+def test_cpu_overlay_requests_no_gpu_and_runs_the_dev_model():
+    docs = render(OVERLAYS["cpu"])
+    c = server_container(docs)
+    assert "nvidia.com/gpu" not in json.dumps(c["resources"])
+    assert "tolerations" not in pod_spec(docs)
+    assert c["image"].endswith("-cpu")
+    cfg = server_config(c)
+    assert (cfg.model.device, cfg.model.dtype) == ("cpu", "float32")
+    assert cfg.model.model_dir is None and cfg.model.dev_model == "tiny"
+
+
+def test_base_alone_requests_one_gpu_per_replica():
+    c = server_container(render(K8S / "base"))
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_voice_presets_load_and_match_the_docker_examples(tmp_path):
+    data = one(render(K8S / "base"), "ConfigMap", "chattts-voices")["data"]
+    docker_voices = {p.name: p.read_text() for p in (DOCKER / "voices").glob("*.json")}
+    assert data and data == docker_voices
+    for name, text in data.items():
+        (tmp_path / name).write_text(text)
+    assert VoiceLibrary(tmp_path).reload() == len(data), "a preset failed to load"
+
+
+def test_monitoring_files_agree_with_the_manifests():
+    docs = render(K8S / "base")
+    adapter = yaml.safe_load((K8S / "monitoring" / "prometheus-adapter-values.yaml").read_text())
+    (rule,) = adapter["rules"]["custom"]
+    assert rule["name"]["as"] == METRIC and METRIC in rule["seriesQuery"]
+    assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
+    # A CRD (monitoring.coreos.com): not in the kustomizations, so not schema-validated;
+    # kubernetes-validate has no schema for it. Checked structurally instead.
+    (monitor,) = _load_yaml_docs(K8S / "monitoring" / "servicemonitor.yaml")
+    assert monitor["kind"] == "ServiceMonitor"
+    selected = [
+        s
+        for s in by_kind(docs, "Service")
+        if selects(monitor["spec"]["selector"]["matchLabels"], s["metadata"]["labels"])
+    ]
+    port_names = {e["port"] for e in monitor["spec"]["endpoints"]}
+    with_port = [s for s in selected if port_names & {p["name"] for p in s["spec"]["ports"]}]
+    assert len(with_port) == 1, "each pod must be scraped through exactly one Service"
+
+
+def test_envoy_balances_http2_per_stream_with_grpc_health_and_retries():
+    config = yaml.safe_load((DEPLOY / "envoy" / "envoy.yaml").read_text())
+    (cluster,) = config["static_resources"]["clusters"]
+    assert cluster["type"] == "STRICT_DNS" and cluster["lb_policy"] == "ROUND_ROBIN"
+    options = cluster["typed_extension_protocol_options"][
+        "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+    ]
+    assert "http2_protocol_options" in options["explicit_http_config"]
+    (check,) = cluster["health_checks"]
+    assert "grpc_health_check" in check
+    (endpoint,) = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    address = endpoint["endpoint"]["address"]["socket_address"]
+    docs = render(OVERLAYS["gpu"])
+    headless = one(docs, "Service", "chattts-stream-headless")["metadata"]
+    assert address["address"] == f"{headless['name']}.{headless['namespace']}.svc.cluster.local"
+    assert address["port_value"] == GRPC_PORT
+    (listener,) = config["static_resources"]["listeners"]
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    (route,) = hcm["route_config"]["virtual_hosts"][0]["routes"]
+    assert route["route"]["cluster"] == cluster["name"]
+    assert route["route"]["timeout"] == "0s", "a route timeout would cut long streams"
+    assert "unavailable" in route["route"]["retry_policy"]["retry_on"].split(",")
+
+
+# ---------------------------------------------------------------------------------------------
+# Docker
+
+
+def _dockerfile(name: str) -> str:
+    return (DOCKER / name).read_text().replace("\\\n", "")
+
+
+def _instructions(text: str, keyword: str) -> list[str]:
+    return [
+        line.split(None, 1)[1] for line in text.splitlines() if line.split(None, 1)[:1] == [keyword]
+    ]
+
+
+@pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.gpu"])
+def test_dockerfile_runs_the_server_non_root_with_ports_and_healthcheck(name):
+    text = _dockerfile(name)
+    assert json.loads(_instructions(text, "ENTRYPOINT")[-1]) == ["chattts-server"]
+    assert set(_instructions(text, "EXPOSE")[-1].split()) == {str(GRPC_PORT), str(METRICS_PORT)}
+    user = _instructions(text, "USER")[-1].split(":")[0]
+    assert user.isdigit() and int(user) != 0
+    pod = pod_spec(render(K8S / "base"))["securityContext"]
+    assert int(user) == pod["runAsUser"], "image user and Kubernetes runAsUser differ"
+    assert "chattts-healthcheck" in _instructions(text, "HEALTHCHECK")[-1]
+    cfg = config_from_args(json.loads(_instructions(text, "CMD")[-1]))
+    assert cfg.network.metrics_port == METRICS_PORT
+    for source in _instructions(text, "COPY"):
+        src = source.split()[0]
+        assert src == "." or (REPO / src).exists(), src
+    # torch/torchaudio pinned like the `server` extra (the native library must match torch).
+    pins = _requirements_from_dockerfile(text)
+    (arg,) = [a for a in _instructions(text, "ARG") if a.startswith("TORCH_VERSION=")]
+    torch_version = arg.split("=", 1)[1]
+    assert f"torch=={torch_version}" in pins and f"torchaudio=={torch_version}" in pins
+    assert "chattts-stream" not in " ".join(pins)
+
+
+def _requirements_from_dockerfile(text: str) -> list[str]:
+    """Run the Dockerfile's own pyproject -> requirements one-liner on the real pyproject."""
+    (code,) = re.findall(r'python -c "(import tomllib.*?)" > /tmp/requirements.txt', text)
+    code = code.replace("/src/pyproject.toml", str(REPO / "pyproject.toml"))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    reqs = out.stdout.split()
+    assert "grpcio-health-checking" in " ".join(reqs) and "prometheus-client" in " ".join(reqs)
+    return reqs
+
+
+def test_dockerfile_bases_and_device_defaults():
+    cpu, gpu = _dockerfile("Dockerfile.cpu"), _dockerfile("Dockerfile.gpu")
+    assert _instructions(cpu, "FROM") == ["python:3.11-slim"]
+    assert "download.pytorch.org/whl/cpu" in cpu
+    assert re.search(r"nvidia/cuda:12\.8\.\d+-", gpu)
+    assert "download.pytorch.org/whl/cu128" in gpu
+    gpu_cfg = config_from_args(json.loads(_instructions(gpu, "CMD")[-1]))
+    assert (gpu_cfg.model.device, gpu_cfg.model.dtype) == ("cuda", "float16")
+    cpu_cfg = config_from_args(json.loads(_instructions(cpu, "CMD")[-1]))
+    assert cpu_cfg.model.device == "cpu" and cpu_cfg.model.model_dir is None
+
+
+def test_dockerignore_keeps_the_build_context_small():
+    # `COPY . /src` in the Dockerfiles sends the whole repo without it (the venv alone is GBs).
+    path = REPO / ".dockerignore"
+    assert path.exists(), "add .dockerignore at the repo root (see deploy/k8s/README.md)"
+    lines = {line.strip().rstrip("/") for line in path.read_text().splitlines()}
+    assert {".venv", ".git"} <= lines
+
+
+def test_compose_services_build_existing_dockerfiles_with_valid_commands():
+    compose_file = DOCKER / "docker-compose.yml"
+    compose = yaml.safe_load(compose_file.read_text())
+    services = compose["services"]
+    assert set(services) == {"chattts-cpu", "chattts-gpu"}
+    for name, svc in services.items():
+        context = (compose_file.parent / svc["build"]["context"]).resolve()
+        assert context == REPO, name
+        assert (context / svc["build"]["dockerfile"]).is_file(), name
+        cfg = config_from_args(svc["command"])
+        grace_period_s = int(svc["stop_grace_period"].rstrip("s"))
+        assert grace_period_s >= cfg.admission.grace_s + EXIT_MARGIN_S, name
+        container_ports = {int(p.split(":")[1]) for p in svc["ports"]}
+        assert (
+            container_ports == {GRPC_PORT, METRICS_PORT}
+            and cfg.network.metrics_port == METRICS_PORT
+        )
+        assert any(v.startswith("./models:/models") for v in svc["volumes"]), name
+    assert "profiles" not in services["chattts-cpu"]
+    gpu = services["chattts-gpu"]
+    assert gpu["profiles"] == ["gpu"]
+    (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+    assert config_from_args(gpu["command"]).model.device == "cuda"
+    host_ports = [p.split(":")[0] for s in services.values() for p in s["ports"]]
+    assert len(host_ports) == len(set(host_ports)), "both services must be able to run at once"
+
+
+# ---------------------------------------------------------------------------------------------
+# The image's HEALTHCHECK script, against a real grpc.health.v1 server.
+
+HEALTHCHECK = DOCKER / "healthcheck.py"
+
+
+@pytest.fixture
+def health_server():
+    sys.path.insert(0, str(DOCKER))
+    try:
+        import healthcheck  # deploy/docker/healthcheck.py
+    finally:
+        sys.path.remove(str(DOCKER))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    yield healthcheck, servicer, f"127.0.0.1:{port}"
+    server.stop(None)
+
+
+def test_healthcheck_exit_status_follows_serving_status(health_server, capsys):
+    healthcheck, servicer, addr = health_server
+    servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    assert healthcheck.main(["--addr", addr]) == 1
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    assert healthcheck.main(["--addr", addr]) == 0
+    assert healthcheck.main(["--addr", addr, "--service", "no.such.Service"]) == 1
+    assert "NOT_FOUND" in capsys.readouterr().out
+    servicer.enter_graceful_shutdown()  # what the server does on SIGTERM: all NOT_SERVING
+    assert healthcheck.main(["--addr", addr]) == 1
+
+
+def test_healthcheck_script_runs_standalone(health_server):
+    _, servicer, addr = health_server
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    run = subprocess.run(
+        [sys.executable, str(HEALTHCHECK), "--addr", addr, "--timeout-s", "5"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    closed = subprocess.run(  # nothing listens: fails within the timeout, not hangs
+        [sys.executable, str(HEALTHCHECK), "--addr", "127.0.0.1:1", "--timeout-s", "1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (run.returncode, run.stdout.strip()) == (0, "SERVING"), run.stderr
+    assert closed.returncode == 1 and "UNAVAILABLE" in closed.stdout, closed.stdout + closed.stderr
+
+
+def test_readme_round_robin_channel_example_runs(health_server):
+    # The client-side load-balancing snippet in deploy/k8s/README.md, pointed at a local server:
+    # gRPC rejects a channel whose service config it cannot parse, so this catches a broken one.
+    _, servicer, addr = health_server
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    readme = (K8S / "README.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    target = "chattts-stream-headless.chattts.svc.cluster.local:50051"
+    assert f"dns:///{target}" in code
+    namespace: dict[str, Any] = {}
+    exec(code.replace(target, addr), namespace)
+    with namespace["channel"] as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=10
+        )
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.mark.parametrize("overlay", ["cpu", "gpu"])
+def test_manifests_size_threads_to_the_cpu_request(overlay: str) -> None:
+    deployment = one(render(OVERLAYS[overlay]), "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    request = float(container["resources"]["requests"]["cpu"])
+    limit = container["resources"].get("limits", {}).get("cpu")
+    threads = server_config(container).model.threads
+    # Without a CPU limit there is no quota to size from: the manifest must say it.
+    assert threads == int(request) if limit is None else threads in (0, int(float(limit)))

@@ -1,0 +1,220 @@
+"""The LiveKit Agents adapter (chattts_client.livekit) driven as the framework drives a TTS, with
+livekit-agents itself (dev install), against the real server (tiny dev model, loopback): two
+segments on one TTS object, a stream closed mid-utterance (the server logs CANCELLED for it),
+synthesize(), and an unreachable server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import time
+import wave
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("livekit.agents")
+
+from livekit.agents import (  # noqa: E402
+    DEFAULT_API_CONNECT_OPTIONS,
+    APIConnectionError,
+    APIConnectOptions,
+    APIStatusError,
+)
+from livekit.agents.metrics import TTSMetrics  # noqa: E402
+
+from chattts_client import AudioChunkEvent, TTSClient, make_config  # noqa: E402
+from chattts_client.livekit import TTS  # noqa: E402
+from chattts_server.config import SecurityConfig  # noqa: E402
+from serverutil import (  # noqa: E402
+    DEV_MODEL_CACHE,  # noqa: E402
+    REPO,
+    InProcessServer,
+    free_port,
+    tiny_server_config,
+)
+
+pytestmark = pytest.mark.slow
+
+NUM_TOKENS = 60  # every utterance: min_new_tokens == max_new_tokens, so its length is known
+OPTIONS = dict(voice=7, seed=5, max_new_tokens=NUM_TOKENS, min_new_tokens=NUM_TOKENS)
+
+
+def _synthesize_samples(target: str, text: str) -> int:
+    """What our plain client receives for `text` through Synthesize."""
+    config = make_config(**OPTIONS)  # type: ignore[arg-type]
+    with TTSClient(target) as client:
+        return sum(
+            e.num_samples
+            for e in client.synthesize(text, config=config, timeout=60)
+            if isinstance(e, AudioChunkEvent)
+        )
+
+
+async def _speak(tts: TTS, fragments: list[str]) -> tuple[int, list[str]]:
+    """One segment as an agent speaks an LLM reply: fragments, flush, end_input; the samples
+    and segment ids of the audio frames."""
+    stream = tts.stream()
+    for fragment in fragments:
+        stream.push_text(fragment)
+        await asyncio.sleep(0.01)  # tokens arrive over time
+    stream.flush()
+    stream.end_input()
+    num_samples, segments = 0, []
+    async with stream:
+        async for audio in stream:
+            assert audio.frame.sample_rate == 24000 and audio.frame.num_channels == 1
+            num_samples += audio.frame.samples_per_channel
+            segments.append(audio.segment_id)
+    return num_samples, segments
+
+
+def test_two_segments_on_one_tts_then_synthesize(server):
+    one = _synthesize_samples(server.target, "One.")
+    six_seven = _synthesize_samples(server.target, "Six. Seven.")
+    metrics: list[TTSMetrics] = []
+
+    async def run() -> tuple[int, int, int]:
+        tts = TTS(target=server.target, **OPTIONS)  # type: ignore[arg-type]
+        tts.on("metrics_collected", metrics.append)
+        # Each segment is two sentences, so two utterances of NUM_TOKENS each.
+        first, ids_1 = await _speak(tts, ["One.", " Two", " words."])
+        second, ids_2 = await _speak(tts, ["Three.", " Four", " five."])
+        assert len(set(ids_1)) == 1 and len(set(ids_2)) == 1 and ids_1[0] != ids_2[0]
+        frame = await tts.synthesize("Six. Seven.").collect()
+        await tts.aclose()
+        return first, second, frame.samples_per_channel
+
+    first, second, synthesized = asyncio.run(run())
+    # Frames carry every sample the server sent, nothing more (the emitter re-frames them).
+    assert first == second == 2 * one
+    assert synthesized == six_seven
+    streamed = [m for m in metrics if m.streamed]
+    assert len(streamed) == 2 and all(0 < m.ttfb < m.duration for m in streamed), metrics
+    assert any(not m.streamed and m.ttfb > 0 for m in metrics), metrics
+
+
+def test_stream_closed_mid_utterance_is_cancelled_on_the_server(server, caplog):
+    """Closing the stream (the agent interrupted) cancels the call itself: the server logs
+    CANCELLED while the TTS object, and so the channel, stays open."""
+    caplog.set_level(logging.INFO)
+
+    def cancelled() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if "method=StreamingSynthesize" in r.getMessage()
+            and "status=CANCELLED" in r.getMessage()
+        ]
+
+    async def run() -> int:
+        tts = TTS(target=server.target, voice=7, seed=5, max_new_tokens=300, min_new_tokens=300)
+        stream = tts.stream()
+        stream.push_text("A long sentence that would take a while to speak. And another one.")
+        stream.flush()
+        num_frames = 0
+        async for _audio in stream:
+            num_frames += 1
+            if num_frames == 2:
+                break  # the agent was interrupted
+        await stream.aclose()
+        deadline = time.monotonic() + 10
+        while not cancelled() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await tts.aclose()
+        return num_frames
+
+    assert asyncio.run(run()) == 2
+    (line,) = cancelled()
+    tokens = int(line.split("tokens=")[1].split()[0])
+    assert tokens < 2 * 300, line  # generation stopped: two utterances of 300 were asked for
+
+
+def test_unreachable_server_is_an_api_connection_error():
+    async def run() -> None:
+        tts = TTS(target=f"127.0.0.1:{free_port()}")
+        no_retry = APIConnectOptions(max_retry=0, timeout=2.0)
+        stream = tts.stream(conn_options=no_retry)
+        stream.push_text("Hello.")
+        stream.end_input()
+        with pytest.raises(APIConnectionError, match="unreachable"):
+            async for _ in stream:
+                pass
+        with pytest.raises(APIConnectionError, match="unreachable"):
+            await tts.synthesize("Hello.", conn_options=no_retry).collect()
+        await tts.aclose()
+
+    asyncio.run(run())
+
+
+def test_refusals_are_the_api_errors_the_framework_retries_right(tiny_model_dir, tmp_path):
+    """On a token-protected server with room for one stream: the token option reaches the auth
+    check; a missing or wrong token is a final 401/403 APIStatusError (not retried: no retry
+    interval passes); a full server is a retryable 429. (grpc.aio reports such refusals as
+    INTERNAL when they cross a write; the adapter recovers the server's status.)"""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("agent-secret\n")
+    base = tiny_server_config(DEV_MODEL_CACHE, max_streams=1, max_queue=0, warmup=False)
+    config = replace(base, security=SecurityConfig(auth_token_file=tokens)).validate()
+    no_retry = APIConnectOptions(max_retry=0)
+
+    async def speak(tts: TTS, conn_options: APIConnectOptions = DEFAULT_API_CONNECT_OPTIONS) -> int:
+        stream = tts.stream(conn_options=conn_options)
+        stream.push_text("Hello.")
+        stream.end_input()
+        async with stream:
+            return sum([a.frame.samples_per_channel async for a in stream])
+
+    async def run(target: str) -> None:
+        good = TTS(target=target, token="agent-secret", **OPTIONS)  # type: ignore[arg-type]
+        assert await speak(good) > 0
+        for token, status in ((None, 401), ("wrong", 403)):
+            started = time.monotonic()
+            with pytest.raises(APIStatusError) as refused:
+                bad = TTS(target=target, token=token, **OPTIONS)  # type: ignore[arg-type]
+                await speak(bad)  # default retries: a final error skips them
+            assert refused.value.status_code == status and not refused.value.retryable
+            assert time.monotonic() - started < 1.5  # not retried (2 s between retries)
+        # The one stream held open: the next is refused as full, 429, which the framework
+        # retries (after its interval) and a FallbackAdapter moves on from.
+        busy = good.stream()
+        busy.push_text("Busy.")
+        await busy.__anext__()
+        for _ in range(3):
+            with pytest.raises(APIStatusError) as full:
+                await speak(good, no_retry)
+            assert full.value.status_code == 429 and full.value.retryable, full.value
+        await busy.aclose()
+        await good.aclose()
+
+    with InProcessServer(config) as srv:
+        asyncio.run(run(srv.target))
+
+
+def test_readme_example_runs(server, tmp_path):
+    out = tmp_path / "livekit.wav"
+    script = REPO / "examples" / "livekit_say.py"
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--target",
+            server.target,
+            "--max-new-tokens",
+            "24",
+            "--out",
+            str(out),
+        ],
+        env={**os.environ, "PYTHONPATH": str(REPO / "client")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert result.stdout.startswith(f"wrote {out}")
+    with wave.open(str(out)) as wav:
+        assert wav.getframerate() == 24000 and wav.getnframes() > 0

@@ -1,0 +1,247 @@
+"""The Pipecat adapter (chattts_client.pipecat) in a real Pipecat pipeline, against the real
+server (tiny dev model, loopback).
+
+pipecat-ai needs protobuf<7 and our server protobuf>=7.35, so the agent side runs in a venv of its
+own (tests/clientvenv.py: the client's lowest declared protobuf and grpcio, plus pipecat-ai), as
+a real agent process runs apart from the TTS server. The pipeline is run with Pipecat's own test
+utility (`pipecat.tests.utils.run_test`): LLM text frames stream in, an interruption arrives once
+the first turn's audio flows (the frames wait for it) while its generation still runs, a second
+turn follows, and the frames that come out are checked: turn boundaries, no first-turn audio
+after the interruption, and exactly the second turn's audio (every utterance is a fixed number
+of tokens, so its length is known from a Synthesize of the same text).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import wave
+from dataclasses import replace
+
+import pytest
+
+from chattts_client import AudioChunkEvent, TTSClient, make_config
+from chattts_server.config import SecurityConfig
+from clientvenv import PIPECAT_AI, REPO, client_floor_pins, client_venv, run_in
+from serverutil import DEV_MODEL_CACHE, InProcessServer, free_port, tiny_server_config
+
+pytestmark = pytest.mark.slow
+
+NUM_TOKENS = 240  # every utterance: min_new_tokens == max_new_tokens (about 5 s of audio)
+SECOND_TURN = "Second turn."
+
+_PIPELINE = r"""
+import asyncio, json, sys, time
+from loguru import logger
+logger.remove()
+logger.add(sys.stderr, level="WARNING")
+from pipecat.frames.frames import (
+    ErrorFrame, InterruptionFrame, LLMFullResponseEndFrame, LLMFullResponseStartFrame,
+    LLMTextFrame, MetricsFrame, TTSAudioRawFrame, TTSStartedFrame, TTSStoppedFrame,
+)
+from pipecat.metrics.metrics import TTFBMetricsData
+from pipecat.observers.base_observer import BaseObserver
+from pipecat.pipeline.worker import PipelineParams
+from pipecat.tests.utils import SleepFrame, run_test
+from chattts_client.pipecat import ChatTTSTTSService
+
+target, dead_target, num_tokens, second_turn = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+options = dict(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)
+
+class Seen(BaseObserver):  # counts what the TTS service pushes
+    def __init__(self, tts):
+        super().__init__()
+        self.tts, self.audio, self.stopped = tts, 0, 0
+
+    async def on_push_frame(self, data):
+        if data.source is self.tts and isinstance(data.frame, TTSAudioRawFrame):
+            self.audio += 1
+        elif data.source is self.tts and isinstance(data.frame, TTSStoppedFrame):
+            self.stopped += 1
+
+def wait_until(condition, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        yield SleepFrame(sleep=0.05)
+
+def tokens(text):  # an LLM's stream: words with their spaces
+    words = text.split(" ")
+    return [LLMTextFrame(w + (" " if i < len(words) - 1 else "")) for i, w in enumerate(words)]
+
+async def main():
+    tts = ChatTTSTTSService(target=target, **options)
+    first = " ".join(f"Sentence number {n} of the first turn." for n in range(1, 9))
+    seen = Seen(tts)
+
+    def frames():  # run_test pulls these as it goes, so waits can follow the pipeline
+        yield LLMFullResponseStartFrame()
+        yield from tokens(first)
+        yield from wait_until(lambda: seen.audio >= 3)  # the first turn is being spoken
+        yield InterruptionFrame()
+        yield SleepFrame(sleep=0.3)
+        yield LLMFullResponseStartFrame()
+        yield from tokens(second_turn)
+        yield LLMFullResponseEndFrame()
+        yield from wait_until(lambda: seen.stopped >= 1)  # the second turn has ended
+
+    down, up = await run_test(tts, frames_to_send=frames(), observers=[seen],
+                              pipeline_params=PipelineParams(enable_metrics=True))
+    out = []
+    for f in down:
+        if isinstance(f, TTSAudioRawFrame):
+            out.append({"t": "audio", "ctx": f.context_id, "bytes": len(f.audio), "rate": f.sample_rate})
+        elif isinstance(f, (TTSStartedFrame, TTSStoppedFrame)):
+            out.append({"t": type(f).__name__, "ctx": f.context_id})
+        elif isinstance(f, InterruptionFrame):
+            out.append({"t": "interruption"})
+        elif isinstance(f, MetricsFrame):
+            for d in f.data:
+                if isinstance(d, TTFBMetricsData) and d.processor == str(tts):
+                    out.append({"t": "ttfb", "value": d.value})
+    errors = [f.error for f in up if isinstance(f, ErrorFrame)]
+    # Unreachable server: a clear error, upstream, at start.
+    dead = ChatTTSTTSService(target=dead_target, connect_timeout_s=2.0, **options)
+    _, dead_up = await run_test(dead, frames_to_send=[SleepFrame(sleep=0.1)])
+    dead_errors = [f.error for f in dead_up if isinstance(f, ErrorFrame)]
+    print(json.dumps({"frames": out, "errors": errors, "dead_errors": dead_errors}))
+
+asyncio.run(main())
+"""
+
+
+def _reference_bytes(target: str, text: str) -> int:
+    config = make_config(voice=7, seed=3, max_new_tokens=NUM_TOKENS, min_new_tokens=NUM_TOKENS)
+    with TTSClient(target) as client:
+        return sum(
+            len(e.audio)
+            for e in client.synthesize(text, config=config, timeout=60)
+            if isinstance(e, AudioChunkEvent)
+        )
+
+
+def _streams_logged(caplog: pytest.LogCaptureFixture) -> list[dict[str, str]]:
+    """The server's log line of each StreamingSynthesize call that ended, as key=value pairs."""
+    return [
+        dict(kv.split("=", 1) for kv in r.getMessage().split()[1:] if "=" in kv)
+        for r in caplog.records
+        if r.getMessage().startswith("stream method=StreamingSynthesize ")
+    ]
+
+
+def test_pipeline_with_barge_in(server, caplog):
+    caplog.set_level(logging.INFO)
+    python = client_venv("pipecat", [*client_floor_pins(), PIPECAT_AI])
+    out = run_in(
+        python, _PIPELINE, server.target, f"127.0.0.1:{free_port()}", str(NUM_TOKENS), SECOND_TURN
+    )
+    result = json.loads(out.strip().splitlines()[-1])
+    frames = result["frames"]
+    kinds = [f["t"] for f in frames]
+    assert not result["errors"], result["errors"]
+
+    # Turn 1: started, audio, then the interruption (no stop frame: Pipecat dropped the context).
+    cut = kinds.index("interruption")
+    before, after = frames[:cut], frames[cut + 1 :]
+    assert [f["t"] for f in before if f["t"] != "ttfb"][0] == "TTSStartedFrame", kinds
+    assert "TTSStoppedFrame" not in kinds[:cut], kinds
+    first_ctx = next(f["ctx"] for f in before if f["t"] == "TTSStartedFrame")
+    first_audio = [f for f in before if f["t"] == "audio"]
+    assert first_audio and all(f["ctx"] == first_ctx for f in first_audio)
+    one_utterance = _reference_bytes(server.target, SECOND_TURN)
+    assert one_utterance > 0
+    # Eight utterances (at least) were sent, about 4 s of generation here; the interruption
+    # after 1 s stopped the rest (a bound with room for a faster machine).
+    assert sum(f["bytes"] for f in first_audio) < 6 * one_utterance, len(first_audio)
+
+    # Turn 2: a new context, its audio only, then its stop frame; nothing of turn 1.
+    shown = [f["t"] for f in after if f["t"] != "ttfb"]
+    assert shown[0] == "TTSStartedFrame" and shown[-1] == "TTSStoppedFrame", shown
+    assert set(shown[1:-1]) == {"audio"}, shown
+    second_ctx = after[[f["t"] for f in after].index("TTSStartedFrame")]["ctx"]
+    assert second_ctx != first_ctx
+    second_audio = [f for f in after if f["t"] == "audio"]
+    assert all(f["ctx"] == second_ctx for f in second_audio)
+    assert all(f["rate"] == 24000 for f in first_audio + second_audio)
+    # Exactly one utterance of audio: any leaked first-turn audio would make it longer.
+    assert sum(f["bytes"] for f in second_audio) == one_utterance
+
+    # Time to first byte is reported for each turn (right after its start frame), plausibly.
+    ttfb = [frames[i + 1] for i, k in enumerate(kinds[:-1]) if k == "TTSStartedFrame"]
+    assert [f["t"] for f in ttfb] == ["ttfb", "ttfb"], kinds
+    assert all(0 < f["value"] < 5 for f in ttfb), ttfb
+
+    assert any("unreachable" in e for e in result["dead_errors"]), result["dead_errors"]
+
+    # On the server: one stream for the whole conversation, ended cleanly (no reconnect at the
+    # barge-in), and the clear stopped generation: without it, all nine utterances are spoken.
+    deadline = time.monotonic() + 10
+    while not _streams_logged(caplog) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (stream,) = _streams_logged(caplog)
+    assert stream["status"] == "OK", stream
+    utterance_s = one_utterance / 2 / 24000
+    assert float(stream["audio_s"]) < 7 * utterance_s, (stream, utterance_s)
+
+
+def test_readme_example_runs(server, tmp_path):
+    python = client_venv("pipecat", [*client_floor_pins(), PIPECAT_AI])
+    out = tmp_path / "pipecat.wav"
+    script = REPO / "examples" / "pipecat_say.py"
+    code = "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    printed = run_in(
+        python,
+        code,
+        str(script),
+        "--target",
+        server.target,
+        "--max-new-tokens",
+        "24",
+        "--out",
+        str(out),
+    )
+    assert f"wrote {out}" in printed
+    with wave.open(str(out)) as wav:
+        assert wav.getframerate() == 24000 and wav.getnframes() > 0
+
+
+_REFUSED = r"""
+import asyncio, json, sys
+from loguru import logger
+logger.remove()
+from pipecat.frames.frames import (ErrorFrame, LLMFullResponseEndFrame, LLMFullResponseStartFrame,
+                                   LLMTextFrame, TTSAudioRawFrame)
+from pipecat.tests.utils import SleepFrame, run_test
+from chattts_client.pipecat import ChatTTSTTSService
+
+async def main():
+    tts = ChatTTSTTSService(target=sys.argv[1], token=sys.argv[2], max_new_tokens=8)
+    tokens = [LLMTextFrame(t) for t in ["One", " two", " three", " four", " five."]]
+    down, up = await run_test(tts, frames_to_send=[
+        LLMFullResponseStartFrame(), *tokens, LLMFullResponseEndFrame(), SleepFrame(sleep=1.0)])
+    print(json.dumps({"errors": [f.error for f in up if isinstance(f, ErrorFrame)],
+                      "audio": sum(isinstance(f, TTSAudioRawFrame) for f in down)}))
+
+asyncio.run(main())
+"""
+
+
+def test_refused_token_is_one_clear_error_per_turn(tiny_model_dir, tmp_path):
+    """A wrong token: the check at start and the turn's stream each report PERMISSION_DENIED
+    once (not once per token, and not grpc.aio's INTERNAL in its place)."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("agent-secret\n")
+    base = tiny_server_config(DEV_MODEL_CACHE, max_streams=2, max_queue=2, warmup=False)
+    config = replace(base, security=SecurityConfig(auth_token_file=tokens)).validate()
+    python = client_venv("pipecat", [*client_floor_pins(), PIPECAT_AI])
+    with InProcessServer(config) as srv:
+        result = json.loads(run_in(python, _REFUSED, srv.target, "wrong").strip().splitlines()[-1])
+        good = json.loads(
+            run_in(python, _REFUSED, srv.target, "agent-secret").strip().splitlines()[-1]
+        )
+    ours = [e for e in result["errors"] if e.startswith("ChatTTS server")]
+    assert len(ours) == 2 and all("PERMISSION_DENIED" in e for e in ours), result["errors"]
+    # Besides ours, only Pipecat's own report of a turn that produced no audio.
+    assert all("completed with no audio" in e for e in result["errors"] if e not in ours)
+    assert result["audio"] == 0
+    assert good["errors"] == [] and good["audio"] > 0, good

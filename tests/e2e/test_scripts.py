@@ -1,0 +1,135 @@
+"""Every script in bench/ and tools/ answers --help and runs in its smoke mode, so none rots unseen.
+
+Scripts are found by globbing: a new script without --help or --smoke fails here. The benchmarks
+(bench/bench_*.py) run in smoke mode once, through `bench/run_all.py --smoke`, which runs each of
+them; the other scripts run on their own. Smoke runs use the tiny dev model and write nothing
+into bench/results/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results"
+# `_name.py` files are helpers, not scripts.
+SCRIPTS = sorted(
+    p
+    for p in [*(REPO / "bench").glob("*.py"), *(REPO / "tools").glob("*.py")]
+    if not p.name.startswith("_")
+)
+SHELL_SCRIPTS = sorted([*(REPO / "bench").glob("*.sh"), *(REPO / "tools").glob("*.sh")])
+BENCHMARKS = [p for p in SCRIPTS if p.parent.name == "bench" and p.name.startswith("bench_")]
+# A line each smoke run must print; scripts not listed must print something.
+SMOKE_SAYS = {
+    "soak.py": r"^RESULT: OK$",
+    "gen_proto.py": r"up to date with protos/",
+    "bench_lookahead.py": r"^wrote .*lookahead\.md",
+    "run_all.py": r"^0 of \d+ benchmarks failed",
+}
+
+
+def _ids(paths: list[Path]) -> list[str]:
+    return [p.relative_to(REPO).as_posix() for p in paths]
+
+
+def _run(args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / d) for d in ("client", "server", "tools")]),
+        "PYTHONUNBUFFERED": "1",
+        # Smoke runs check that scripts work, not speed. One thread each: on a busy 2-core
+        # machine spinning OpenMP workers made upstream ChatTTS 100x slower (6 s for 24 tokens).
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    return subprocess.run(
+        args,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def _results_snapshot() -> dict[str, tuple[int, int]]:
+    if not RESULTS.is_dir():
+        return {}
+    return {
+        p.relative_to(RESULTS).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in RESULTS.rglob("*")
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def results_before() -> dict[str, tuple[int, int]]:
+    return _results_snapshot()
+
+
+@pytest.fixture(scope="module")
+def run_all_smoke(results_before: dict[str, tuple[int, int]]) -> tuple[int, dict[str, str]]:
+    """`run_all.py --smoke` once: its exit code and each benchmark's output, by script name."""
+    done = _run([sys.executable, str(REPO / "bench" / "run_all.py"), "--smoke"], timeout_s=600)
+    sections: dict[str, str] = {"run_all.py": done.stdout}
+    for block in re.split(r"^\$ ", done.stdout, flags=re.M)[1:]:
+        command = block.split("\n", 1)[0].split()
+        script = next((Path(w).name for w in command if w.endswith(".py")), None)
+        if script is not None:
+            sections[script] = block
+    return done.returncode, sections
+
+
+def test_every_benchmark_is_run_by_run_all() -> None:
+    text = (REPO / "bench" / "run_all.py").read_text()
+    assert 'glob("bench_*.py")' in text  # so the smoke test below covers each BENCHMARKS entry
+    assert BENCHMARKS
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=_ids(SCRIPTS))
+def test_script_answers_help(script: Path) -> None:
+    done = _run([sys.executable, str(script), "--help"], timeout_s=60)
+    assert done.returncode == 0, done.stdout
+    assert done.stdout.startswith("usage:"), done.stdout
+    assert "--smoke" in done.stdout, f"{script.name} --help shows no --smoke"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SCRIPTS, ids=_ids(SCRIPTS))
+def test_script_runs_in_smoke_mode(script: Path, run_all_smoke: tuple[int, dict[str, str]]) -> None:
+    if script in BENCHMARKS:
+        _, sections = run_all_smoke
+        assert script.name in sections, f"run_all.py --smoke did not run {script.name}"
+        output = sections[script.name]
+        assert re.search(r"^-> rc 0 in", output, re.M), output[-3000:]
+    elif script.name == "run_all.py":
+        rc, sections = run_all_smoke
+        output = sections["run_all.py"]
+        assert rc == 0, output[-3000:]
+    else:
+        done = _run([sys.executable, str(script), "--smoke"], timeout_s=120)
+        output = done.stdout
+        assert done.returncode == 0, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    says = SMOKE_SAYS.get(script.name, r"\S")
+    assert re.search(says, output, re.M), f"{script.name} --smoke printed no {says!r}"
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=_ids(SHELL_SCRIPTS))
+def test_shell_script_parses(script: Path) -> None:
+    done = _run(["bash", "-n", str(script)], timeout_s=30)
+    assert done.returncode == 0, done.stdout
+
+
+def test_smoke_runs_wrote_nothing_into_bench_results(
+    results_before: dict[str, tuple[int, int]],
+) -> None:
+    assert _results_snapshot() == results_before

@@ -1,0 +1,101 @@
+"""A real server with its HTTP front door on for the HTTP tests, and helpers to read it back."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from chattts_server.config import SecurityConfig
+from serverutil import DEV_MODEL_CACHE, InProcessServer, free_port, tiny_server_config
+
+TOKEN = "http-test-token"
+
+
+def samples_for(num_tokens: int) -> int:
+    """Offline length: one GPT token -> 2 mel frames; Vocos's centred iSTFT gives (frames - 1) hops."""
+    return (2 * num_tokens - 1) * 256
+
+
+def fixed(num_tokens: int, seed: int = 7) -> dict[str, object]:
+    """The `chattts` extension fixing the audio tokens (and so the length) of every sentence."""
+    return {"sampling": {"seed": seed, "min_new_tokens": num_tokens, "max_new_tokens": num_tokens}}
+
+
+def wait_until(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def engine_idle(srv: InProcessServer) -> bool:
+    assert srv.server is not None
+    return srv.server.engine.stats().active_requests == 0 and srv.server.admission.active == 0
+
+
+def streams_total(srv: InProcessServer, method: str, status: str) -> float:
+    assert srv.server is not None
+    value = srv.server.metrics.registry.get_sample_value(
+        "chattts_streams_total", {"method": method, "status": status}
+    )
+    return value or 0.0
+
+
+@contextmanager
+def http_server(
+    folder: Path, *, max_streams: int = 1, max_queue: int = 0, **security: object
+) -> Iterator[InProcessServer]:
+    """An in-process server (tiny model) with HTTP on, bearer tokens on (TOKEN) and one voice
+    preset ("anna"); `security` adds TLS settings."""
+    tokens = folder / "tokens.txt"
+    tokens.write_text(f"# test tokens\n{TOKEN}\n")
+    voices = folder / "voices"
+    voices.mkdir(exist_ok=True)
+    (voices / "anna.json").write_text(json.dumps({"description": "test voice", "seed": 4321}))
+    base = tiny_server_config(DEV_MODEL_CACHE, max_streams=max_streams, max_queue=max_queue)
+    config = replace(
+        base,
+        network=replace(base.network, http_port=free_port()),
+        security=SecurityConfig(auth_token_file=tokens, **security),  # type: ignore[arg-type]
+        voices_dir=voices,
+    ).validate()
+    with InProcessServer(config, wait=not security) as srv:
+        yield srv
+
+
+def http_url(srv: InProcessServer, scheme: str = "http") -> str:
+    assert srv.server is not None
+    return f"{scheme}://127.0.0.1:{srv.server.http_port}"
+
+
+def decode(data: bytes, response_format: str) -> tuple[np.ndarray, int]:
+    """Decode a response body with a real decoder: (int16 samples, sample rate)."""
+    if response_format == "pcm":
+        return np.frombuffer(data, dtype="<i2"), 24000
+    if response_format == "wav":
+        import soundfile as sf
+
+        audio, rate = sf.read(io.BytesIO(data), dtype="int16")
+        return np.asarray(audio), int(rate)
+    import av
+
+    container = {"opus": "ogg", "mp3": "mp3", "aac": "aac", "flac": "flac"}[response_format]
+    parts, rate = [], 0
+    with av.open(io.BytesIO(data), format=container) as f:
+        stream = f.streams.audio[0]
+        for frame in f.decode(stream):
+            rate = frame.sample_rate
+            pcm = frame.to_ndarray()
+            if pcm.dtype.kind == "f":
+                pcm = np.rint(np.clip(pcm, -1, 1) * 32767).astype(np.int16)
+            parts.append(pcm.reshape(-1))
+    return (np.concatenate(parts) if parts else np.zeros(0, np.int16)), rate

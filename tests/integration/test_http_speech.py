@@ -1,0 +1,337 @@
+"""POST /v1/audio/speech with real clients: the OpenAI SDK (sync and async), curl and httpx.
+
+One in-process server (tiny model, one stream place and no queue, bearer tokens on) serves the
+module; every format is decoded back with a real decoder and checked for rate and length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import ssl
+import subprocess
+import threading
+
+import httpx2
+import numpy as np
+import openai
+import pytest
+
+from httputil import (
+    TOKEN,
+    decode,
+    engine_idle,
+    fixed,
+    http_server,
+    http_url,
+    samples_for,
+    streams_total,
+    wait_until,
+)
+
+N = 24  # audio tokens per sentence: (2 * 24 - 1) * 256 = 12032 samples
+TEXT = "Turn left in two hundred meters."
+LONG = " ".join(f"Sentence number {w} is here." for w in ("one", "two", "three", "four"))
+
+
+@pytest.fixture(scope="module")
+def srv(tiny_model_dir, tmp_path_factory):
+    with http_server(tmp_path_factory.mktemp("http")) as server:
+        yield server
+
+
+@pytest.fixture
+def client(srv):
+    with openai.OpenAI(
+        base_url=http_url(srv) + "/v1", api_key=TOKEN, max_retries=0, timeout=60
+    ) as c:
+        yield c
+    wait_until(lambda: engine_idle(srv), 10, "the server to be idle after the test")
+
+
+def _speech(client, response_format: str, stream_format: str = "audio", **kw) -> bytes:
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1",
+        voice=kw.pop("voice", "alloy"),
+        input=kw.pop("input", TEXT),
+        response_format=response_format,
+        stream_format=stream_format,
+        extra_body={"chattts": fixed(N)},
+        **kw,
+    ) as response:
+        assert response.status_code == 200
+        return response.read()
+
+
+# -- formats --------------------------------------------------------------------------------------
+
+
+def test_every_format_decodes_to_the_right_rate_and_length(client):
+    pcm, rate = decode(_speech(client, "pcm"), "pcm")
+    assert rate == 24000 and pcm.size == samples_for(N)
+    assert np.abs(pcm).max() > 0
+    expected = {  # format: (rate, tolerance in samples past the exact length)
+        "wav": (24000, 0),
+        "flac": (24000, 0),
+        "opus": (48000, 0),  # ffmpeg decodes Ogg Opus at 48 kHz; the granule trims exactly
+        "mp3": (24000, 2 * 1152 + 1105),  # encoder delay and padding, unsignalled in raw MP3
+        "aac": (24000, 2 * 1024 + 1024),  # priming and padding, unsignalled in ADTS
+    }
+    for response_format, (want_rate, slack) in expected.items():
+        audio, rate = decode(_speech(client, response_format), response_format)
+        exact = samples_for(N) * want_rate // 24000
+        assert rate == want_rate, response_format
+        assert exact <= audio.size <= exact + slack, (response_format, audio.size, exact)
+        if response_format in ("wav", "flac"):  # lossless: the very same samples as pcm
+            np.testing.assert_array_equal(audio, pcm)
+
+
+def test_content_types_and_headers(srv):
+    body = {"input": TEXT, "voice": "anna", "response_format": "wav", "chattts": fixed(N)}
+    r = httpx2.post(
+        http_url(srv) + "/v1/audio/speech",
+        json=body,
+        headers={"authorization": f"Bearer {TOKEN}"},
+        timeout=60,
+    )
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "audio/wav"
+    assert "content-length" not in r.headers and r.headers["transfer-encoding"] == "chunked"
+    assert r.content[:4] == b"RIFF" and r.content[8:12] == b"WAVE"
+
+
+def test_voices_speed_and_instructions(client, srv):
+    base = decode(_speech(client, "pcm", voice="alloy"), "pcm")[0]
+    assert np.array_equal(base, decode(_speech(client, "pcm", voice="alloy"), "pcm")[0])
+    assert not np.array_equal(base, decode(_speech(client, "pcm", voice="nova"), "pcm")[0])
+    assert not np.array_equal(base, decode(_speech(client, "pcm", voice="seed:1"), "pcm")[0])
+    preset = decode(_speech(client, "pcm", voice="anna"), "pcm")[0]
+    assert np.array_equal(preset, decode(_speech(client, "pcm", voice="seed:4321"), "pcm")[0])
+    # speed changes the prompt ([speed_N]); instructions are accepted and not used
+    assert not np.array_equal(base, decode(_speech(client, "pcm", speed=2.0), "pcm")[0])
+    same = decode(_speech(client, "pcm", instructions="Speak cheerfully."), "pcm")[0]
+    assert np.array_equal(base, same)
+    listed = {
+        v["id"]
+        for v in httpx2.get(
+            http_url(srv) + "/v1/audio/voices", headers={"authorization": f"Bearer {TOKEN}"}
+        ).json()["data"]
+    }
+    assert {"anna", "alloy", "shimmer"} <= listed
+    assert [m.id for m in client.models.list()] == ["chattts"]
+
+
+# -- stream formats and first audio ---------------------------------------------------------------
+
+
+def test_async_sdk_sse_events(srv):
+    async def run() -> tuple[list[dict], bytes]:
+        async with (
+            openai.AsyncOpenAI(
+                base_url=http_url(srv) + "/v1", api_key=TOKEN, max_retries=0
+            ) as client,
+            client.audio.speech.with_streaming_response.create(
+                model="gpt-4o-mini-tts",
+                voice="alloy",
+                input=TEXT,
+                response_format="pcm",
+                stream_format="sse",
+                extra_body={"chattts": fixed(N)},
+            ) as response,
+        ):
+            assert response.headers["content-type"].startswith("text/event-stream")
+            events = [
+                json.loads(line.removeprefix("data: "))
+                async for line in response.iter_lines()
+                if line.startswith("data: ")
+            ]
+        return events, b""
+
+    events, _ = asyncio.run(run())
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert deltas and events[-1]["type"] == "speech.audio.done"
+    audio = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+    assert len(audio) == 2 * samples_for(N)
+    usage = events[-1]["usage"]
+    assert usage["output_tokens"] == N and usage["input_tokens"] == len(TEXT)
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+def test_first_audio_bytes_arrive_before_generation_ends(client, srv):
+    finished_before = streams_total(srv, "HTTPSpeech", "OK")
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input=LONG, response_format="pcm",
+        extra_body={"chattts": fixed(N)},
+    ) as response:  # fmt: skip
+        chunks = response.iter_bytes()
+        first = next(chunks)
+        # Ordering, not timing: the first bytes are here while the stream is still generating
+        # (four sentences, spoken one after another, the later ones not begun).
+        assert first and srv.server.admission.active == 1
+        assert streams_total(srv, "HTTPSpeech", "OK") == finished_before
+        rest = b"".join(chunks)
+    assert len(first + rest) == 2 * 4 * samples_for(N)
+    assert streams_total(srv, "HTTPSpeech", "OK") == finished_before + 1
+
+
+def test_curl_streams_audio_and_sse(srv, tmp_path):
+    out = tmp_path / "speech.mp3"
+    body = json.dumps({"model": "tts-1", "input": TEXT, "voice": "alloy", "chattts": fixed(N)})
+    common = ["curl", "-sS", "-N", "--max-time", "60", "-H", f"Authorization: Bearer {TOKEN}"]
+    common += ["-H", "Content-Type: application/json", http_url(srv) + "/v1/audio/speech"]
+    done = subprocess.run(
+        [*common, "-d", body, "-o", str(out), "-w", "%{http_code} %{content_type}"],
+        capture_output=True, text=True, timeout=90, check=True,
+    )  # fmt: skip
+    assert done.stdout == "200 audio/mpeg"
+    audio, rate = decode(out.read_bytes(), "mp3")  # the default format is mp3, as OpenAI's
+    assert rate == 24000 and audio.size >= samples_for(N)
+    sse = json.loads(body) | {"stream_format": "sse", "response_format": "opus"}
+    done = subprocess.run(
+        [*common, "-d", json.dumps(sse)], capture_output=True, text=True, timeout=90, check=True
+    )
+    events = [
+        json.loads(line[6:]) for line in done.stdout.splitlines() if line.startswith("data: ")
+    ]
+    ogg = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert ogg[:4] == b"OggS" and events[-1]["type"] == "speech.audio.done"
+    assert decode(ogg, "opus")[0].size == 2 * samples_for(N)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"voice": "alloy"}, "input"),
+        ({"input": "   "}, "input"),
+        ({"input": "x" * 4001}, "input"),
+        ({"input": "Hi.", "speed": 5}, "speed"),
+        ({"input": "Hi.", "speed": 0.1}, "speed"),
+        ({"input": "Hi.", "voice": "nobody"}, "voice"),
+        ({"input": "Hi.", "voice": "seed:abc"}, "voice"),
+        ({"input": "Hi.", "response_format": "ogg"}, "response_format"),
+        ({"input": "Hi.", "stream_format": "websocket"}, "stream_format"),
+        ({"input": "Hi.", "chattts": {"sampling": {"top_p": 2}}}, "chattts.sampling.top_p"),
+        ({"input": "Hi.", "chattts": {"no_such_field": 1}}, "chattts"),
+        ({"input": "[Stts] hi."}, "input"),
+        ({"input": "```\ncode only\n```"}, "input"),  # nothing left once markdown is read
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_parameters_are_400_naming_the_parameter(client, body, param):
+    with pytest.raises(openai.BadRequestError) as info:
+        client.post("/audio/speech", body=body, cast_to=bytes)
+    error = info.value.body
+    assert info.value.status_code == 400
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+    assert error["message"].startswith(param)
+
+
+def test_invalid_json_is_400(srv):
+    r = httpx2.post(
+        http_url(srv) + "/v1/audio/speech",
+        content=b"{not json",
+        headers={"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+    )
+    assert r.status_code == 400 and r.json()["error"]["param"] == "body"
+
+
+def test_tokens_are_those_of_grpc(srv):
+    missing = httpx2.post(http_url(srv) + "/v1/audio/speech", json={"input": TEXT}, timeout=30)
+    assert missing.status_code == 401
+    assert missing.json()["error"]["code"] == "invalid_api_key"
+    wrong = openai.OpenAI(base_url=http_url(srv) + "/v1", api_key="wrong", max_retries=0)
+    with wrong, pytest.raises(openai.PermissionDeniedError) as info:
+        wrong.audio.speech.create(model="tts-1", voice="alloy", input=TEXT)
+    assert info.value.status_code == 403 and info.value.body["code"] == "invalid_api_key"
+    assert httpx2.get(http_url(srv) + "/v1/models").status_code == 401
+    assert httpx2.get(http_url(srv) + "/health").json() == {"status": "SERVING"}  # open
+    assert streams_total(srv, "HTTPSpeech", "PERMISSION_DENIED") >= 1
+    assert streams_total(srv, "HTTPSpeech", "UNAUTHENTICATED") >= 1
+
+
+def test_full_server_is_429_with_retry_after_and_a_disconnect_cancels(client, srv):
+    cancelled_before = streams_total(srv, "HTTPSpeech", "CANCELLED")
+    with client.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input=LONG, response_format="pcm",
+        extra_body={"chattts": fixed(200)},
+    ) as holder:  # fmt: skip
+        chunks = holder.iter_bytes()  # kept: a dropped iterator would close the response
+        assert next(chunks)  # admitted and speaking: the one place is taken
+        with pytest.raises(openai.RateLimitError) as info:
+            client.audio.speech.create(model="tts-1", voice="alloy", input=TEXT)
+        headers = info.value.response.headers
+        assert headers["retry-after"] == "1" and headers["retry-after-ms"] == "500"
+        assert info.value.body["type"] == "rate_limit_error"
+        assert srv.server.engine.stats().active_requests == 1
+        holder.close()  # the client goes away mid-stream
+        # Its generation stops: the slot is free and the stream ends CANCELLED.
+        wait_until(lambda: engine_idle(srv), 5, "the disconnected stream's slot to be freed")
+    assert streams_total(srv, "HTTPSpeech", "CANCELLED") == cancelled_before + 1
+
+
+def test_tls_from_the_same_certificate_files_and_503_while_loading(
+    tiny_model_dir,
+    tmp_path,
+    pki,
+):
+    ca = ssl.create_default_context(cafile=str(pki["ca"]))
+    with http_server(tmp_path, tls_cert=pki["server_cert"], tls_key=pki["server_key"]) as srv:
+        url = http_url(srv, "https")
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        body = {"input": TEXT, "voice": "alloy", "chattts": fixed(N)}
+        early = httpx2.post(url + "/v1/audio/speech", json=body, headers=auth, verify=ca)
+        if httpx2.get(url + "/health", verify=ca).status_code == 503:  # still loading after it
+            assert early.status_code == 503 and early.json()["error"]["code"] == "unavailable"
+        wait_until(lambda: httpx2.get(url + "/health", verify=ca).status_code == 200, 60, "SERVING")
+        with openai.OpenAI(
+            base_url=url + "/v1",
+            api_key=TOKEN,
+            max_retries=0,
+            http_client=openai.DefaultHttpxClient(verify=ca),
+        ) as c:
+            audio, rate = decode(
+                c.audio.speech.create(
+                    model="tts-1", voice="alloy", input=TEXT, response_format="flac",
+                    extra_body={"chattts": fixed(N)},
+                ).read(),
+                "flac",
+            )  # fmt: skip
+        assert rate == 24000 and audio.size == samples_for(N)
+        with pytest.raises(httpx2.HTTPError):  # no plaintext fall-back
+            httpx2.get(http_url(srv) + "/health", timeout=5)
+
+
+# -- draining (last: it stops the module's server) ------------------------------------------------
+
+
+def test_drain_is_503_and_streams_in_flight_finish(srv):
+    url = http_url(srv) + "/v1/audio/speech"
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    body = {"input": TEXT, "voice": "alloy", "response_format": "pcm", "chattts": fixed(N)}
+    started, checked, result = threading.Event(), threading.Event(), {}
+
+    def in_flight() -> None:
+        long = body | {"input": LONG, "chattts": fixed(60)}
+        with httpx2.stream("POST", url, json=long, headers=auth, timeout=60) as r:
+            chunks = r.iter_bytes()
+            first = next(chunks)
+            started.set()
+            checked.wait(30)  # hold the stream open (the engine waits for its reader)
+            result["bytes"] = len(first + b"".join(chunks))
+
+    reader = threading.Thread(target=in_flight, daemon=True)
+    reader.start()
+    assert started.wait(30)
+    drained = asyncio.run_coroutine_threadsafe(srv.server.drain(grace_s=30), srv.loop)
+    wait_until(lambda: httpx2.get(http_url(srv) + "/health").status_code == 503, 5, "draining")
+    refused = httpx2.post(url, json=body, headers=auth, timeout=30)
+    assert refused.status_code == 503
+    assert refused.json()["error"]["type"] == "service_unavailable_error"
+    checked.set()
+    reader.join(60)
+    assert result["bytes"] == 2 * 4 * samples_for(60)  # the stream in flight finished whole
+    drained.result(30)

@@ -1,0 +1,388 @@
+"""Reliability promises (docs RELIABILITY.md): admission, deadlines, cancellation, shutdown, bad input.
+
+Every test runs a real server on loopback and checks that it is still healthy afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from serverutil import (
+    DEV_MODEL_CACHE,
+    REPO,
+    FaultyRunner,
+    InProcessServer,
+    launch,
+    tiny_server_config,
+    wait_serving,
+)
+
+SYNTH = "/chattts.v1.TextToSpeech/Synthesize"
+
+
+def fixed(num_tokens: int, seed: int = 7) -> tts_pb2.SynthesisConfig:
+    return tts_pb2.SynthesisConfig(
+        voice=tts_pb2.Voice(seed=1234),
+        sampling=tts_pb2.Sampling(seed=seed, min_new_tokens=num_tokens, max_new_tokens=num_tokens),
+    )
+
+
+def request(text: str = "Hello there.", tokens: int = 6) -> tts_pb2.SynthesizeRequest:
+    return tts_pb2.SynthesizeRequest(text=text, config=fixed(tokens))
+
+
+def assert_healthy(target: str) -> None:
+    """A follow-up small Synthesize succeeds and health says SERVING."""
+    with grpc.insecure_channel(target) as channel:
+        replies = list(tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(request(), timeout=60))
+        assert any(r.HasField("utterance_end") for r in replies)
+        status = (
+            health_pb2_grpc.HealthStub(channel)
+            .Check(health_pb2.HealthCheckRequest(), timeout=5)
+            .status
+        )
+        assert status == health_pb2.HealthCheckResponse.SERVING
+
+
+def wait_until(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class Streamer(threading.Thread):
+    """Runs one Synthesize on its own thread; records the first-chunk event and the final code."""
+
+    def __init__(
+        self,
+        target: str,
+        req: tts_pb2.SynthesizeRequest,
+        timeout: float = 60,
+        gate: threading.Event | None = None,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.target, self.req, self.timeout = target, req, timeout
+        self.gate = gate
+        """If given, the reader stops after its first reply until the gate opens (it holds its place)."""
+        self.first = threading.Event()
+        self.code: grpc.StatusCode | None = None
+        self.details = ""
+        self.replies = 0
+
+    def run(self) -> None:
+        with grpc.insecure_channel(self.target) as channel:
+            try:
+                for _ in tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(
+                    self.req, timeout=self.timeout
+                ):
+                    self.replies += 1
+                    self.first.set()
+                    if self.gate is not None:
+                        self.gate.wait(30)
+                self.code = grpc.StatusCode.OK
+            except grpc.RpcError as exc:
+                self.code, self.details = exc.code(), exc.details() or ""
+            finally:
+                self.first.set()
+
+    def result(self, timeout_s: float = 60) -> grpc.StatusCode | None:
+        self.join(timeout_s)
+        assert not self.is_alive(), "stream did not finish"
+        return self.code
+
+
+@pytest.fixture(scope="module")
+def small(tiny_model_dir):
+    """A dedicated server with 2 stream places and a queue of 1, whose runner fails any request
+    with "BOOM" in its text (and only those)."""
+    config = tiny_server_config(DEV_MODEL_CACHE, max_streams=2, max_queue=1)
+
+    def faulty() -> FaultyRunner:
+        runner = FaultyRunner(config)
+        runner.fail_text = "BOOM"
+        return runner
+
+    with InProcessServer(config, runner_factory=faulty) as srv:
+        yield srv
+
+
+def engine_idle(srv: InProcessServer) -> bool:
+    assert srv.server is not None
+    return srv.server.engine.stats().active_requests == 0 and srv.server.admission.active == 0
+
+
+# -- admission ----------------------------------------------------------------------------------
+
+
+def test_over_admission_is_refused_fast_and_admitted_streams_finish(small):
+    adm = small.server.admission
+    # The two admitted streams stop reading after their first chunk, so they hold their places
+    # (their generation pauses on the full output buffer) until the gate opens.
+    gate = threading.Event()
+    # 300 tokens is ~300 KB of audio: more than the HTTP/2 window and the output buffer hold.
+    long = [Streamer(small.target, request("One long stream.", 300), gate=gate) for _ in range(2)]
+    for s in long:
+        s.start()
+    for s in long:
+        assert s.first.wait(30)
+    assert adm.active == 2
+
+    # A queued stream whose deadline passes while it waits: DEADLINE_EXCEEDED, queue emptied.
+    expired = Streamer(small.target, request(), timeout=0.5)
+    expired.start()
+    assert expired.result(10) == grpc.StatusCode.DEADLINE_EXCEEDED
+    wait_until(lambda: adm.waiting == 0, 2, "the expired waiter to leave the queue")
+
+    queued = Streamer(small.target, request("Queued stream.", 6))
+    queued.start()
+    wait_until(lambda: adm.waiting == 1, 5, "the third stream to queue")
+
+    with grpc.insecure_channel(small.target) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as info:
+            list(stub.Synthesize(request(), timeout=30))
+        elapsed = time.monotonic() - started
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert elapsed < 1.0
+    trailers = dict(info.value.trailing_metadata() or ())
+    assert int(trailers["grpc-retry-pushback-ms"]) > 0
+
+    gate.set()
+    assert [s.result() for s in long] == [grpc.StatusCode.OK] * 2
+    assert queued.result() == grpc.StatusCode.OK
+    wait_until(lambda: engine_idle(small), 5, "slots to be released")
+    assert_healthy(small.target)
+
+
+# -- deadlines and cancellation ------------------------------------------------------------------
+
+
+def test_short_deadline_on_long_text_frees_the_engine(small):
+    text = " ".join(f"Sentence number {i} is here." for i in range(20))
+    s = Streamer(small.target, tts_pb2.SynthesizeRequest(text=text, config=fixed(200)), timeout=1.0)
+    s.start()
+    assert s.result(15) == grpc.StatusCode.DEADLINE_EXCEEDED
+    wait_until(lambda: engine_idle(small), 3, "the engine to drop the expired request")
+    assert_healthy(small.target)
+
+
+def test_expired_deadline_does_not_fail_other_streams(small):
+    other = Streamer(small.target, request("An innocent bystander.", 40))
+    other.start()
+    assert other.first.wait(30)
+    text = " ".join(f"Sentence number {i} is here." for i in range(10))
+    expiring = Streamer(
+        small.target, tts_pb2.SynthesizeRequest(text=text, config=fixed(200)), timeout=0.6
+    )
+    expiring.start()
+    assert expiring.result(15) == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert other.result() == grpc.StatusCode.OK, other.details
+    wait_until(lambda: engine_idle(small), 3, "slots to be released")
+
+
+def test_client_process_killed_mid_stream_frees_its_slot(small):
+    script = textwrap.dedent(
+        f"""
+        import sys, time, grpc
+        from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+        cfg = tts_pb2.SynthesisConfig(sampling=tts_pb2.Sampling(min_new_tokens=300, max_new_tokens=300))
+        ch = grpc.insecure_channel("{small.target}")
+        for reply in tts_pb2_grpc.TextToSpeechStub(ch).Synthesize(
+                tts_pb2.SynthesizeRequest(text="A long one.", config=cfg), timeout=120):
+            print("FIRST", flush=True)
+            time.sleep(600)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'client'}:{REPO / 'server'}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "FIRST"
+        assert small.server.engine.stats().active_requests == 1
+        proc.kill()
+        proc.wait(10)
+        wait_until(lambda: engine_idle(small), 5, "the dead client's slot to be released")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert_healthy(small.target)
+
+
+# -- engine faults --------------------------------------------------------------------------------
+
+
+def test_engine_exception_fails_only_that_stream(small):
+    """A request whose work fails inside the engine (the runner reports its slot failed, as for
+    a non-finite hidden state) ends INTERNAL with a short message; the stream beside it, in the
+    same decode batch, ends OK."""
+    other = Streamer(small.target, request("A calm sentence.", 60))
+    other.start()
+    assert other.first.wait(30)
+    bad = Streamer(small.target, request("This goes BOOM.", 60))
+    bad.start()
+    assert bad.result() == grpc.StatusCode.INTERNAL
+    assert other.result() == grpc.StatusCode.OK
+    assert "Traceback" not in bad.details and len(bad.details) < 300
+    assert "BOOM" in bad.details
+    wait_until(lambda: engine_idle(small), 5, "slots to be released")
+    assert_healthy(small.target)
+
+
+# -- bad input on the shared server ---------------------------------------------------------------
+
+
+def _code(target: str, req: tts_pb2.SynthesizeRequest) -> grpc.RpcError:
+    with grpc.insecure_channel(target) as channel, pytest.raises(grpc.RpcError) as info:
+        list(tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(req, timeout=30))
+    return info.value
+
+
+def test_oversized_message_is_resource_exhausted(server):
+    err = _code(server.target, tts_pb2.SynthesizeRequest(text="a" * (2 << 20), config=fixed(4)))
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert_healthy(server.target)
+
+
+def test_text_over_the_limit_is_invalid_argument(server):
+    err = _code(server.target, tts_pb2.SynthesizeRequest(text="word " * 1000, config=fixed(4)))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "text" in err.details()
+    assert_healthy(server.target)
+
+
+def test_unknown_encoding_enum_is_invalid_argument(server):
+    req = request()
+    req.config.audio_format.encoding = 99
+    err = _code(server.target, req)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "config.audio_format.encoding" in err.details()
+    assert_healthy(server.target)
+
+
+def test_invalid_utf8_in_a_string_field(server):
+    raw = b"\x0a\x02\xff\xfe"  # field 1 (text), length-delimited, two bytes that are not UTF-8
+    with grpc.insecure_channel(server.target) as channel:
+        call = channel.unary_stream(
+            SYNTH, request_serializer=lambda b: b, response_deserializer=lambda b: b
+        )
+        with pytest.raises(grpc.RpcError) as info:
+            list(call(raw, timeout=10))
+    # Left to grpcio, a failed deserialization answers UNKNOWN with the exception's text; the
+    # server parses requests itself and answers INVALID_ARGUMENT.
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "UTF-8" in (info.value.details() or "")
+    assert "Traceback" not in (info.value.details() or "")
+    assert_healthy(server.target)
+
+
+def test_invalid_utf8_in_a_streaming_message(server):
+    config = tts_pb2.StreamingSynthesizeRequest(config=fixed(4)).SerializeToString()
+    bad_text = (
+        b"\x12\x04\x0a\x02\xff\xfe"  # field 2 (text) -> TextInput field 1 (text) = invalid UTF-8
+    )
+    with grpc.insecure_channel(server.target) as channel:
+        call = channel.stream_stream(
+            "/chattts.v1.TextToSpeech/StreamingSynthesize",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
+        for messages in ([bad_text], [config, bad_text]):
+            with pytest.raises(grpc.RpcError) as info:
+                list(call(iter(messages), timeout=10))
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert_healthy(server.target)
+
+
+def test_health_check_on_unknown_service_is_not_found(server):
+    with grpc.insecure_channel(server.target) as channel, pytest.raises(grpc.RpcError) as info:
+        health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="no.Such"), timeout=5
+        )
+    assert info.value.code() == grpc.StatusCode.NOT_FOUND
+    assert_healthy(server.target)
+
+
+# -- SIGTERM on a subprocess server ---------------------------------------------------------------
+
+
+def _health(target: str) -> int | None:
+    with grpc.insecure_channel(target) as channel:
+        try:
+            return (
+                health_pb2_grpc.HealthStub(channel)
+                .Check(health_pb2.HealthCheckRequest(), timeout=1)
+                .status
+            )
+        except grpc.RpcError:
+            return None
+
+
+def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
+    with launch(["--grace-s", "10", "--no-warmup"], DEV_MODEL_CACHE, metrics=False) as srv:
+        target = srv.target
+        wait_serving(target)
+        s = Streamer(target, request("Finish me please.", 40))
+        s.start()
+        assert s.first.wait(30)
+        srv.proc.send_signal(signal.SIGTERM)
+        wait_until(
+            lambda: _health(target) == health_pb2.HealthCheckResponse.NOT_SERVING, 5, "NOT_SERVING"
+        )
+        err = _code(target, request())
+        assert err.code() == grpc.StatusCode.UNAVAILABLE
+        assert s.result(30) == grpc.StatusCode.OK
+        assert srv.proc.wait(30) == 0
+
+
+def test_sigterm_cancels_streams_past_the_grace_period(tiny_model_dir):
+    with launch(["--grace-s", "0.5", "--no-warmup"], DEV_MODEL_CACHE, metrics=False) as srv:
+        wait_serving(srv.target)
+        s = Streamer(srv.target, request("Too long to finish.", 380))
+        s.start()
+        assert s.first.wait(30)
+        srv.proc.send_signal(signal.SIGTERM)
+        assert s.result(15) in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        assert srv.proc.wait(20) == 0
+
+
+def test_broken_engine_turns_not_serving_and_the_server_exits_nonzero(tiny_model_dir):
+    """A fault that leaves the engine unusable (every step fails) must not limp on: the stream
+    gets a clean error, health goes NOT_SERVING and `wait()` reports exit code 1 so a supervisor
+    restarts the process."""
+    config = tiny_server_config(DEV_MODEL_CACHE, max_streams=2)
+    runners: list[FaultyRunner] = []
+
+    def faulty() -> FaultyRunner:
+        runners.append(FaultyRunner(config))
+        return runners[-1]
+
+    with InProcessServer(config, runner_factory=faulty) as srv:
+        assert srv.server is not None
+        engine = srv.server.engine
+        runners[0].broken = True
+        # One failed step may be one bad request; three in a row mean the engine is broken.
+        for _ in range(3):
+            s = Streamer(srv.target, request("Doomed.", 40))
+            s.start()
+            assert s.result(30) in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE)
+            assert "Traceback" not in s.details
+        assert srv.call(srv.server.wait(), timeout_s=30) == 1
+        assert not engine.healthy

@@ -1,0 +1,82 @@
+"""bench/serving_profile (the per-token cost table of bench/bench_serving.py) times the decode
+step on both of its paths: plain `LlamaDecoder.decode`, and `DecodeGraphs` (CUDA graphs on,
+whose replays never call `decode`; with an empty GPT row the GPU table was silently empty).
+
+The hook runs for real: a subprocess with bench/serving_profile first on its path imports it as
+`sitecustomize`, it installs itself when thread pools are sized, and the engine then decodes
+the tiny model through the graphs' padded static path (eager on the CPU, the same Python entry
+CUDA replays go through).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    import chattts_server.threads as threads
+    threads.configure_threads(1)  # the hook installs itself here, as in the server
+    import torch
+    from chattts_server.config import EngineConfig
+    from chattts_server.engine.core import EngineCore
+    from chattts_server.engine.runner import ModelRunner
+    from chattts_server.engine.types import SamplingParams, UtteranceRequest, VoiceSpec
+    from chattts_server.model.loader import load_chattts
+    from engine_run import run_core
+
+    model_dir, profile, graphs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    config = EngineConfig(max_streams=2, max_tokens=256, max_new_tokens=32)
+    modules = load_chattts(model_dir, torch.device("cpu"), torch.float32)
+    runner = ModelRunner(modules, config, torch.device("cpu"), torch.float32, decode_graphs=graphs)
+    runner.warmup(config.max_streams)
+    time.sleep(0.5)  # the hook rewrites the file every 0.2 s
+    before = json.loads(profile.read_text())
+    requests = [
+        UtteranceRequest(f"r{i}", "one sentence.", voice=VoiceSpec(),
+                         sampling=SamplingParams(top_k=1, min_new_tokens=n, max_new_tokens=n))
+        for i, n in enumerate((20, 12))
+    ]
+    results = run_core(EngineCore.from_config(runner, config), {0: requests})
+    time.sleep(0.5)
+    after = json.loads(profile.read_text())
+    diff = {k: [a - b for a, b in zip(v, before.get(k, [0, 0]))] for k, v in after.items()}
+    print(json.dumps(diff))
+    """
+)
+
+
+def test_the_profile_times_and_counts_decode_through_the_graphs_path(tiny_model_dir, tmp_path):
+    """(The plain path's timers are checked by tests/e2e/test_gpu_check.py: its CPU benchmark
+    decodes without graphs and must fill the GPT row of the cost table.)"""
+    profile = tmp_path / "profile.json"
+    paths = [
+        REPO / "bench" / "serving_profile",
+        *(REPO / d for d in ("client", "server", "tools", "tests/helpers")),
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(map(str, paths)),
+        "CHATTTS_PROFILE_OUT": str(profile),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tiny_model_dir), str(profile), "eager"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    diff = json.loads(done.stdout.strip().splitlines()[-1])
+    # 20 + 12 tokens: each request's first comes from its prefill, the rest from decode rows.
+    assert diff["decode_rows"][0] == (20 - 1) + (12 - 1)
+    assert diff["gpt_decode_graphs"][1] > 0 and diff["gpt_decode_graphs"][0] > 0  # calls, s
+    assert diff["gpt_decode"][1] == 0  # the graphs' path never calls LlamaDecoder.decode

@@ -1,0 +1,295 @@
+"""Streaming decode against the offline decode of all tokens (ChatTTS Decoder + vocoder).
+
+Tolerances: exact mode (left context and lookahead >= the receptive field) must match the
+offline decode to 1e-4 absolute in fp32 (observed ~1e-7: only summation order differs).
+Short-lookahead mode cannot match; it must keep the length and have no clicks at seams.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from chattts_server.engine.chunking import ChunkingConfig
+from chattts_server.engine.streaming_decode import DecodeStream, StreamingDecoder, chunk_schedule
+from chattts_server.model.hifigan import HiFiGANVocoder
+from chattts_server.model.vocoders import Vocoder
+from chattts_server.model.vocos import VocosVocoder
+from tiny_modules import hidden_walk, tiny_decoder, tiny_hifigan, tiny_vocos
+
+EXACT_TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def decoder() -> torch.nn.Module:
+    return tiny_decoder()
+
+
+@pytest.fixture(scope="module")
+def vocoders() -> dict[str, Vocoder]:
+    return {"vocos": VocosVocoder(tiny_vocos()), "hifigan": HiFiGANVocoder(tiny_hifigan())}
+
+
+@pytest.fixture(scope="module", params=["vocos", "hifigan"])
+def vocoder(request, vocoders) -> Vocoder:
+    return vocoders[request.param]
+
+
+def offline(decoder: torch.nn.Module, vocoder: Vocoder, hiddens: torch.Tensor) -> np.ndarray:
+    """The reference: ChatTTS's own Decoder forward, then the vocoder, over all tokens at once."""
+    with torch.inference_mode():
+        mel = decoder(hiddens.T[None].clone())
+        if isinstance(vocoder, VocosVocoder):
+            audio = vocoder.vocos.decode(mel)  # vocos.Vocos.decode, as ChatTTS calls it
+        else:
+            audio = vocoder.decode(mel)
+    return audio[0].float().numpy()
+
+
+def stream_all(
+    sd: StreamingDecoder,
+    hiddens: torch.Tensor,
+    config: ChunkingConfig | None = None,
+    push_sizes: tuple[int, ...] = (1,),
+    on_step=None,
+) -> np.ndarray:
+    """Push `hiddens` in rotating sizes, stepping after each push as the engine would."""
+    stream = sd.open(config)
+    parts, pos, i = [], 0, 0
+    while pos < len(hiddens):
+        n = push_sizes[i % len(push_sizes)]
+        stream.push(hiddens[pos : pos + n])
+        pos, i = pos + n, i + 1
+        for key, pcm in sd.step({0: stream}).items():
+            assert key == 0 and pcm.dtype == np.float32
+            parts.append(pcm)
+            if on_step is not None:
+                on_step(stream)
+    parts.append(sd.finish({0: stream})[0])
+    assert stream.done and stream.buffered_tokens == 0
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize(
+    "name,first,growth,cap,push_sizes",
+    [
+        ("vocos", 4, 1.0, 4, (1,)),
+        ("vocos", 8, 2.0, 32, (1,)),
+        ("vocos", 4, 2.0, 16, (3, 1, 7)),
+        ("vocos", 8, 1.5, 24, (5,)),
+        # HiFi-GAN runs at the sample rate and is slower on CPU: two schedules.
+        ("hifigan", 4, 2.0, 16, (3, 1, 7)),
+        ("hifigan", 8, 1.5, 24, (5,)),
+    ],
+)
+def test_exact_mode_equals_offline(decoder, vocoders, name, first, growth, cap, push_sizes) -> None:
+    vocoder = vocoders[name]
+    sd = StreamingDecoder(decoder, vocoder)
+    left, right = sd.receptive_field_tokens
+    config = ChunkingConfig(
+        first_chunk_tokens=first,
+        growth=growth,
+        max_chunk_tokens=cap,
+        left_context_tokens=left,
+        lookahead_tokens=right,
+    )
+    hiddens = hidden_walk(131)
+    reference = offline(decoder, vocoder, hiddens)
+    assert len(reference) == sd.total_samples(131)
+    streamed = stream_all(sd, hiddens, config, push_sizes)
+    assert sd.open(config).exact
+    assert streamed.shape == reference.shape
+    assert np.abs(reference).max() > 0.05  # a real signal, so the tolerance means something
+    assert np.abs(streamed - reference).max() <= EXACT_TOL
+
+
+def test_exact_mode_defaults_left_context_to_receptive_field(decoder) -> None:
+    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
+    assert sd.receptive_field_tokens == (52, 52)
+    stream = sd.open(ChunkingConfig(lookahead_tokens=52))
+    assert stream.left_context_tokens == 52 and stream.exact
+    assert not sd.open(ChunkingConfig(lookahead_tokens=51)).exact
+
+
+def test_short_streams_and_empty_stream(decoder, vocoder) -> None:
+    sd = StreamingDecoder(decoder, vocoder)
+    for num_tokens in (1, 2, 5):
+        hiddens = hidden_walk(num_tokens, seed=num_tokens)
+        for config in (ChunkingConfig(lookahead_tokens=52), ChunkingConfig()):
+            streamed = stream_all(sd, hiddens, config)
+            reference = offline(decoder, vocoder, hiddens)
+            # Never more tokens than one window: both modes see everything, so both are exact.
+            assert streamed.shape == reference.shape
+            assert np.abs(streamed - reference).max() <= EXACT_TOL
+    stream = sd.open()
+    out = sd.finish({7: stream})
+    assert list(out) == [7] and out[7].shape == (0,) and stream.done
+    with pytest.raises(RuntimeError):
+        stream.push(hidden_walk(1))
+
+
+@pytest.mark.parametrize("mode", ["exact", "short"])
+def test_batched_streams_equal_each_alone(decoder, mode) -> None:
+    vocoder = VocosVocoder(tiny_vocos())
+    sd = StreamingDecoder(decoder, vocoder)
+    config = (
+        ChunkingConfig(lookahead_tokens=52)
+        if mode == "exact"
+        else ChunkingConfig(lookahead_tokens=4)
+    )
+    lengths = (37, 90, 133)
+    inputs = [hidden_walk(n, seed=10 + n) for n in lengths]
+    alone = [stream_all(StreamingDecoder(decoder, vocoder), h, config) for h in inputs]
+
+    streams = [sd.open(config) for _ in lengths]
+    parts: dict[int, list[np.ndarray]] = {i: [] for i in range(len(streams))}
+    for t in range(max(lengths)):
+        live = {}
+        for i, (stream, hiddens) in enumerate(zip(streams, inputs, strict=True)):
+            if t < len(hiddens):
+                stream.push(hiddens[t : t + 1])
+                live[i] = stream
+        for i, pcm in sd.step(live).items():
+            parts[i].append(pcm)
+        ended = {i: s for i, s in enumerate(streams) if t == len(inputs[i]) - 1}
+        for i, pcm in sd.finish(ended).items():
+            parts[i].append(pcm)
+    batched = [np.concatenate(parts[i]) for i in range(len(streams))]
+    for got, want in zip(batched, alone, strict=True):
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= 1e-5
+    num_chunks = sum(s.num_chunks for s in streams)
+    assert sd.num_decoder_calls < num_chunks and sd.num_vocoder_calls < num_chunks
+
+
+def test_ready_chunks_of_several_streams_share_one_call(decoder) -> None:
+    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
+    # Mid-stream in exact mode every window is right-safe: different lengths pad into one call.
+    config = ChunkingConfig(lookahead_tokens=52, first_chunk_tokens=8, max_chunk_tokens=32)
+    streams = [sd.open(config) for _ in range(3)]
+    for stream, n in zip(streams, (60, 70, 100), strict=True):
+        stream.push(hidden_walk(n, seed=n))
+    calls = sd.num_decoder_calls, sd.num_vocoder_calls
+    out = sd.step(dict(enumerate(streams)))
+    assert set(out) == {0, 1, 2}
+    assert sum(s.num_chunks for s in streams) == 1 + 1 + 2
+    assert (sd.num_decoder_calls, sd.num_vocoder_calls) == (calls[0] + 1, calls[1] + 1)
+
+
+def test_short_lookahead_streams_in_steady_state_share_one_call(decoder) -> None:
+    # Short lookahead: windows are not right-safe, so batching needs equal lengths, which every
+    # stream past its first left context has. Streams start 8 steps apart, chunking in phase.
+    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
+    config = ChunkingConfig(
+        first_chunk_tokens=8, growth=1.0, max_chunk_tokens=8, lookahead_tokens=4
+    )
+    starts = (0, 8, 16)
+    inputs = [hidden_walk(120, seed=s) for s in starts]
+    streams = [sd.open(config) for _ in starts]
+    steady_steps = 0
+    for step in range(120 + starts[-1]):
+        for stream, start, hiddens in zip(streams, starts, inputs, strict=True):
+            if 0 <= step - start < len(hiddens):
+                stream.push(hiddens[step - start : step - start + 1])
+        calls = sd.num_decoder_calls, sd.num_vocoder_calls
+        out = sd.step(dict(enumerate(streams)))
+        if len(out) == 3 and min(s._next_token for s in streams) > 52 + 8:
+            steady_steps += 1
+            assert (sd.num_decoder_calls, sd.num_vocoder_calls) == (calls[0] + 1, calls[1] + 1)
+    assert steady_steps >= 5
+
+
+def test_flat_cost_and_bounded_memory(decoder) -> None:
+    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
+    config = ChunkingConfig(
+        first_chunk_tokens=4, growth=2.0, max_chunk_tokens=16, lookahead_tokens=8
+    )
+    left = sd.receptive_field_tokens[0]
+    bound = left + config.max_chunk_tokens + config.lookahead_tokens
+    windows: list[tuple[int, int]] = []
+    held: list[int] = []
+
+    def record(stream: DecodeStream) -> None:
+        windows.append((stream.last_window_tokens, stream.last_vocoder_frames))
+        held.append(stream.buffered_tokens)
+
+    stream_all(sd, hidden_walk(300), config, on_step=record)
+    assert len(windows) >= 15
+    assert max(w for w, _ in windows) <= bound
+    # Past the growth phase every chunk costs the same: the window does not grow with position.
+    steady = windows[len(windows) // 3 :]
+    assert len(set(steady)) == 1 and steady[0][0] == bound
+    assert max(held) <= bound
+
+
+def test_short_lookahead_keeps_length_and_has_no_seam_clicks(decoder, vocoder) -> None:
+    sd = StreamingDecoder(decoder, vocoder)
+    hiddens = hidden_walk(160, seed=7)
+    reference = offline(decoder, vocoder, hiddens)
+    # The default (crossfaded seams) must keep the length whatever the lookahead.
+    default = stream_all(sd, hiddens, ChunkingConfig())
+    assert default.shape == reference.shape == (sd.total_samples(160),)
+
+    config = ChunkingConfig(lookahead_tokens=4)  # far below the 52-token receptive field
+    assert not sd.open(config).exact
+    streamed = stream_all(sd, hiddens, config)
+    assert streamed.shape == reference.shape
+    error = streamed - reference
+    # Aligned and close to offline (random weights: a loose bound; see bench_lookahead.py).
+    assert 10 * np.log10(np.sum(reference**2) / np.sum(error**2)) > 20
+    # At seams the error may not jump: its sample-to-sample step stays far below the signal's.
+    seams = np.cumsum(chunk_schedule(config, 160))[:-1] * 2 * sd.hop_length
+    ref_step = np.abs(np.diff(reference)).max()
+    for seam in seams:
+        assert np.abs(np.diff(error[seam - 600 : seam + 600])).max() <= 0.15 * ref_step
+
+
+def test_crossfade_removes_the_step_of_a_hard_cut(decoder) -> None:
+    # HiFi-GAN has no overlap-add to soften a cut, so a hard seam shows as a step in the error.
+    vocoder = HiFiGANVocoder(tiny_hifigan())
+    sd = StreamingDecoder(decoder, vocoder)
+    hiddens = hidden_walk(120, seed=9)
+    reference = offline(decoder, vocoder, hiddens)
+    seams = np.arange(1, 15) * 8 * 2 * sd.hop_length  # the hard cuts: chunk borders
+    steps = {}
+    for fade in (0, 512):
+        config = ChunkingConfig(
+            first_chunk_tokens=8,
+            growth=1.0,
+            max_chunk_tokens=8,
+            left_context_tokens=2,
+            lookahead_tokens=2,
+            crossfade_samples=fade,
+        )
+        streamed = stream_all(sd, hiddens, config)
+        assert streamed.shape == reference.shape
+        steps[fade] = np.abs(np.diff(streamed - reference))[seams - 1].mean()
+    assert steps[512] < 0.5 * steps[0]
+
+
+def test_config_bounds(decoder) -> None:
+    for bad in (
+        dict(first_chunk_tokens=0),
+        dict(first_chunk_tokens=40, max_chunk_tokens=32),
+        dict(growth=0.5),
+        dict(left_context_tokens=-1),
+        dict(lookahead_tokens=-1),
+        dict(crossfade_samples=-1),
+    ):
+        with pytest.raises(ValueError):
+            ChunkingConfig(**bad)
+    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
+    with pytest.raises(ValueError):  # Vocos drops a hop at the end: chunks must overlap
+        sd.open(ChunkingConfig(left_context_tokens=0, lookahead_tokens=0))
+    with pytest.raises(ValueError):
+        sd.open(ChunkingConfig(first_chunk_tokens=1, crossfade_samples=1024))
+    assert chunk_schedule(
+        ChunkingConfig(first_chunk_tokens=8, growth=2.0, max_chunk_tokens=32), 100
+    ) == [
+        8,
+        16,
+        32,
+        32,
+        12,
+    ]
