@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import TypeVar
 
@@ -21,6 +21,7 @@ from .synthesis import Synthesis
 from .text_reader import TextFragment
 
 _M = TypeVar("_M", bound=Message)
+_R = TypeVar("_R")
 
 
 def _deadline(context: grpc.aio.ServicerContext) -> float | None:
@@ -34,6 +35,22 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
 
     async def _abort(self, context: grpc.aio.ServicerContext, exc: BaseException) -> None:
         await abort_with(context, exc, self.synthesis.admission_config.retry_pushback_ms)
+
+    async def _replies(
+        self,
+        events: AsyncGenerator[SessionEvent, None],
+        to_reply: Callable[[SessionEvent], _R],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[_R]:
+        """The stream's events as replies; our own failures end the call with their status."""
+        try:
+            async with aclosing(events):
+                async for event in events:
+                    yield to_reply(event)
+        except Exception as exc:
+            if not is_ours(exc):
+                raise
+            await self._abort(context, exc)
 
     # -- RPCs ------------------------------------------------------------------------------
 
@@ -66,14 +83,8 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             deadline=_deadline(context),
             queue_timeout_s=context.time_remaining(),
         )
-        try:
-            async with aclosing(events):
-                async for event in events:
-                    yield _synthesize_response(event)
-        except Exception as exc:
-            if not is_ours(exc):
-                raise
-            await self._abort(context, exc)
+        async for reply in self._replies(events, _synthesize_response, context):
+            yield reply
 
     async def StreamingSynthesize(
         self,
@@ -100,14 +111,8 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             deadline=_deadline(context),
             queue_timeout_s=context.time_remaining(),
         )
-        try:
-            async with aclosing(events):
-                async for event in events:
-                    yield _streaming_response(event)
-        except Exception as exc:
-            if not is_ours(exc):
-                raise
-            await self._abort(context, exc)
+        async for reply in self._replies(events, _streaming_response, context):
+            yield reply
 
 
 def _parse(message_type: type[_M], data: bytes, field_name: str) -> _M:

@@ -87,6 +87,9 @@ class SlotRangeAttention:
             mask = key_pos[None, :] <= range_pos[:, None]  # (range, attend_len)
         self.mask = mask[:, None, None, :]
         self.num_range, self.num_rows = num_range, num_rows
+        self._scattered: Tensor | None = None
+        """(range, heads, 1, hd) queries at their slots' places, made once per forward: rows
+        of slots not in the batch stay zero for every layer."""
 
     def __call__(self, layer_id: int, q: Tensor, kv: Tensor) -> Tensor:
         _write_rows(self.cache, layer_id, self.slot_ids, self.positions, kv)
@@ -95,9 +98,10 @@ class SlotRangeAttention:
         values = self.cache.kv[layer_id, 1, self.first : self.last + 1, :, : self.attend_len]
         query = q[:, :, None].to(dtype)
         if self.rel is not None:
-            scattered = query.new_zeros(self.num_range, *query.shape[1:])
-            scattered[self.rel] = query
-            query = scattered
+            if self._scattered is None:
+                self._scattered = query.new_zeros(self.num_range, *query.shape[1:])
+            self._scattered[self.rel] = query
+            query = self._scattered
         attn = F.scaled_dot_product_attention(
             query, keys, values, attn_mask=self.mask, enable_gqa=q.shape[1] != kv.shape[2]
         )  # (rows or range, heads, 1, hd)
