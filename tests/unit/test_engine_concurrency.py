@@ -2,6 +2,7 @@
 
 - 8 seeded requests of different lengths (fixed via min = max new tokens) run together, joining
   at different steps, give the same codes as each run alone.
+- Every step is one GPT forward, however many prompts join while others decode.
 - After warm-up, hundreds of short requests allocate no new KV cache / history tensors and the
   process RSS barely grows.
 """
@@ -79,6 +80,36 @@ def test_concurrent_equals_alone(runner_and_config):
     results = run_core(EngineCore.from_config(runner, config), joins)
     for i in range(len(LENGTHS)):
         np.testing.assert_array_equal(results[f"r{i}"].codes, alone[i], err_msg=f"request {i}")
+
+
+def test_each_step_is_one_forward(runner_and_config, monkeypatch):
+    """Prompts that arrive together prefill in one forward, with the decode batch of the
+    requests already running: no prompt waits behind another's prefill."""
+    runner, config = runner_and_config
+    rows_per_forward: list[int] = []
+    real_forward = runner.llama._forward
+
+    def counted(x, positions, attention, mode):
+        rows_per_forward.append(len(x))
+        return real_forward(x, positions, attention, mode)
+
+    monkeypatch.setattr(runner.llama, "_forward", counted)
+    core = EngineCore.from_config(runner, config)
+    prompt_lens: dict[str, int] = {}
+    joins = {0: [request(0, n=8)], 3: [request(i, n=8) for i in range(1, 5)]}
+    for step in range(40):
+        for req in joins.get(step, []):
+            prompt_lens[req.request_id] = core.add_request(req).prompt_len
+        rows_per_forward.clear()
+        outputs = core.step()
+        assert all(out.error is None for out in outputs)
+        assert len(rows_per_forward) <= 1, f"step {step} ran {len(rows_per_forward)} forwards"
+        if step == 3:
+            # Four whole prompts and the one decode row of the request that joined first.
+            assert rows_per_forward == [sum(prompt_lens[f"r{i}"] for i in range(1, 5)) + 1]
+        if not core.has_unfinished_requests:
+            break
+    assert not core.has_unfinished_requests
 
 
 def _rss_bytes() -> int:

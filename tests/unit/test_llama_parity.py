@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaModel
 
 from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.linear_modes import onednn_available
-from chattts_server.model.llama import LlamaDecoder, LlamaShape
+from chattts_server.model.llama import DecodeBatch, LlamaDecoder, LlamaShape, PromptRun
 
 HIDDEN = 128
 ATOL = RTOL = 1e-4
@@ -115,6 +115,77 @@ def test_mixed_batch_decode_matches_each_sequence_alone(models, slots: list[int]
             torch.testing.assert_close(
                 hidden[i], _reference_last(ref, all_seqs[r]), atol=ATOL, rtol=RTOL
             )
+
+
+@pytest.mark.parametrize("decode_slots", [[0, 2], [5, 0]], ids=["slot-range", "gathered"])
+@torch.inference_mode()
+def test_one_forward_for_a_step_matches_each_part_alone(models, decode_slots) -> None:
+    """Prompt chunks (new prompts, and the rest of one begun last step) and a decode batch
+    in one forward: each row as transformers computes its own sequence, each cache slot as
+    if its part had run alone."""
+    ref, ours, shape = models
+    cache = SlotKVCache(shape, num_slots=9, max_tokens=64, device="cpu", dtype=torch.float32)
+    decoding = [torch.randn(n, HIDDEN) for n in (6, 11)]
+    for slot, seq in zip(decode_slots, decoding, strict=True):
+        ours.prefill(slot, seq, 0, cache)
+    begun = torch.randn(15, HIDDEN)
+    ours.prefill(3, begun[:7], 0, cache)
+    new_prompts = {1: torch.randn(9, HIDDEN), 8: torch.randn(4, HIDDEN)}
+
+    step = torch.randn(2, HIDDEN)
+    prompt_hidden, decode_hidden = ours.forward_batch(
+        [
+            PromptRun(1, new_prompts[1], 0),
+            PromptRun(3, begun[7:], 7),
+            PromptRun(8, new_prompts[8], 0),
+        ],
+        DecodeBatch(torch.tensor(decode_slots), step, torch.tensor([6, 11])),
+        cache,
+    )
+    expected = [ref(inputs_embeds=p[None]).last_hidden_state[0] for p in (new_prompts[1], begun)]
+    torch.testing.assert_close(prompt_hidden[0], expected[0], atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(prompt_hidden[1], expected[1][7:], atol=ATOL, rtol=RTOL)
+    assert prompt_hidden[2].shape == (4, HIDDEN)
+    assert decode_hidden is not None
+    for i, seq in enumerate(decoding):
+        whole = torch.cat([seq, step[i : i + 1]])
+        torch.testing.assert_close(
+            decode_hidden[i], _reference_last(ref, whole), atol=ATOL, rtol=RTOL
+        )
+    # The caches hold what separate forwards write: slot 8's prompt as a prefill alone would.
+    alone = SlotKVCache(shape, num_slots=1, max_tokens=64, device="cpu", dtype=torch.float32)
+    ours.prefill(0, new_prompts[8], 0, alone)
+    torch.testing.assert_close(
+        cache.kv[:, :, 8, :, :4], alone.kv[:, :, 0, :, :4], atol=ATOL, rtol=RTOL
+    )
+
+
+@_NO_ONEDNN
+@torch.inference_mode()
+def test_forward_batch_picks_the_mode_by_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within the decode mode table the row count picks the mode; a batch with prompts past
+    it is compute-bound like a long prompt and runs prefill's mode."""
+    ref, _, shape = _models(4)
+    ours = LlamaDecoder.from_state_dict(
+        ref.config, ref.state_dict(), "cpu", torch.float32, modes=["dense", "dense-onednn"]
+    )
+    ours.set_mode_table({1: "dense", 4: "dense-onednn"})
+    ours.prefill_mode = "dense"
+    used: list[str] = []
+    real_forward = ours._forward
+
+    def spy(x, positions, attention, mode):
+        used.append(mode)
+        return real_forward(x, positions, attention, mode)
+
+    monkeypatch.setattr(ours, "_forward", spy)
+    cache = SlotKVCache(shape, num_slots=3, max_tokens=64, device="cpu", dtype=torch.float32)
+    for num_tokens in (1, 3, 5):
+        ours.forward_batch([PromptRun(0, torch.randn(num_tokens, HIDDEN), 0)], None, cache)
+    decode = DecodeBatch(torch.tensor([0, 1]), torch.randn(2, HIDDEN), torch.tensor([5, 0]))
+    ours.forward_batch([PromptRun(2, torch.randn(3, HIDDEN), 0)], decode, cache)
+    ours.forward_batch([], decode, cache)
+    assert used == ["dense", "dense-onednn", "dense", "dense", "dense-onednn"]
 
 
 @torch.inference_mode()

@@ -1,8 +1,8 @@
 """The model runner: owns every tensor (weights, the slot KV cache, per-slot sampling and
 decode state) and executes the scheduler's `SchedulerOutput` on the engine thread.
 
-Per step: drop released slots, move new requests' prompts into their slots, prefill chunks,
-one batched decode over all decoding slots, the heads, per-row sampling, the next input
+Per step: drop released slots, move new requests' prompts into their slots, one GPT forward
+over every prompt chunk and every decoding slot, the heads, per-row sampling, the next input
 embeddings, and the streaming Decoder+vocoder for the slots whose next audio chunk is ready.
 It reports what it sampled (`ModelOutput`); it never decides that a request stops.
 """
@@ -24,7 +24,7 @@ from ..model.cuda_graphs import DecodeGraphs, length_buckets
 from ..model.errors import ModelLoadError
 from ..model.hifigan import HiFiGANVocoder
 from ..model.kv_cache import SlotKVCache
-from ..model.llama import LlamaDecoder
+from ..model.llama import DecodeBatch, LlamaDecoder, PromptRun
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
 from ..model.receptive_field import FRAMES_PER_TOKEN
 from ..model.vocoders import Vocoder
@@ -312,33 +312,7 @@ class ModelRunner:
         for new in plan.new_slots:
             self._slots[new.slot_id] = self._pending.pop(new.request_id)
 
-        rows: list[tuple[int, torch.Tensor]] = []
-        for chunk in plan.prefill:
-            state = self._slots[chunk.slot_id]
-            hidden = self.llama.prefill(
-                chunk.slot_id,
-                state.prompt[chunk.start : chunk.start + chunk.length],
-                chunk.start,
-                self.cache,
-            )
-            if chunk.completes_prompt:
-                self._begin_pass(chunk.slot_id, state)
-                rows.append((chunk.slot_id, hidden[-1]))
-        if plan.decode:
-            slot_ids = torch.tensor(
-                [r.slot_id for r in plan.decode], dtype=torch.long, device=self.device
-            )
-            positions = torch.tensor(
-                [r.position for r in plan.decode], dtype=torch.long, device=self.device
-            )
-            embeds = torch.stack([self._slots[r.slot_id].next_embed for r in plan.decode])  # type: ignore[misc]
-            if self.graphs is not None:
-                max_position = max(r.position for r in plan.decode)
-                hidden = self.graphs(slot_ids, embeds.to(self.dtype), positions, max_position)
-            else:
-                hidden = self.llama.decode(slot_ids, embeds.to(self.dtype), positions, self.cache)
-            rows.extend(zip([r.slot_id for r in plan.decode], hidden, strict=True))
-
+        rows = self._forward(plan)
         output = ModelOutput()
         rows = self._finite_rows(rows, output)
         code_rows = [(s, h) for s, h in rows if self._slots[s].phase is Phase.CODES]
@@ -349,6 +323,48 @@ class ModelRunner:
             self._text_step(text_rows, output)
         self._decode_audio([s for s, _ in code_rows], output)
         return output
+
+    def _forward(self, plan: SchedulerOutput) -> list[tuple[int, torch.Tensor]]:
+        """The step's GPT work in one forward: every prompt chunk and the decode batch share
+        the weight reads, so new prompts never queue behind each other or behind decoding
+        (with CUDA graphs the decode batch replays its graph apart). Returns (slot, hidden
+        state) for each row that samples: prompts completed this step, then the decode rows."""
+        prompts = [
+            PromptRun(
+                c.slot_id, self._slots[c.slot_id].prompt[c.start : c.start + c.length], c.start
+            )
+            for c in plan.prefill
+        ]
+        decode = self._decode_batch(plan) if plan.decode else None
+        decode_hidden: torch.Tensor | None
+        if self.graphs is not None and decode is not None:
+            prompt_hidden, _ = self.llama.forward_batch(prompts, None, self.cache)
+            max_position = max(r.position for r in plan.decode)
+            decode_hidden = self.graphs(
+                decode.slot_ids, decode.embeds, decode.positions, max_position
+            )
+        else:
+            prompt_hidden, decode_hidden = self.llama.forward_batch(prompts, decode, self.cache)
+        rows: list[tuple[int, torch.Tensor]] = []
+        for chunk, hidden in zip(plan.prefill, prompt_hidden, strict=True):
+            if chunk.completes_prompt:
+                self._begin_pass(chunk.slot_id, self._slots[chunk.slot_id])
+                rows.append((chunk.slot_id, hidden[-1]))
+        if decode_hidden is not None:
+            rows.extend(zip([r.slot_id for r in plan.decode], decode_hidden, strict=True))
+        return rows
+
+    def _decode_batch(self, plan: SchedulerOutput) -> DecodeBatch:
+        embeds = []
+        for row in plan.decode:
+            embed = self._slots[row.slot_id].next_embed
+            assert embed is not None, "a decoding slot has sampled a token"
+            embeds.append(embed)
+        return DecodeBatch(
+            torch.tensor([r.slot_id for r in plan.decode], dtype=torch.long, device=self.device),
+            torch.stack(embeds).to(self.dtype),
+            torch.tensor([r.position for r in plan.decode], dtype=torch.long, device=self.device),
+        )
 
     @staticmethod
     def _finite_rows(

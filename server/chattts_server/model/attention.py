@@ -13,6 +13,8 @@ into the cache and returns the attention output (rows, heads * head_dim) in the 
   rows in slot order keeps the common case a plain view.
 - `GatherAttention`: each row's K/V gathered (a copy of rows * heads * len * head_dim per
   layer): for slots far apart, and, with fixed shapes and no host reads, for CUDA graphs.
+- `PackedAttention`: several of the above over consecutive runs of rows, for one forward that
+  carries a whole engine step (prompt chunks and the decode batch share the weight reads).
 """
 
 from __future__ import annotations
@@ -133,3 +135,22 @@ class GatherAttention:
             enable_gqa=q.shape[1] != kv.shape[2],
         )  # (B, heads, 1, hd)
         return attn.reshape(q.shape[0], -1)
+
+
+class PackedAttention:
+    """Rows in consecutive runs, each with its own strategy: ``parts`` is (rows, strategy) in
+    row order. Every run writes and reads only its own slots, so the runs are independent."""
+
+    def __init__(self, parts: list[tuple[int, Attention]]) -> None:
+        self.sizes = [n for n, _ in parts]
+        self.strategies = [strategy for _, strategy in parts]
+
+    def __call__(self, layer_id: int, q: Tensor, kv: Tensor) -> Tensor:
+        return torch.cat(
+            [
+                attend(layer_id, q_part, kv_part)
+                for attend, q_part, kv_part in zip(
+                    self.strategies, q.split(self.sizes), kv.split(self.sizes), strict=True
+                )
+            ]
+        )

@@ -11,7 +11,8 @@ body; they differ only in how queries meet the cache (``model/attention.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import torch
@@ -20,18 +21,56 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from . import linear_modes
-from .attention import Attention, GatherAttention, PrefillAttention, SlotRangeAttention
+from .attention import (
+    Attention,
+    GatherAttention,
+    PackedAttention,
+    PrefillAttention,
+    SlotRangeAttention,
+)
 from .kv_cache import SlotKVCache
 from .linear_modes import ModeTable
 from .llama_layers import Layer, LlamaShape, q_kv, rms_norm
 
-__all__ = ["LlamaDecoder", "LlamaShape"]
+__all__ = ["DecodeBatch", "LlamaDecoder", "LlamaShape", "PromptRun"]
 
 log = logging.getLogger(__name__)
 
 # Rope types whose frequencies depend on the sequence length in ways a fixed table cannot hold.
 # ("dynamic" only changes beyond max_position_embeddings, where our tables stop anyway.)
 _UNSUPPORTED_ROPE_TYPES = {"longrope"}
+
+
+@dataclass(frozen=True)
+class PromptRun:
+    """Prompt positions [start_pos, start_pos + L) of one slot, in a batched forward."""
+
+    slot_id: int
+    embeds: Tensor
+    """(L, D) input embeddings."""
+    start_pos: int
+
+
+@dataclass(frozen=True)
+class DecodeBatch:
+    """One token for each of B distinct slots, each at its own position."""
+
+    slot_ids: Tensor
+    """(B,) slot ids."""
+    embeds: Tensor
+    """(B, D) input embeddings."""
+    positions: Tensor
+    """(B,) KV positions of the inputs."""
+
+
+def _decode_attention(cache: SlotKVCache, slot_ids: Tensor, positions: Tensor) -> Attention:
+    """Slots close together are read in place (`SlotRangeAttention`); only a range more than
+    twice the batch (slots far apart) gathers the rows' K/V (`GatherAttention`)."""
+    # Python ints for the views: one host read of two small tensors per step.
+    slot_list = slot_ids.tolist()
+    if max(slot_list) - min(slot_list) + 1 > 2 * len(slot_list):
+        return GatherAttention(cache, slot_ids, positions, int(positions.max()) + 1)
+    return SlotRangeAttention(cache, slot_ids, positions, slot_list)
 
 
 class LlamaDecoder(nn.Module):
@@ -203,11 +242,15 @@ class LlamaDecoder(nn.Module):
         earlier positions, so a long prompt may come in chunks. Returns final-normed hidden
         states (L, D). ``mode`` forces a linear mode (default: :attr:`prefill_mode`).
         """
-        mode = mode or self.prefill_mode or self._modes.largest
+        mode = mode or self._prefill_mode
         num_tokens = embeds.shape[0]
         positions = torch.arange(start_pos, start_pos + num_tokens, device=embeds.device)
         attention = PrefillAttention(cache, slot_id, start_pos, num_tokens)
         return self._forward(embeds, positions, attention, mode)
+
+    @property
+    def _prefill_mode(self) -> str:
+        return self.prefill_mode or self._modes.largest
 
     def decode(
         self,
@@ -225,15 +268,52 @@ class LlamaDecoder(nn.Module):
         are read in place (`SlotRangeAttention`); only a range more than twice the batch (slots
         far apart) gathers the rows' K/V (`GatherAttention`).
         """
-        # Python ints for the views: one host read of two small tensors per step.
-        slot_list = slot_ids.tolist()
-        attention: Attention
-        if max(slot_list) - min(slot_list) + 1 > 2 * len(slot_list):
-            attend_len = int(positions.max()) + 1
-            attention = GatherAttention(cache, slot_ids, positions, attend_len)
-        else:
-            attention = SlotRangeAttention(cache, slot_ids, positions, slot_list)
-        return self._forward(embeds, positions, attention, mode or self.mode_for(len(slot_list)))
+        attention = _decode_attention(cache, slot_ids, positions)
+        return self._forward(embeds, positions, attention, mode or self.mode_for(len(embeds)))
+
+    def forward_batch(
+        self,
+        prompts: Sequence[PromptRun],
+        decode: DecodeBatch | None,
+        cache: SlotKVCache,
+        mode: str | None = None,
+    ) -> tuple[list[Tensor], Tensor | None]:
+        """One forward for a whole engine step: every prompt chunk (as :meth:`prefill` would
+        run each) and the decode batch (as :meth:`decode`), their rows stacked so the weights
+        are read once. Each part attends to its own slot only. Returns the prompts' hidden
+        states (L_i, D) in order and the decode rows' (B, D) (None without a decode batch).
+
+        The linear mode is the :attr:`mode_table`'s for the total row count while that is
+        within the table, else prefill's (a big batch is compute-bound, like a long prompt).
+        """
+        parts: list[tuple[int, Attention]] = []
+        embeds: list[Tensor] = []
+        positions: list[Tensor] = []
+        for run in prompts:
+            num_tokens = run.embeds.shape[0]
+            parts.append(
+                (num_tokens, PrefillAttention(cache, run.slot_id, run.start_pos, num_tokens))
+            )
+            embeds.append(run.embeds)
+            positions.append(
+                torch.arange(run.start_pos, run.start_pos + num_tokens, device=run.embeds.device)
+            )
+        if decode is not None:
+            parts.append(
+                (len(decode.embeds), _decode_attention(cache, decode.slot_ids, decode.positions))
+            )
+            embeds.append(decode.embeds)
+            positions.append(decode.positions)
+        if not parts:
+            return [], None
+        rows = sum(n for n, _ in parts)
+        if mode is None:
+            in_table = rows <= max(self._modes.table)
+            mode = self.mode_for(rows) if in_table or not prompts else self._prefill_mode
+        attention = parts[0][1] if len(parts) == 1 else PackedAttention(parts)
+        hidden = self._forward(torch.cat(embeds), torch.cat(positions), attention, mode)
+        pieces = list(hidden.split([n for n, _ in parts]))
+        return (pieces[:-1], pieces[-1]) if decode is not None else (pieces, None)
 
     def decode_static(
         self,
