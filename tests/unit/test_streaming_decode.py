@@ -200,27 +200,35 @@ def test_short_lookahead_streams_in_steady_state_share_one_call(decoder) -> None
     assert steady_steps >= 5
 
 
-def test_flat_cost_and_bounded_memory(decoder) -> None:
-    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
+@pytest.mark.parametrize("stateful", [True, False])
+def test_flat_cost_and_bounded_memory(decoder, stateful) -> None:
+    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()), stateful=stateful)
     config = ChunkingConfig(
         first_chunk_tokens=4, growth=2.0, max_chunk_tokens=16, lookahead_tokens=8
     )
     left = sd.receptive_field_tokens[0]
     bound = left + config.max_chunk_tokens + config.lookahead_tokens
     windows: list[tuple[int, int]] = []
-    held: list[int] = []
+    held: list[tuple[int, int]] = []
 
     def record(stream: DecodeStream) -> None:
         windows.append((stream.last_window_tokens, stream.last_vocoder_frames))
-        held.append(stream.buffered_tokens)
+        mel = 0 if stream._mel is None else len(stream._mel)
+        held.append((stream.buffered_tokens, mel))
 
     stream_all(sd, hidden_walk(300), config, on_step=record)
     assert len(windows) >= 15
     assert max(w for w, _ in windows) <= bound
     # Past the growth phase every chunk costs the same: the window does not grow with position.
     steady = windows[len(windows) // 3 :]
-    assert len(set(steady)) == 1 and steady[0][0] == bound
-    assert max(held) <= bound
+    assert len(set(steady)) == 1
+    # The window path re-decodes the left context; the stateful one reads only new tokens.
+    assert steady[0][0] == (config.max_chunk_tokens if stateful else bound)
+    assert max(h for h, _ in held) <= (
+        config.max_chunk_tokens + config.lookahead_tokens if stateful else bound
+    )
+    # Stateful: the final mel held for the vocoder's windows stays flat too.
+    assert len(set(held[len(held) // 3 :])) == 1 and max(m for _, m in held) <= 2 * bound
 
 
 def test_short_lookahead_keeps_length_and_has_no_seam_clicks(decoder, vocoder) -> None:
