@@ -51,6 +51,27 @@ class Stage:
             raise ValueError(f"streaming needs 'same' padding, got {pad}")
         return d * (k - 1) // 2
 
+    def conv_valid(self, buf: Tensor) -> Tensor:
+        """The convolution without padding over frames (L, C_in): (L - 2p, C_out).
+
+        In (T, C) layout throughout, so neither the packing nor the MLP pays for a transpose:
+        a depthwise conv is k shifted multiply-adds, a full one a GEMM over k shifted copies.
+        """
+        conv = self.conv
+        (k,), (d,) = conv.kernel_size, conv.dilation
+        n = len(buf) - d * (k - 1)
+        if conv.groups == conv.in_channels == conv.out_channels:
+            w = conv.weight[:, 0, :]  # (C, k)
+            y = buf[:n] * w[:, 0]
+            for j in range(1, k):
+                y.addcmul_(buf[j * d : j * d + n], w[:, j])
+            return y if conv.bias is None else y.add_(conv.bias)
+        if conv.groups != 1:
+            raise ValueError("streaming supports full and depthwise convolutions")
+        cols = buf if k == 1 else torch.cat([buf[j * d : j * d + n] for j in range(k)], dim=1)
+        weight = conv.weight.permute(0, 2, 1).reshape(conv.out_channels, -1)  # (C_out, k*C_in)
+        return F.linear(cols, weight, conv.bias)
+
     def mix(self, x: Tensor, residual: Tensor) -> Tensor:
         """Per-frame ops on packed conv outputs (N, C); `residual` is the aligned input."""
         if self.block is None:
@@ -121,22 +142,16 @@ class StreamingStack:
                 spans.append((offset, num_com, num_out))
                 pieces += seq
                 offset += length
+            buf = torch.cat(pieces)  # (sum of lengths, C_in)
+            for item, c, (o, _, _) in zip(items, com, spans, strict=True):
                 # The committed input this stage must remember: its last 2p frames.
-                kept = torch.cat([hist, c])
-                item.state.history[i] = kept[len(kept) - min(len(kept), 2 * pad) :].clone()
+                end = o + len(item.state.history[i]) + len(c)
+                item.state.history[i] = buf[end - min(end - o, 2 * pad) : end].clone()
             if not any(num_out for _, _, num_out in spans):
                 com = [c[:0].new_zeros((0, stage.conv.out_channels)) for c in com]
                 prov = list(com)
                 continue
-            buf = torch.cat(pieces)  # (sum of lengths, C_in)
-            conv = stage.conv
-            y = F.conv1d(
-                buf.T.unsqueeze(0),
-                conv.weight,
-                conv.bias,
-                dilation=conv.dilation,
-                groups=conv.groups,
-            )[0].T  # (sum of lengths - 2p, C_out)
+            y = stage.conv_valid(buf)  # (sum of lengths - 2p, C_out)
             # Outputs straddling two streams read another stream's frames: drop them.
             x = torch.cat([y[o : o + n] for o, _, n in spans])
             residual = (
