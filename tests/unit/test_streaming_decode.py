@@ -301,3 +301,76 @@ def test_config_bounds(decoder) -> None:
         32,
         12,
     ]
+
+
+@pytest.mark.parametrize(
+    "name,lookahead,first,growth,cap,push_sizes",
+    [
+        ("vocos", 4, 8, 2.0, 32, (1,)),
+        ("vocos", 8, 4, 1.5, 16, (3, 1, 7)),
+        ("vocos", 20, 8, 2.0, 24, (5,)),
+        ("hifigan", 4, 8, 2.0, 16, (2, 1)),
+    ],
+)
+def test_stateful_short_lookahead_equals_window_path(
+    decoder, vocoders, name, lookahead, first, growth, cap, push_sizes
+) -> None:
+    # What the stateful path computes from carried state (final mel, and the provisional frames
+    # from a copy of the state) is what the window path re-decodes: the same audio, so the same
+    # quality; left context at the receptive field (the default).
+    vocoder = vocoders[name]
+    config = ChunkingConfig(
+        first_chunk_tokens=first, growth=growth, max_chunk_tokens=cap, lookahead_tokens=lookahead
+    )
+    hiddens = hidden_walk(150, seed=lookahead)
+    stateful = StreamingDecoder(decoder, vocoder)
+    assert not stateful.open(config).exact
+    got = stream_all(stateful, hiddens, config, push_sizes)
+    want = stream_all(
+        StreamingDecoder(decoder, vocoder, stateful=False), hiddens, config, push_sizes
+    )
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= EXACT_TOL
+
+
+@pytest.mark.parametrize("name", ["vocos", "hifigan"])
+def test_stateful_exact_streams_starting_and_ending_apart_equal_offline(
+    decoder, vocoders, name
+) -> None:
+    # Five streams of different lengths join and leave at different steps, each pushing its own
+    # sizes; every step with ready chunks is one Decoder call (and one vocoder call while all
+    # ready streams are mid-stream).
+    vocoder = vocoders[name]
+    sd = StreamingDecoder(decoder, vocoder)
+    left, right = sd.receptive_field_tokens
+    config = ChunkingConfig(
+        first_chunk_tokens=4, growth=2.0, max_chunk_tokens=16, lookahead_tokens=right
+    )
+    starts, lengths = (0, 3, 11, 30, 31), (120, 70, 95, 9, 61)
+    inputs = [hidden_walk(n, seed=20 + i) for i, n in enumerate(lengths)]
+    streams = [sd.open(config) for _ in starts]
+    assert all(s.exact for s in streams)
+    parts: dict[int, list[np.ndarray]] = {i: [] for i in range(len(streams))}
+    pos = [0] * len(streams)
+    for step in range(200):
+        live = {}
+        for i, (stream, start, hiddens) in enumerate(zip(streams, starts, inputs, strict=True)):
+            if step >= start and pos[i] < len(hiddens):
+                n = 1 + (step + i) % 3
+                stream.push(hiddens[pos[i] : pos[i] + n])
+                pos[i] += n
+                live[i] = stream
+        ended = {i: streams[i] for i in live if pos[i] >= len(inputs[i])}
+        calls = sd.num_decoder_calls
+        out = sd.step({i: s for i, s in live.items() if i not in ended})
+        assert sd.num_decoder_calls - calls == (1 if out else 0)
+        for i, pcm in out.items():
+            parts[i].append(pcm)
+        for i, pcm in sd.finish(ended).items():
+            parts[i].append(pcm)
+    for i, hiddens in enumerate(inputs):
+        assert streams[i].done
+        got = np.concatenate(parts[i])
+        want = offline(decoder, vocoder, hiddens)
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= EXACT_TOL
