@@ -418,7 +418,30 @@ class StreamingDecoder:
             assert chunk.va >= stream._mel_start and len(mel) == chunk.vb - chunk.va
             chunk.mel = mel.T  # (n_mels, frames)
             window_chunks.append(chunk)
-        self._run_vocoder(window_chunks)
+        vocoder = self.vocoder
+        if isinstance(vocoder, VocosVocoder) and vocoder.can_stream and window_chunks:
+            self._run_vocos_windows(vocoder, window_chunks)
+        else:
+            self._run_vocoder(window_chunks)
+
+    def _run_vocos_windows(self, vocoder: VocosVocoder, chunks: list[_Chunk]) -> None:
+        """Vocos over each chunk's mel window in one packed call. A window that reaches back
+        the vocoder's full left field before the samples it emits runs without left padding
+        (its first frames are only left context, so no layer computes outputs for them)."""
+        voc_left, hop = vocoder.receptive_field[0], self.hop_length
+        items = []
+        for chunk in chunks:
+            assert chunk.mel is not None
+            valid_left = chunk.va > 0 and (chunk.va + voc_left) * hop <= chunk.emit_lo
+            state = vocoder.open_window() if valid_left else vocoder.open_stream()
+            chunk.audio_origin = (chunk.va + voc_left) * hop if valid_left else chunk.va * hop
+            items.append(VocosStreamInput(state, chunk.mel.T, flush=True))
+            chunk.mel = None
+        vocoder.stream(items)
+        self.num_vocoder_calls += 1
+        for chunk, item in zip(chunks, items, strict=True):
+            assert item.audio is not None and item.provisional is not None
+            chunk.audio = torch.cat([item.audio, item.provisional]).float().cpu().numpy()
 
     def _trim_stateful(self, stream: DecodeStream) -> None:
         """Drop the mel frames and samples no later chunk reads."""

@@ -52,25 +52,20 @@ class Stage:
         return d * (k - 1) // 2
 
     def conv_valid(self, buf: Tensor) -> Tensor:
-        """The convolution without padding over frames (L, C_in): (L - 2p, C_out).
+        """The convolution without padding over frames (L, C_in): (L - 2p, C_out), contiguous.
 
-        In (T, C) layout throughout, so neither the packing nor the MLP pays for a transpose:
-        a depthwise conv is k shifted multiply-adds, a full one a GEMM over k shifted copies.
+        Two transposing copies around oneDNN's convolution cost less than the convolution in
+        (T, C) layout (k shifted multiply-adds for a depthwise one) on CPU.
         """
         conv = self.conv
-        (k,), (d,) = conv.kernel_size, conv.dilation
-        n = len(buf) - d * (k - 1)
-        if conv.groups == conv.in_channels == conv.out_channels:
-            w = conv.weight[:, 0, :]  # (C, k)
-            y = buf[:n] * w[:, 0]
-            for j in range(1, k):
-                y.addcmul_(buf[j * d : j * d + n], w[:, j])
-            return y if conv.bias is None else y.add_(conv.bias)
-        if conv.groups != 1:
-            raise ValueError("streaming supports full and depthwise convolutions")
-        cols = buf if k == 1 else torch.cat([buf[j * d : j * d + n] for j in range(k)], dim=1)
-        weight = conv.weight.permute(0, 2, 1).reshape(conv.out_channels, -1)  # (C_out, k*C_in)
-        return F.linear(cols, weight, conv.bias)
+        y = F.conv1d(
+            buf.T.contiguous().unsqueeze(0),
+            conv.weight,
+            conv.bias,
+            dilation=conv.dilation,
+            groups=conv.groups,
+        )
+        return y[0].T.contiguous()
 
     def mix(self, x: Tensor, residual: Tensor) -> Tensor:
         """Per-frame ops on packed conv outputs (N, C); `residual` is the aligned input."""

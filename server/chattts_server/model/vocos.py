@@ -19,6 +19,7 @@ from .vocoders import module_device_dtype
 class _IstftState:
     frames: Tensor  # (overlap - 1, n_fft) last windowed frames, zeros before the stream starts
     num_frames: int = 0  # frames committed so far
+    drop_blocks: int = 0  # output blocks still to drop (a window's incomplete first blocks)
 
 
 class StreamingISTFT:
@@ -60,6 +61,9 @@ class StreamingISTFT:
         start = r - 1 + max(0, self.trim - k)  # the first `trim` blocks are cut (center=True)
         mid = max(start, r - 1 + num_committed)
         end = max(mid, r - 1 + len(frames) + self.trim - 1) if flush else mid
+        drop = min(state.drop_blocks, end - start)
+        state.drop_blocks -= drop
+        start, mid = start + drop, max(mid, start + drop)
         out = blocks[start:end] / env[start:end].to(blocks.dtype)
         kept = torch.cat([state.frames, frames[:num_committed]])
         state.frames = kept[len(kept) - (r - 1) :].clone()
@@ -138,6 +142,23 @@ class VocosVocoder:
         assert self._stack is not None and self._istft is not None
         like = next(self.vocos.parameters())
         return VocosStreamState(self._stack.new_state(like), self._istft.new_state(like))
+
+    def open_window(self) -> VocosStreamState:
+        """State for a one-off decode of a window of mel frames that does not start the
+        stream (`stream` it with flush=True): no left zero padding, so only outputs whose
+        left context lies inside the window are computed, and the samples start
+        `receptive_field[0]` frames into the window. A window at the stream's start takes
+        `open_stream` (the left padding `decode` applies)."""
+        assert self._stack is not None and self._istft is not None
+        like = next(self.vocos.parameters())
+        fresh = self._stack.new_state(like)
+        backbone = StackState([h[:0] for h in fresh.history])
+        istft = self._istft.new_state(like)
+        # Frames before the window count as present (zeros): the blocks they would complete
+        # are dropped, and every later block's envelope is the full one.
+        istft.num_frames = self._istft.overlap
+        istft.drop_blocks = self._istft.overlap - 1
+        return VocosStreamState(backbone, istft)
 
     def stream(self, items: Sequence[VocosStreamInput]) -> None:
         """Advance every item's stream by its new mel frames, batched; fills `audio` (and, at a
