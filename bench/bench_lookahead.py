@@ -275,7 +275,7 @@ def table(rows: list[Row], first_name: str) -> str:
     lines = [
         f"| lookahead (tokens) | exact |{snr_heads} max abs err | vs window path | "
         "lookahead wait (ms) | first-chunk gen wait (ms) | first-chunk decode (ms) | TTFA (ms) | "
-        "chunks | mean decode/chunk (ms) | Decoder tokens read/chunk |",
+        "chunks | mean decode/chunk (ms) | Decoder tokens read per chunk (max) |",
         "|---:|:---:|" + "---:|" * (len(others) + 1) + "---:|" * 9,
     ]
     for r in rows:

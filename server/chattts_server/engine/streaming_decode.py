@@ -100,9 +100,10 @@ class DecodeStream:
         self._emitted = 0  # samples returned so far
         # Cost counters, per chunk (windows never grow with position).
         self.num_chunks = 0
-        self.last_window_tokens = 0  # Decoder window of the last chunk
+        # Tokens the Decoder read for the last chunk: its window, or (stateful) the new tokens.
+        self.last_window_tokens = 0
         self.max_window_tokens = 0
-        self.last_vocoder_frames = 0  # vocoder window of the last chunk
+        self.last_vocoder_frames = 0  # mel frames the vocoder read for the last chunk
 
     @property
     def num_tokens(self) -> int:
@@ -321,8 +322,9 @@ class StreamingDecoder:
                 float(config.max_chunk_tokens), stream._chunk_tokens_f * config.growth
             )
             stream.num_chunks += 1
-            stream.last_window_tokens = tb - ta
-            stream.max_window_tokens = max(stream.max_window_tokens, tb - ta)
+            if not stream.stateful:
+                stream.last_window_tokens = tb - ta
+                stream.max_window_tokens = max(stream.max_window_tokens, tb - ta)
             stream.last_vocoder_frames = vb - va
         return chunks
 
@@ -371,6 +373,7 @@ class StreamingDecoder:
                 stream._decoder_state = self._decoder_stack.new_state(stream._window(0, 0))
             window = stream._window(stream._fed, chunk.tb)
             stream.last_window_tokens = chunk.tb - stream._fed
+            stream.max_window_tokens = max(stream.max_window_tokens, stream.last_window_tokens)
             stream._fed = chunk.tb
             frames = hidden_frames(window.to(device=self.device, dtype=self.dtype))
             items.append(StackInput(stream._decoder_state, frames, chunk.final or not stream.exact))
