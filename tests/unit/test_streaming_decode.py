@@ -374,3 +374,14 @@ def test_stateful_exact_streams_starting_and_ending_apart_equal_offline(
         want = offline(decoder, vocoder, hiddens)
         assert got.shape == want.shape
         assert np.abs(got - want).max() <= EXACT_TOL
+
+
+def test_stateful_state_follows_the_decoder_dtype_not_the_pushed_one(decoder) -> None:
+    # The GPT hands over bf16 hidden states to an fp32 Decoder: the carried state is the
+    # Decoder's dtype, and the audio matches the window path's.
+    vocoder = VocosVocoder(tiny_vocos())
+    hiddens = hidden_walk(90, seed=5).bfloat16()
+    got = stream_all(StreamingDecoder(decoder, vocoder), hiddens)
+    want = stream_all(StreamingDecoder(decoder, vocoder, stateful=False), hiddens)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    assert np.abs(got - want).max() <= EXACT_TOL

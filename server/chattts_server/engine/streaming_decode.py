@@ -370,7 +370,8 @@ class StreamingDecoder:
         for chunk in last.values():
             stream = chunk.stream
             if stream._decoder_state is None:
-                stream._decoder_state = self._decoder_stack.new_state(stream._window(0, 0))
+                like = torch.empty(0, device=self.device, dtype=self.dtype)
+                stream._decoder_state = self._decoder_stack.new_state(like)
             window = stream._window(stream._fed, chunk.tb)
             stream.last_window_tokens = chunk.tb - stream._fed
             stream.max_window_tokens = max(stream.max_window_tokens, stream.last_window_tokens)

@@ -31,14 +31,21 @@ class StreamingISTFT:
     are left out of both the sum and the envelope, as torch.istft does at the end of a signal.
     """
 
-    def __init__(self, n_fft: int, hop_length: int, win_length: int, window: Tensor) -> None:
-        if win_length != n_fft or n_fft % hop_length or (n_fft // 2) % hop_length:
+    def __init__(self, istft: nn.Module) -> None:
+        module: Any = istft  # vocos.spectral_ops.ISTFT
+        n_fft, hop_length = module.n_fft, module.hop_length
+        if module.win_length != n_fft or n_fft % hop_length or (n_fft // 2) % hop_length:
             raise ValueError("streaming iSTFT needs win_length == n_fft, a multiple of 2 hops")
+        self.module = module
         self.n_fft, self.hop = n_fft, hop_length
         self.overlap = n_fft // hop_length  # frames over each sample
         self.trim = n_fft // 2 // hop_length  # blocks center=True drops at the start
-        self.window = window
-        self.window_sq = (window.float() ** 2).view(self.overlap, hop_length)
+
+    @property
+    def window(self) -> Tensor:
+        # Read from the module each time: it follows the module's .to(device).
+        window: Tensor = self.module.window
+        return window
 
     def new_state(self, like: Tensor) -> _IstftState:
         return _IstftState(like.new_zeros((self.overlap - 1, self.n_fft)))
@@ -53,11 +60,13 @@ class StreamingISTFT:
         seq = torch.cat([state.frames, frames])  # global frames k - r + 1 .. k + n - 1
         num = len(seq)
         blocks = seq.new_zeros((num + r - 1, hop))  # row b: overlap-add block k - r + 1 + b
-        env = self.window_sq.new_zeros((num + r - 1, hop))
-        exists = (torch.arange(num) >= r - 1 - k).to(env.dtype)[:, None]  # global index >= 0
+        window_sq = (self.window.float() ** 2).view(r, hop)
+        env = window_sq.new_zeros((num + r - 1, hop))
+        exists = torch.arange(num, device=env.device) >= r - 1 - k  # global index >= 0
+        exists_f = exists.to(env.dtype)[:, None]
         for m in range(r):
             blocks[m : m + num] += seq[:, m * hop : (m + 1) * hop]
-            env[m : m + num] += exists * self.window_sq[m]
+            env[m : m + num] += exists_f * window_sq[m]
         start = r - 1 + max(0, self.trim - k)  # the first `trim` blocks are cut (center=True)
         mid = max(start, r - 1 + num_committed)
         end = max(mid, r - 1 + len(frames) + self.trim - 1) if flush else mid
@@ -123,9 +132,7 @@ class VocosVocoder:
             stages = [Stage(backbone.embed, post=backbone.norm)]
             stages += [Stage(b.dwconv, block=b, scale=b.gamma) for b in backbone.convnext]
             self._stack = StreamingStack(stages)
-            self._istft = StreamingISTFT(
-                istft.n_fft, istft.hop_length, istft.win_length, istft.window
-            )
+            self._istft = StreamingISTFT(istft)
 
     def decode(self, mel: Tensor) -> Tensor:
         # vocos.Vocos.decode without its inference_mode decorator (callers choose the grad mode).
