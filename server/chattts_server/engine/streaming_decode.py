@@ -365,9 +365,15 @@ class StreamingDecoder:
         last: dict[int, _Chunk] = {}  # per stream, its last chunk planned this step
         for chunk in chunks:
             last[id(chunk.stream)] = chunk
+        provisional = self._feed_decoder(list(last.values()))
+        self._vocode_stateful(chunks, provisional)
+
+    def _feed_decoder(self, last: list[_Chunk]) -> dict[int, Tensor]:
+        """One Decoder call over every stream's tokens up to its last chunk's window end: final
+        mel frames go to the stream (or its vocoder state), provisional ones are returned."""
         assert self._decoder_stack is not None
         items = []
-        for chunk in last.values():
+        for chunk in last:
             stream = chunk.stream
             if stream._decoder_state is None:
                 like = torch.empty(0, device=self.device, dtype=self.dtype)
@@ -382,7 +388,7 @@ class StreamingDecoder:
         self.num_decoder_calls += 1
         provisional: dict[int, Tensor] = {}
         vocoder_items: list[tuple[DecodeStream, VocosStreamInput]] = []
-        for chunk, item in zip(last.values(), items, strict=True):
+        for chunk, item in zip(last, items, strict=True):
             stream = chunk.stream
             assert item.committed is not None and item.provisional is not None
             new_mel = item.committed
@@ -406,6 +412,10 @@ class StreamingDecoder:
                 assert v.audio is not None and v.provisional is not None
                 pcm = torch.cat([v.audio, v.provisional]) if v.flush else v.audio
                 stream._audio = np.concatenate([stream._audio, pcm.float().cpu().numpy()])
+        return provisional
+
+    def _vocode_stateful(self, chunks: list[_Chunk], provisional: dict[int, Tensor]) -> None:
+        """Each chunk's audio: from its stream's vocoder state, or a vocoder window."""
         window_chunks = []
         for chunk in chunks:
             stream = chunk.stream
@@ -454,8 +464,9 @@ class StreamingDecoder:
             mel_end = stream._mel_start + len(stream._mel)
             keep = max(stream._mel_start, stream._seam[0] // self.hop_length - voc_left)
             keep = min(keep, mel_end)  # frames not yet final are not held either
-            stream._mel = stream._mel[keep - stream._mel_start :].clone()
-            stream._mel_start = keep
+            if keep > stream._mel_start:
+                stream._mel = stream._mel[keep - stream._mel_start :].clone()
+                stream._mel_start = keep
         drop = stream._emitted - stream._audio_start
         if drop > 0:
             stream._audio = stream._audio[drop:].copy()
