@@ -11,15 +11,21 @@ stream of smooth hidden states (an AR(1) random walk, speech-like rather than wh
 one token per engine step; left context is fixed at the receptive field and the lookahead swept.
 
 For each lookahead: SNR and max abs error of the streamed audio against the offline decode of
-all tokens, time to first audio = generation wait (first chunk + lookahead tokens at real time,
-21.3 ms per token) + decode of the first chunk, and mean decode ms per chunk. Writes
+all tokens, the largest difference from the window path (`StreamingDecoder(stateful=False)`,
+which re-decodes the left context every chunk), time to first audio = generation wait (first
+chunk + lookahead tokens at real time, 21.3 ms per token) + decode of the first chunk, and mean
+decode ms per chunk. Then the serving load: --streams streams (default 16) of --tokens tokens
+with the default chunking, started one step apart and pushed one token per step, all stepped
+together as the engine does; Decoder + vocoder ms per generated token, stateful and window path
+alternating in one process (the minimum over --repeats rounds each). Writes
 bench/results/lookahead.md and bench/results/lookahead.png.
 
 Random weights only approximate how far real weights spread influence through the receptive
 field: rerun with --model-dir on the real assets before trusting the SNR columns.
 
 Usage: python bench/bench_lookahead.py [--tokens 200] [--lookaheads 0,1,2,4,8,12,16,24,32,52]
-       [--repeats 3] [--threads N] [--recipes dev,strong | --model-dir DIR] [--out bench/results]
+       [--repeats 3] [--threads N] [--recipes dev,strong | --model-dir DIR] [--streams 16]
+       [--out bench/results]
        python bench/bench_lookahead.py --smoke   # tiny dev model, 24 tokens, into a temp dir
 """
 
@@ -105,6 +111,7 @@ class Row:
     first_decode_ms: float
     mean_chunk_ms: float
     window_tokens: int  # steady-state Decoder window per chunk
+    window_path_diff: float  # max abs difference from the window path's audio
     other_snr_db: dict[str, float] = field(default_factory=dict)  # further recipes
 
     @property
@@ -159,6 +166,8 @@ def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, Chunki
     base = replace(ChunkingConfig(), left_context_tokens=left)
     configs = [replace(base, lookahead_tokens=lookahead) for lookahead in args.lookaheads]
     first_runs = [stream_once(sd, hiddens, config) for config in configs]  # also warms kernels
+    window_sd = StreamingDecoder(decoder, vocoder, stateful=False)
+    window_audio = [stream_once(window_sd, hiddens, config)[0] for config in configs]
     # Timed rounds go over every lookahead in turn, so load on a shared machine hits them alike;
     # per chunk, the least-disturbed round counts.
     timings: list[list[list[float]]] = [[] for _ in configs]
@@ -166,8 +175,8 @@ def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, Chunki
         for i, config in enumerate(configs):
             timings[i].append(stream_once(sd, hiddens, config)[1])
     rows = []
-    for lookahead, config, (audio, _, window), runs in zip(
-        args.lookaheads, configs, first_runs, timings, strict=True
+    for lookahead, config, (audio, _, window), runs, reference_path in zip(
+        args.lookaheads, configs, first_runs, timings, window_audio, strict=True
     ):
         assert audio.shape == reference.shape, (audio.shape, reference.shape)
         chunk_ms = np.min(np.array(runs), axis=0)
@@ -191,6 +200,7 @@ def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, Chunki
                 first_decode_ms=float(chunk_ms[0]),
                 mean_chunk_ms=float(chunk_ms.mean()),
                 window_tokens=window,
+                window_path_diff=float(np.abs(audio - reference_path).max()),
                 other_snr_db=other_snr,
             )
         )
@@ -199,10 +209,60 @@ def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, Chunki
         print(
             f"lookahead {lookahead:3d}: SNR {r.snr_db:6.1f} dB{extra}  max err {r.max_abs_err:.2e}  "
             f"TTFA {r.ttfa_ms:6.0f} ms (wait {r.wait_ms:.0f} + decode {r.first_decode_ms:.0f})  "
-            f"chunk {r.mean_chunk_ms:.0f} ms",
+            f"chunk {r.mean_chunk_ms:.0f} ms  vs window path {r.window_path_diff:.1e}",
             flush=True,
         )
     return rows, sd, base
+
+
+def serving_load(
+    sd: StreamingDecoder, num_streams: int, num_tokens: int, width: int
+) -> tuple[float, int]:
+    """Decoder + vocoder ms per token over `num_streams` streams started one step apart and
+    stepped together (as the engine's runner does), and the Decoder calls made."""
+    inputs = [hidden_walk(num_tokens, width, seed=100 + i) for i in range(num_streams)]
+    streams = [sd.open() for _ in inputs]
+    calls, total_s = sd.num_decoder_calls, 0.0
+    for step in range(num_tokens + num_streams - 1):
+        live = {}
+        for i, (stream, hiddens) in enumerate(zip(streams, inputs, strict=True)):
+            if 0 <= step - i < num_tokens:
+                stream.push(hiddens[step - i : step - i + 1])
+                live[i] = stream
+        ended = {i: streams[i] for i in live if step - i == num_tokens - 1}
+        t0 = time.perf_counter()
+        sd.step({i: s for i, s in live.items() if i not in ended})
+        sd.finish(ended)
+        total_s += time.perf_counter() - t0
+    return 1000.0 * total_s / (num_streams * num_tokens), sd.num_decoder_calls - calls
+
+
+def load_table(decoder: torch.nn.Module, vocos: torch.nn.Module, args: argparse.Namespace) -> str:
+    width = 2 * decoder.decoder.conv_in[0].in_channels
+    paths = {"stateful": True, "window (before)": False}
+    best: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for _ in range(args.repeats + 1):  # the first round warms up and is not counted
+        for name, stateful in paths.items():
+            sd = StreamingDecoder(decoder, VocosVocoder(vocos), stateful=stateful)
+            ms, calls[name] = serving_load(sd, args.streams, args.tokens, width)
+            if _:
+                best[name] = min(best.get(name, ms), ms)
+    ratio = best["stateful"] / best["window (before)"]
+    lines = [
+        f"Serving load: {args.streams} streams x {args.tokens} tokens, default chunking, started "
+        "one step apart, stepped together; Decoder + vocoder per generated token, the two paths "
+        f"alternating in one process, minimum of {args.repeats} rounds:",
+        "",
+        "| path | ms per token | Decoder calls |",
+        "|---|---:|---:|",
+        *(f"| {name} | {best[name]:.3f} | {calls[name]} |" for name in paths),
+        "",
+        f"stateful / window = {ratio:.2f}",
+    ]
+    text = "\n".join(lines)
+    print(text, flush=True)
+    return text
 
 
 def _db(value: float) -> str:
@@ -213,16 +273,16 @@ def table(rows: list[Row], first_name: str) -> str:
     others = list(rows[0].other_snr_db)
     snr_heads = "".join(f" SNR {name} (dB) |" for name in [first_name, *others])
     lines = [
-        f"| lookahead (tokens) | exact |{snr_heads} max abs err | lookahead wait (ms) | "
-        "first-chunk gen wait (ms) | first-chunk decode (ms) | TTFA (ms) | chunks | "
-        "mean decode/chunk (ms) | window (tokens) |",
-        "|---:|:---:|" + "---:|" * (len(others) + 1) + "---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| lookahead (tokens) | exact |{snr_heads} max abs err | vs window path | "
+        "lookahead wait (ms) | first-chunk gen wait (ms) | first-chunk decode (ms) | TTFA (ms) | "
+        "chunks | mean decode/chunk (ms) | Decoder tokens read per chunk (max) |",
+        "|---:|:---:|" + "---:|" * (len(others) + 1) + "---:|" * 9,
     ]
     for r in rows:
         snr = " | ".join(_db(v) for v in [r.snr_db, *r.other_snr_db.values()])
         lines.append(
             f"| {r.lookahead} | {'yes' if r.exact else 'no'} | {snr} | {r.max_abs_err:.1e} | "
-            f"{r.lookahead_ms:.0f} | {r.wait_ms:.0f} | {r.first_decode_ms:.0f} | {r.ttfa_ms:.0f} | "
+            f"{r.window_path_diff:.1e} | {r.lookahead_ms:.0f} | {r.wait_ms:.0f} | {r.first_decode_ms:.0f} | {r.ttfa_ms:.0f} | "
             f"{r.num_chunks} | {r.mean_chunk_ms:.0f} | {r.window_tokens} |"
         )
     return "\n".join(lines)
@@ -285,6 +345,12 @@ def main() -> None:
     )
     parser.add_argument("--model-dir", default=None, help="real ChatTTS assets instead of random")
     parser.add_argument(
+        "--streams",
+        type=int,
+        default=16,
+        help="streams in the serving-load timing, 0 to skip (%(default)s)",
+    )
+    parser.add_argument(
         "--out", default=None, help="folder for lookahead.md/png (default: bench/results)"
     )
     parser.add_argument(
@@ -297,7 +363,7 @@ def main() -> None:
         from chattts_server.model.dev_assets import build_dev_assets
 
         args.model_dir = str(build_dev_assets("tiny", REPO / ".cache" / "dev-models"))
-        args.tokens, args.lookaheads, args.repeats = 24, "0,4", 1
+        args.tokens, args.lookaheads, args.repeats, args.streams = 24, "0,4", 1, 2
         # One thread: on a busy machine, spinning OpenMP workers made chunks 100x slower.
         args.threads = 1
         if args.out is None:
@@ -316,6 +382,10 @@ def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
 
     rows, sd, base = sweep(args)
+    load = ""
+    if args.streams:
+        decoder, vocos = build_modules(args.model_dir, args.recipes[0])
+        load = "\n\n" + load_table(decoder, vocos, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     first_name = "tiny dev" if args.smoke else "real" if args.model_dir else args.recipes[0]
@@ -337,7 +407,7 @@ def run(args: argparse.Namespace) -> None:
         "+ first-chunk decode. Decode times are the minimum of the repeats per chunk; absolute "
         "values vary between machines and with load.\n\n"
     )
-    (out / "lookahead.md").write_text(header + text + "\n\n" + summary(rows) + "\n")
+    (out / "lookahead.md").write_text(header + text + "\n\n" + summary(rows) + load + "\n")
     plot(rows, first_name, out / "lookahead.png")
     print(f"wrote {out / 'lookahead.md'} and {out / 'lookahead.png'}")
 

@@ -30,7 +30,8 @@ BENCHMARKS = [p for p in SCRIPTS if p.parent.name == "bench" and p.name.startswi
 SMOKE_SAYS = {
     "soak.py": r"^RESULT: OK$",
     "gen_proto.py": r"up to date with protos/",
-    "bench_lookahead.py": r"^wrote .*lookahead\.md",
+    # The serving-load timing (stateful vs window path), then the results file.
+    "bench_lookahead.py": r"^stateful / window = \d+\.\d+$(?s:.*)^wrote .*lookahead\.md",
     "run_all.py": r"^0 of \d+ benchmarks failed",
 }
 

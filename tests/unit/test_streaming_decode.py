@@ -200,27 +200,35 @@ def test_short_lookahead_streams_in_steady_state_share_one_call(decoder) -> None
     assert steady_steps >= 5
 
 
-def test_flat_cost_and_bounded_memory(decoder) -> None:
-    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
+@pytest.mark.parametrize("stateful", [True, False])
+def test_flat_cost_and_bounded_memory(decoder, stateful) -> None:
+    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()), stateful=stateful)
     config = ChunkingConfig(
         first_chunk_tokens=4, growth=2.0, max_chunk_tokens=16, lookahead_tokens=8
     )
     left = sd.receptive_field_tokens[0]
     bound = left + config.max_chunk_tokens + config.lookahead_tokens
     windows: list[tuple[int, int]] = []
-    held: list[int] = []
+    held: list[tuple[int, int]] = []
 
     def record(stream: DecodeStream) -> None:
         windows.append((stream.last_window_tokens, stream.last_vocoder_frames))
-        held.append(stream.buffered_tokens)
+        mel = 0 if stream._mel is None else len(stream._mel)
+        held.append((stream.buffered_tokens, mel))
 
     stream_all(sd, hidden_walk(300), config, on_step=record)
     assert len(windows) >= 15
     assert max(w for w, _ in windows) <= bound
     # Past the growth phase every chunk costs the same: the window does not grow with position.
     steady = windows[len(windows) // 3 :]
-    assert len(set(steady)) == 1 and steady[0][0] == bound
-    assert max(held) <= bound
+    assert len(set(steady)) == 1
+    # The window path re-decodes the left context; the stateful one reads only new tokens.
+    assert steady[0][0] == (config.max_chunk_tokens if stateful else bound)
+    assert max(h for h, _ in held) <= (
+        config.max_chunk_tokens + config.lookahead_tokens if stateful else bound
+    )
+    # Stateful: the final mel held for the vocoder's windows stays flat too.
+    assert len(set(held[len(held) // 3 :])) == 1 and max(m for _, m in held) <= 2 * bound
 
 
 def test_short_lookahead_keeps_length_and_has_no_seam_clicks(decoder, vocoder) -> None:
@@ -293,3 +301,87 @@ def test_config_bounds(decoder) -> None:
         32,
         12,
     ]
+
+
+@pytest.mark.parametrize(
+    "name,lookahead,first,growth,cap,push_sizes",
+    [
+        ("vocos", 4, 8, 2.0, 32, (1,)),
+        ("vocos", 8, 4, 1.5, 16, (3, 1, 7)),
+        ("vocos", 20, 8, 2.0, 24, (5,)),
+        ("hifigan", 4, 8, 2.0, 16, (2, 1)),
+    ],
+)
+def test_stateful_short_lookahead_equals_window_path(
+    decoder, vocoders, name, lookahead, first, growth, cap, push_sizes
+) -> None:
+    # What the stateful path computes from carried state (final mel, and the provisional frames
+    # from a copy of the state) is what the window path re-decodes: the same audio, so the same
+    # quality; left context at the receptive field (the default).
+    vocoder = vocoders[name]
+    config = ChunkingConfig(
+        first_chunk_tokens=first, growth=growth, max_chunk_tokens=cap, lookahead_tokens=lookahead
+    )
+    hiddens = hidden_walk(150, seed=lookahead)
+    stateful = StreamingDecoder(decoder, vocoder)
+    assert not stateful.open(config).exact
+    got = stream_all(stateful, hiddens, config, push_sizes)
+    want = stream_all(
+        StreamingDecoder(decoder, vocoder, stateful=False), hiddens, config, push_sizes
+    )
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= EXACT_TOL
+
+
+@pytest.mark.parametrize("name", ["vocos", "hifigan"])
+def test_stateful_exact_streams_starting_and_ending_apart_equal_offline(
+    decoder, vocoders, name
+) -> None:
+    # Five streams of different lengths join and leave at different steps, each pushing its own
+    # sizes; every step with ready chunks is one Decoder call (and one vocoder call while all
+    # ready streams are mid-stream).
+    vocoder = vocoders[name]
+    sd = StreamingDecoder(decoder, vocoder)
+    left, right = sd.receptive_field_tokens
+    config = ChunkingConfig(
+        first_chunk_tokens=4, growth=2.0, max_chunk_tokens=16, lookahead_tokens=right
+    )
+    starts, lengths = (0, 3, 11, 30, 31), (120, 70, 95, 9, 61)
+    inputs = [hidden_walk(n, seed=20 + i) for i, n in enumerate(lengths)]
+    streams = [sd.open(config) for _ in starts]
+    assert all(s.exact for s in streams)
+    parts: dict[int, list[np.ndarray]] = {i: [] for i in range(len(streams))}
+    pos = [0] * len(streams)
+    for step in range(200):
+        live = {}
+        for i, (stream, start, hiddens) in enumerate(zip(streams, starts, inputs, strict=True)):
+            if step >= start and pos[i] < len(hiddens):
+                n = 1 + (step + i) % 3
+                stream.push(hiddens[pos[i] : pos[i] + n])
+                pos[i] += n
+                live[i] = stream
+        ended = {i: streams[i] for i in live if pos[i] >= len(inputs[i])}
+        calls = sd.num_decoder_calls
+        out = sd.step({i: s for i, s in live.items() if i not in ended})
+        assert sd.num_decoder_calls - calls == (1 if out else 0)
+        for i, pcm in out.items():
+            parts[i].append(pcm)
+        for i, pcm in sd.finish(ended).items():
+            parts[i].append(pcm)
+    for i, hiddens in enumerate(inputs):
+        assert streams[i].done
+        got = np.concatenate(parts[i])
+        want = offline(decoder, vocoder, hiddens)
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= EXACT_TOL
+
+
+def test_stateful_state_follows_the_decoder_dtype_not_the_pushed_one(decoder) -> None:
+    # The GPT hands over bf16 hidden states to an fp32 Decoder: the carried state is the
+    # Decoder's dtype, and the audio matches the window path's.
+    vocoder = VocosVocoder(tiny_vocos())
+    hiddens = hidden_walk(90, seed=5).bfloat16()
+    got = stream_all(StreamingDecoder(decoder, vocoder), hiddens)
+    want = stream_all(StreamingDecoder(decoder, vocoder, stateful=False), hiddens)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    assert np.abs(got - want).max() <= EXACT_TOL

@@ -190,3 +190,46 @@ def test_hifigan_rejects_mismatched_checkpoint(tmp_path) -> None:
     torch.save({"generator": tiny_hifigan().state_dict()}, path)
     with pytest.raises(RuntimeError):
         HiFiGANVocoder.from_checkpoint(path)  # saved with 16 channels, loaded as 512
+
+
+def test_stateful_stacks_equal_offline_decode_chunk_by_chunk() -> None:
+    # The Decoder stack and the Vocos stream (backbone state + overlap-add iSTFT), fed in uneven
+    # chunks with a flush at the end, equal one offline decode; a flush mid-stream equals the
+    # offline decode of the frames so far and leaves the state as if it had not happened.
+    from chattts_server.model.mel_decoder import decode_mel, decoder_stack, hidden_frames
+    from chattts_server.model.streaming_conv import StackInput
+    from chattts_server.model.vocos import VocosStreamInput
+
+    decoder, vocoder = tiny_decoder(), VocosVocoder(tiny_vocos())
+    hiddens = hidden_walk(60)
+    with torch.inference_mode():
+        mel = decode_mel(decoder, hiddens.T[None].clone())[0].T  # (frames, n_mels)
+        audio = vocoder.decode(mel.T[None])[0]
+        stack = decoder_stack(decoder)
+        assert stack.delay == 75
+        state = stack.new_state(hiddens)
+        mels, pos = [], 0
+        for n in (1, 5, 30, 2, 22):
+            end = pos + n
+            # A flush mid-stream (at 36 tokens) gives provisional frames, dropped here.
+            item = StackInput(state, hidden_frames(hiddens[pos:end]), flush=end in (36, 60))
+            stack.run([item])
+            assert item.committed is not None and item.provisional is not None
+            mels.append(item.committed)
+            if end == 36:
+                window = decode_mel(decoder, hiddens[:end].T[None].clone())[0].T
+                assert torch.allclose(torch.cat([*mels, item.provisional]), window, atol=1e-4)
+            elif end == 60:
+                mels.append(item.provisional)
+            pos = end
+        assert torch.allclose(torch.cat(mels), mel, atol=1e-4)
+        stream, parts, pos = vocoder.open_stream(), [], 0
+        for n in (3, 1, 40, 9, 67):
+            v = VocosStreamInput(stream, mel[pos : pos + n], flush=pos + n == 120)
+            vocoder.stream([v])
+            assert v.audio is not None and v.provisional is not None
+            parts += [v.audio, v.provisional]
+            pos += n
+        streamed = torch.cat(parts)
+        assert streamed.shape == audio.shape
+        assert (streamed - audio).abs().max() <= 1e-5

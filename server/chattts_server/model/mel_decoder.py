@@ -2,7 +2,8 @@
 
 Hidden states (B, 2*idim, T tokens) are read as two mel-rate frames per token, then conv_in,
 12 ConvNeXt blocks and out_conv give a log-mel (B, 100, 2T). `decode_mel` runs it;
-`decoder_receptive_field` measures it from its layers.
+`decoder_receptive_field` measures it from its layers; `decoder_stack` runs it chunk by chunk
+with per-layer state (`streaming_conv.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from .receptive_field import ReceptiveField, stride1_receptive_field
+from .streaming_conv import Stage, StreamingStack
 
 
 def decode_mel(decoder: nn.Module, hiddens: Tensor) -> Tensor:
@@ -45,3 +47,23 @@ def decoder_receptive_field(decoder: nn.Module) -> ReceptiveField:
     frame, so the convolutions alone set the field. Official shapes: (75, 75).
     """
     return stride1_receptive_field(_decoder_convs(decoder))
+
+
+def decoder_stack(decoder: nn.Module) -> StreamingStack:
+    """The Decoder as a `StreamingStack` over mel-rate frames (see `hidden_frames`)."""
+    dvae: Any = decoder
+    if getattr(dvae, "vq_layer", None) is not None:
+        raise ValueError("streaming reads hidden states; this DVAE has a VQ layer")
+    inner = dvae.decoder
+    conv_in, act, conv_hidden = inner.conv_in
+    coef = dvae.coef.reshape(1, -1)  # (1, n_mels): per band, as (T, C) frames
+    stages = [Stage(conv_in, post=act), Stage(conv_hidden)]
+    stages += [Stage(b.dwconv, block=b, scale=b.weight) for b in inner.decoder_block]
+    stages += [Stage(inner.conv_out), Stage(dvae.out_conv, post=lambda mel: mel * coef)]
+    return StreamingStack(stages)
+
+
+def hidden_frames(hiddens: Tensor) -> Tensor:
+    """Hidden states (T tokens, 2*idim) as the Decoder's input frames (2T, idim), (T, C) layout:
+    frame 2t is the first half of token t's state, 2t+1 the second (as `decode_mel` reads them)."""
+    return hiddens.reshape(2 * hiddens.shape[0], hiddens.shape[1] // 2)

@@ -1,13 +1,102 @@
-"""Vocos, ChatTTS's vocoder (ConvNeXt backbone + iSTFT head), behind the `Vocoder` protocol."""
+"""Vocos, ChatTTS's vocoder (ConvNeXt backbone + iSTFT head), behind the `Vocoder` protocol,
+offline (`decode`) and chunk by chunk with per-layer state (`open_stream`, `stream`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from .receptive_field import ReceptiveField, istft_receptive_field, stride1_receptive_field
+from .streaming_conv import StackInput, StackState, Stage, StreamingStack
 from .vocoders import module_device_dtype
+
+
+@dataclass
+class _IstftState:
+    frames: Tensor  # (overlap - 1, n_fft) last windowed frames, zeros before the stream starts
+    num_frames: int = 0  # frames committed so far
+    drop_blocks: int = 0  # output blocks still to drop (a window's incomplete first blocks)
+
+
+class StreamingISTFT:
+    """`torch.istft(center=True)` chunk by chunk: overlap-add of windowed inverse FFTs divided by
+    the window envelope, emitting each block of `hop` samples once every frame over it exists.
+
+    Output block i (samples [i * hop, (i + 1) * hop)) is overlap-add block i + n_fft / (2 hop),
+    the sum of frames i + trim - overlap + 1 .. i + trim; at a flush the missing later frames
+    are left out of both the sum and the envelope, as torch.istft does at the end of a signal.
+    """
+
+    def __init__(self, istft: nn.Module) -> None:
+        module: Any = istft  # vocos.spectral_ops.ISTFT
+        n_fft, hop_length = module.n_fft, module.hop_length
+        if module.win_length != n_fft or n_fft % hop_length or (n_fft // 2) % hop_length:
+            raise ValueError("streaming iSTFT needs win_length == n_fft, a multiple of 2 hops")
+        self.module = module
+        self.n_fft, self.hop = n_fft, hop_length
+        self.overlap = n_fft // hop_length  # frames over each sample
+        self.trim = n_fft // 2 // hop_length  # blocks center=True drops at the start
+
+    @property
+    def window(self) -> Tensor:
+        # Read from the module each time: it follows the module's .to(device).
+        window: Tensor = self.module.window
+        return window
+
+    def new_state(self, like: Tensor) -> _IstftState:
+        return _IstftState(like.new_zeros((self.overlap - 1, self.n_fft)))
+
+    def run(
+        self, state: _IstftState, frames: Tensor, num_committed: int, flush: bool
+    ) -> tuple[Tensor, Tensor]:
+        """Samples for windowed time frames (n, n_fft), of which the first `num_committed` are
+        final (folded into `state`): (the samples those complete, and at a flush the samples
+        after them, computed as if the signal ended with the last frame)."""
+        r, hop, k = self.overlap, self.hop, state.num_frames
+        seq = torch.cat([state.frames, frames])  # global frames k - r + 1 .. k + n - 1
+        num = len(seq)
+        blocks = seq.new_zeros((num + r - 1, hop))  # row b: overlap-add block k - r + 1 + b
+        window_sq = (self.window.float() ** 2).view(r, hop)
+        env = window_sq.new_zeros((num + r - 1, hop))
+        exists = torch.arange(num, device=env.device) >= r - 1 - k  # global index >= 0
+        exists_f = exists.to(env.dtype)[:, None]
+        for m in range(r):
+            blocks[m : m + num] += seq[:, m * hop : (m + 1) * hop]
+            env[m : m + num] += exists_f * window_sq[m]
+        start = r - 1 + max(0, self.trim - k)  # the first `trim` blocks are cut (center=True)
+        mid = max(start, r - 1 + num_committed)
+        end = max(mid, r - 1 + len(frames) + self.trim - 1) if flush else mid
+        drop = min(state.drop_blocks, end - start)
+        state.drop_blocks -= drop
+        start, mid = start + drop, max(mid, start + drop)
+        out = blocks[start:end] / env[start:end].to(blocks.dtype)
+        kept = torch.cat([state.frames, frames[:num_committed]])
+        state.frames = kept[len(kept) - (r - 1) :].clone()
+        state.num_frames += num_committed
+        return out[: mid - start].reshape(-1), out[mid - start :].reshape(-1)
+
+
+@dataclass
+class VocosStreamState:
+    """One stream's Vocos state: the backbone's per-layer inputs and the iSTFT's overlap."""
+
+    backbone: StackState
+    istft: _IstftState
+
+
+@dataclass
+class VocosStreamInput:
+    """One stream's share of `VocosVocoder.stream`."""
+
+    state: VocosStreamState
+    mel: Tensor  # (n, n_mels) new final mel frames, (T, C) layout
+    flush: bool  # also emit what the held-back frames give with right zero padding
+    audio: Tensor | None = None  # out: samples final for good, following the previous call's
+    provisional: Tensor | None = None  # out: flush samples after `audio` (not kept)
 
 
 class VocosVocoder:
@@ -36,9 +125,74 @@ class VocosVocoder:
         self.receptive_field: ReceptiveField = (b_left + i_left, b_right + i_right)
         # torch.istft(center=True) returns (n - 1) * hop samples; vocos "same" returns n * hop.
         self.end_trim_samples: int = self.hop_length if istft.padding == "center" else 0
+        # Chunk-by-chunk decoding: ChatTTS's configuration (plain LayerNorm, center iSTFT).
+        self._stack: StreamingStack | None = None
+        self._istft: StreamingISTFT | None = None
+        if not getattr(backbone, "adanorm", False) and istft.padding == "center":
+            stages = [Stage(backbone.embed, post=backbone.norm)]
+            stages += [Stage(b.dwconv, block=b, scale=b.gamma) for b in backbone.convnext]
+            self._stack = StreamingStack(stages)
+            self._istft = StreamingISTFT(istft)
 
     def decode(self, mel: Tensor) -> Tensor:
         # vocos.Vocos.decode without its inference_mode decorator (callers choose the grad mode).
         device, dtype = module_device_dtype(self.vocos)
         vocos: Any = self.vocos
         return vocos.head(vocos.backbone(mel.to(device=device, dtype=dtype)))
+
+    @property
+    def can_stream(self) -> bool:
+        return self._stack is not None
+
+    def open_stream(self) -> VocosStreamState:
+        """A stream's state before its first mel frame (requires `can_stream`)."""
+        assert self._stack is not None and self._istft is not None
+        like = next(self.vocos.parameters())
+        return VocosStreamState(self._stack.new_state(like), self._istft.new_state(like))
+
+    def open_window(self) -> VocosStreamState:
+        """State for a one-off decode of a window of mel frames that does not start the
+        stream (`stream` it with flush=True): no left zero padding, so only outputs whose
+        left context lies inside the window are computed, and the samples start
+        `receptive_field[0]` frames into the window. A window at the stream's start takes
+        `open_stream` (the left padding `decode` applies)."""
+        assert self._stack is not None and self._istft is not None
+        like = next(self.vocos.parameters())
+        fresh = self._stack.new_state(like)
+        backbone = StackState([h[:0] for h in fresh.history])
+        istft = self._istft.new_state(like)
+        # Frames before the window count as present (zeros): the blocks they would complete
+        # are dropped, and every later block's envelope is the full one.
+        istft.num_frames = self._istft.overlap
+        istft.drop_blocks = self._istft.overlap - 1
+        return VocosStreamState(backbone, istft)
+
+    def stream(self, items: Sequence[VocosStreamInput]) -> None:
+        """Advance every item's stream by its new mel frames, batched; fills `audio` (and, at a
+        flush, `provisional`). Concatenated `audio` of all calls, then the last flush's
+        `provisional`, equals `decode` of all frames (float rounding aside)."""
+        assert self._stack is not None and self._istft is not None
+        if not items:
+            return
+        device, dtype = module_device_dtype(self.vocos)
+        vocos: Any = self.vocos
+        inputs = [StackInput(i.state.backbone, i.mel.to(device, dtype), i.flush) for i in items]
+        self._stack.run(inputs)
+        parts = [p for x in inputs for p in (x.committed, x.provisional) if p is not None]
+        x = vocos.head.out(vocos.backbone.final_layer_norm(torch.cat(parts)))
+        mag, phase = x.chunk(2, dim=1)  # as ISTFTHead.forward, in (T, C) layout
+        mag = torch.clip(torch.exp(mag), max=1e2)
+        spec = mag * (torch.cos(phase) + 1j * torch.sin(phase))
+        if len(spec):
+            frames = torch.fft.irfft(spec, self._istft.n_fft, dim=1, norm="backward")
+            frames = frames * self._istft.window
+        else:  # MKL's FFT rejects an empty batch
+            frames = x.new_zeros((0, self._istft.n_fft))
+        start = 0
+        for item, x_in in zip(items, inputs, strict=True):
+            assert x_in.committed is not None and x_in.provisional is not None
+            num_com, num = len(x_in.committed), len(x_in.committed) + len(x_in.provisional)
+            item.audio, item.provisional = self._istft.run(
+                item.state.istft, frames[start : start + num], num_com, item.flush
+            )
+            start += num
