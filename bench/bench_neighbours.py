@@ -7,8 +7,10 @@ interleaving off and on so that load from other processes hits both alike:
 
 1. Lone decode step: one worker process per lever (full ChatTTS GPT shapes, random weights,
    batch 1, each --modes entry), asked in turn for --steps steps, --alternations times; the
-   median of each worker's medians, and on / off. The "on" worker runs the governor after each
-   step, as the engine does.
+   median of each worker's medians and the fastest of them (the quietest moment: the best
+   estimate of a lone step on a shared machine), each against "off". The "on" worker runs the
+   governor after each step, as the engine does; --spin-counts adds workers at other
+   GOMP_SPINCOUNTs without the governor.
 2. Per-utterance time of replica A (tiny model unless --model, one stream of --tokens tokens)
    alone and beside: replica B, as busy (both streams at once); N plain busy loops (N = CPUs);
    an OpenMP process (python multiplying 256x256 matrices with torch's default settings).
@@ -158,15 +160,19 @@ def lone_decode_step(args: argparse.Namespace) -> list[str]:
             proc.kill()
             proc.wait()
     lines = [
-        "| variant | mode | median ms | / off | medians of each ask | intra-op threads |",
-        "|---|---|---|---|---|---|",
+        "| variant | mode | median ms | / off | fastest ask | / off | medians of each ask "
+        "| intra-op threads |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for mode in modes:
         off = statistics.median(results["off"][mode])
+        off_best = min(results["off"][mode])
         for variant in variants:
             ms = statistics.median(results[variant][mode])
+            best = min(results[variant][mode])
             lines.append(
-                f"| {variant} | {mode} | {ms:.2f} | {ms / off:.3f} | "
+                f"| {variant} | {mode} | {ms:.2f} | {ms / off:.3f} | {best:.2f} | "
+                f"{best / off_best:.3f} | "
                 f"{', '.join(f'{v:.1f}' for v in results[variant][mode])} | "
                 f"{sorted(threads[variant])} |"
             )

@@ -70,11 +70,6 @@ class Metrics:
             ["batch_size", "mode"],
             registry=r,
         )
-        self.intra_op_threads = Gauge(
-            "chattts_intra_op_threads",
-            "torch intra-op threads the engine runs now (fewer while a neighbour takes the CPUs)",
-            registry=r,
-        )
 
     def bind(
         self,
@@ -92,8 +87,14 @@ class Metrics:
     def bind_threads(
         self, threads: Callable[[], float], drops: Callable[[], float], climbs: Callable[[], float]
     ) -> None:
-        """Read the thread governor's pool size and its changes at scrape time."""
-        self.intra_op_threads.set_function(threads)
+        """Read the thread governor's pool size and its changes at scrape time (CPU serving
+        with --adaptive-threads on; absent otherwise)."""
+        pool = Gauge(
+            "chattts_intra_op_threads",
+            "torch intra-op threads the engine runs now (fewer while a neighbour takes the CPUs)",
+            registry=self.registry,
+        )
+        pool.set_function(threads)
         self.registry.register(
             _CounterFromFunctions(
                 "chattts_thread_adaptations",

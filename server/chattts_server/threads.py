@@ -10,12 +10,20 @@ replicas on a 2-core machine ran 40x slower than one alone. So:
   (or ``OMP_NUM_THREADS``) overrides; a Kubernetes pod without a CPU limit has no quota to read,
   so the manifests pass its CPU request as ``--threads``;
 - the inter-op pool gets one thread (the engine runs one model step at a time);
-- OpenMP keeps its default wait policy (spin briefly, then sleep): with threads sized to the
-  CPUs there is nobody to spin against, and sleeping between the ~500 small parallel regions of
-  a decode step made it 1.9x slower here (17.5 -> 32.5 ms, int8, batch 1; waking an idle vCPU
-  is slow). Where CPUs are overcommitted on purpose, ``OMP_WAIT_POLICY=PASSIVE`` in the
-  environment is honoured: two replicas sharing two cores then ran 29 ms each instead of 50.
-  libgomp reads it when it loads, so :func:`configure_threads` runs before torch is imported.
+- libgomp spins :data:`SPIN_COUNT` (10000) times before a waiting thread sleeps, not its
+  default 300000 (``GOMP_SPINCOUNT``; an operator's ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``
+  wins). Sizing alone is not enough: any neighbour that is busy at the same time (a second
+  replica seeing the same CPUs, an ASR model, another agent's job) leaves our threads waiting at
+  the barriers that end the ~500 parallel regions of a decode step, and with the long default
+  spin the waiting threads burn the CPU the late one needs: two such replicas ran 94-107x slower
+  than one alone. Sleeping at once (``OMP_WAIT_POLICY=PASSIVE``) made a lone decode step 1.9x
+  slower (waking an idle vCPU is slow); 10000 spins cover the gaps between regions of one step;
+- under sustained contention the engine's thread governor (engine/thread_governor.py) drops
+  the pool towards 1 thread, which runs each region inline with no barrier at all, and climbs
+  back when CPUs sit idle (``--adaptive-threads``).
+
+libgomp reads its settings when it loads, so :func:`configure_threads` runs before torch is
+imported. bench/bench_neighbours.py measures both levers; bench/results/neighbours.md.
 """
 
 from __future__ import annotations

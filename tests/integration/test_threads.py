@@ -6,6 +6,7 @@ start-up."""
 from __future__ import annotations
 
 import os
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,30 @@ def test_server_sizes_threads_from_its_affinity(
         srv.stop()
     assert "threads: 1 intra-op, 1 inter-op" in srv.log_text()
     assert "affinity 1 CPUs" in srv.log_text()
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        return str(reply.read().decode())
+
+
+def test_metrics_show_the_governed_pool(dev_model_cache: Path, tiny_model_dir: Path) -> None:
+    with launch(["--threads", "2", "--no-warmup"], cache=dev_model_cache, metrics=True) as srv:
+        srv.wait_serving()
+        text = _metrics(srv.metrics_port)
+        srv.stop()
+    # No request ran, so the governor has not looked yet: the pool is what start-up chose.
+    assert "\nchattts_intra_op_threads 2.0\n" in text, text
+    assert 'chattts_thread_adaptations_total{direction="down"} 0.0' in text, text
+    assert 'chattts_thread_adaptations_total{direction="up"} 0.0' in text, text
+    with launch(
+        ["--threads", "2", "--no-warmup", "--adaptive-threads", "off"],
+        cache=dev_model_cache,
+        metrics=True,
+    ) as srv:
+        srv.wait_serving()
+        text = _metrics(srv.metrics_port)
+        srv.stop()
+    assert "chattts_thread_adaptations" not in text
+    assert "chattts_intra_op_threads" not in text
+    assert "fixed (--adaptive-threads off)" in srv.log_text()
