@@ -216,6 +216,9 @@ def _both_s(targets: list[str], seed: int, tokens: int) -> list[float]:
 
 
 def _start_neighbour(kind: str) -> list[subprocess.Popen[str]]:
+    # A session of its own, as another service's: with sched_autogroup (Linux's default on
+    # desktops and some VMs) the scheduler shares CPUs between sessions first, so a neighbour
+    # in ours would take its time from the replica's share alone.
     env = _env("default")
     if kind == "loops":
         cmd = [sys.executable, "-c", "while True: pass"]

@@ -5,6 +5,8 @@ beside busy neighbours is tested end to end (tests/e2e/test_replicas_under_load.
 
 from __future__ import annotations
 
+import threading
+
 from chattts_server.engine.thread_governor import (
     Policy,
     Sample,
@@ -14,6 +16,7 @@ from chattts_server.engine.thread_governor import (
     _sample,
     _task_waits_ns,
     decide,
+    name_model_thread,
 )
 
 POLICY = Policy()
@@ -134,3 +137,19 @@ def test_the_proc_readings_this_machine_gives() -> None:
     sample = _sample(before, after)
     assert sample.wait_s == 1.0  # thread 3 is new: its past is not this window's
     assert sample.wall_s == 2.0
+
+
+def test_only_the_named_model_threads_count() -> None:
+    seen: dict[str, object] = {}
+
+    def run() -> None:
+        seen["named"] = name_model_thread("governor-test")
+        seen["waits"] = _task_waits_ns("governor-test")
+        seen["all"] = _task_waits_ns()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen["named"] is True
+    assert len(seen["waits"]) == 1  # type: ignore[arg-type]
+    assert len(seen["all"]) > 1  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ from ..config import EngineConfig, ModelConfig
 from ..model.errors import ModelLoadError
 from .bridge import RequestHandle
 from .core import EngineCore, RequestOutput
-from .thread_governor import ThreadGovernor
+from .thread_governor import ThreadGovernor, name_model_thread
 from .types import (
     AudioChunk,
     EngineError,
@@ -143,6 +143,7 @@ class ChatTTSEngine:
     # -- the engine thread -----------------------------------------------------------------
 
     def _main(self) -> None:
+        name_model_thread()  # before torch runs here: the OpenMP workers inherit the name
         try:
             started = time.monotonic()
             if self._runner_factory is not None:

@@ -6,10 +6,13 @@ CPUs, and every parallel region (about 500 per decode step) ends at a barrier wh
 that did run wait for the one that did not. One thread runs each region inline, with no barrier,
 so under contention it is faster than two.
 
-The signal is the kernel's own: the time this process's threads spent runnable but waiting for
-a CPU (``/proc/self/task/*/schedstat``, second field), against busy wall time times threads.
-That is near zero alone and about one half when two busy threads share each CPU. Climbing back
-is decided by the CPUs of our affinity mask that sat idle (``/proc/stat``) while we were busy.
+The signal is the kernel's own: the time the model's threads spent runnable but waiting for a
+CPU (``/proc/self/task/*/schedstat``, second field), against busy wall time times threads.
+That is near zero alone and about one half when two busy threads share each CPU. The model's
+threads are the engine thread and the OpenMP workers it starts, which inherit its name
+(:func:`name_model_thread`, called before the model loads); the server's other threads (asyncio,
+gRPC) are left out, so a busy front door does not read as a neighbour. Climbing back is decided
+by the CPUs of our affinity mask that sat idle (``/proc/stat``) while we were busy.
 
 - Every ``window_s`` of busy engine time (model steps back to back; a gap restarts the window)
   the governor reads both. Waiting for ``drop_wait_share`` of the time or more: threads drop to
@@ -37,6 +40,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 _PROC_TASKS = Path("/proc/self/task")
+MODEL_THREAD_NAME = "chattts-engine"
+"""The engine thread's OS name (at most 15 bytes), inherited by the OpenMP workers it starts."""
 _PROC_STAT = Path("/proc/stat")
 _USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -102,14 +107,41 @@ def decide(state: State, sample: Sample, policy: Policy = Policy()) -> State:
     return replace(state, busy_since_change_s=busy, hold_s=hold)
 
 
-def _task_waits_ns() -> dict[str, int]:
+def name_model_thread(name: str = MODEL_THREAD_NAME) -> bool:
+    """Give the calling thread an OS name (Linux ``prctl(PR_SET_NAME)``) that the threads it
+    starts inherit; False where that is not possible (then every thread counts)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(15, name.encode()[:15], 0, 0, 0)) == 0  # PR_SET_NAME
+    except (OSError, AttributeError):
+        return False
+
+
+def _thread_name() -> str:
+    try:
+        return Path("/proc/thread-self/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _task_waits_ns(name: str = "", names: dict[str, str] | None = None) -> dict[str, int]:
+    """Run-queue wait so far of each of this process's threads (by tid), only those called
+    ``name`` if given; ``names`` caches the threads' names between calls."""
     waits = {}
+    names = {} if names is None else names
     try:
         tasks = list(_PROC_TASKS.iterdir())
     except OSError:
         return {}
     for task in tasks:
         try:
+            if name:
+                if task.name not in names:
+                    names[task.name] = (task / "comm").read_text().strip()
+                if names[task.name] != name:
+                    continue
             waits[task.name] = int((task / "schedstat").read_text().split()[1])
         except (OSError, IndexError, ValueError):
             continue  # the thread ended meanwhile
@@ -137,8 +169,8 @@ class _Reading:
     idle_ticks: int
 
 
-def _read(clock: Callable[[], float], cpus: set[int]) -> _Reading:
-    return _Reading(clock(), _task_waits_ns(), _idle_ticks(cpus))
+def _read(clock: Callable[[], float], cpus: set[int], name: str, names: dict[str, str]) -> _Reading:
+    return _Reading(clock(), _task_waits_ns(name, names), _idle_ticks(cpus))
 
 
 def _sample(before: _Reading, after: _Reading) -> Sample:
@@ -160,24 +192,35 @@ class ThreadGovernor:
     policy: Policy = field(default_factory=Policy)
     clock: Callable[[], float] = time.monotonic
     cpus: set[int] = field(default_factory=lambda: set(os.sched_getaffinity(0)))
+    thread_name: str = ""
+    """Count only the threads of this OS name (the model's); empty: every thread."""
     drops: int = 0
     climbs: int = 0
     state: State = field(init=False)
     _start: _Reading | None = field(default=None, init=False)
     _last_step_s: float = field(default=0.0, init=False)
+    _names: dict[str, str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.state = State(self.max_threads, self.max_threads, hold_s=self.policy.hold_s)
 
     @classmethod
     def for_torch(cls, policy: Policy | None = None) -> ThreadGovernor | None:
-        """A governor over torch's pool at its current size (the ceiling); None at 1 thread."""
+        """A governor over torch's pool at its current size (the ceiling); None at 1 thread.
+        Call it on the thread that runs the model; where that thread was named with
+        :func:`name_model_thread` before it first ran torch, only it and its workers count."""
         import torch
 
         threads = torch.get_num_threads()
         if threads <= 1:
             return None
-        return cls(threads, torch.set_num_threads, policy or Policy())
+        name = _thread_name()
+        return cls(
+            threads,
+            torch.set_num_threads,
+            policy or Policy(),
+            thread_name=name if name == MODEL_THREAD_NAME else "",
+        )
 
     @property
     def threads(self) -> int:
@@ -192,11 +235,11 @@ class ThreadGovernor:
         if not ran_model:
             return
         if self._start is None:
-            self._start = _read(self.clock, self.cpus)
+            self._start = _read(self.clock, self.cpus, self.thread_name, self._names)
             return
         if now - self._start.at_s < self.policy.window_s:
             return
-        end = _read(self.clock, self.cpus)
+        end = _read(self.clock, self.cpus, self.thread_name, self._names)
         self.apply(_sample(self._start, end))
         self._start = end
 
