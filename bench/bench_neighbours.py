@@ -14,7 +14,10 @@ interleaving off and on so that load from other processes hits both alike:
 2. Per-utterance time of replica A (tiny model unless --model, one stream of --tokens tokens)
    alone and beside: replica B, as busy (both streams at once); N plain busy loops (N = CPUs);
    an OpenMP process (python multiplying 256x256 matrices with torch's default settings).
-   For each lever and neighbour: median beside / median alone, over --rounds rounds.
+   For each lever and neighbour: median beside / median alone, over --rounds rounds. A last
+   row does the same for a plain single-threaded process of fixed work (a second copy in the
+   replica column): what perfect sharing costs on this machine while the run lasts, the
+   figure to hold the replica's against on a machine other jobs also load.
 
 Usage: python bench/bench_neighbours.py [--tokens 100] [--rounds 3] [--steps 40]
        [--alternations 4] [--modes dense-onednn,int8] [--markdown bench/results/neighbours.md]
@@ -39,6 +42,9 @@ sys.path[:0] = [str(REPO / d) for d in ("client", "server", "tools")]
 
 LEVERS = ("off", "on")
 NEIGHBOURS = ("replica", "loops", "openmp")
+_PLAIN = "plain process"
+"""The reference row: a single-threaded fixed-work process in place of the replica (beside a
+second copy in the replica column), so each column's figure for perfect sharing."""
 # What each lever changes, apart from the flags below.
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOMP_SPINCOUNT")
 _THREAD_ENV += ("OMP_WAIT_POLICY", "OMP_DYNAMIC")
@@ -233,6 +239,20 @@ def _start_neighbour(kind: str) -> list[subprocess.Popen[str]]:
     return [proc]
 
 
+_WORK = "import time\nt = time.perf_counter()\nfor _ in range({n}): pass\nprint(time.perf_counter() - t)"
+
+
+def _work_s(copies: int, smoke: bool) -> float:
+    """Median wall time of `copies` single-threaded fixed-work processes (about 0.5 s of one
+    CPU) run at once: what perfect sharing costs on this machine at this moment."""
+    code = _WORK.format(n=1_000_000 if smoke else 12_000_000)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        for _ in range(copies)
+    ]
+    return statistics.median(float(proc.communicate(timeout=300)[0]) for proc in procs)
+
+
 def _stop(procs: list[subprocess.Popen[str]]) -> None:
     for proc in procs:
         proc.kill()
@@ -258,6 +278,8 @@ class _Replicas:
         finally:
             os.environ.clear()
             os.environ.update(saved)
+
+    def wait_serving(self) -> None:
         for srv in self.servers:
             srv.wait_serving()
 
@@ -276,12 +298,17 @@ class _Replicas:
 
 
 def replicas_beside_neighbours(args: argparse.Namespace) -> list[str]:
-    replicas = {lever: _Replicas(lever, args) for lever in LEVERS}
-    alone: dict[str, list[float]] = {lever: [] for lever in LEVERS}
+    replicas: dict[str, _Replicas] = {}
+    rows = [*LEVERS, _PLAIN]
+    alone: dict[str, list[float]] = {row: [] for row in rows}
     beside: dict[tuple[str, str], list[float]] = {
-        (lv, kind): [] for lv in LEVERS for kind in NEIGHBOURS
+        (row, kind): [] for row in rows for kind in NEIGHBOURS
     }
     try:
+        for lever in LEVERS:
+            replicas[lever] = _Replicas(lever, args)  # all four load side by side
+        for reps in replicas.values():
+            reps.wait_serving()
         for reps in replicas.values():
             for srv in reps.servers:
                 _utterance_s(srv.target, 1, args.tokens)  # first-request costs out of the way
@@ -302,12 +329,20 @@ def replicas_beside_neighbours(args: argparse.Namespace) -> list[str]:
                     + ", ".join(f"{k} {beside[lever, k][-1]:.2f}" for k in NEIGHBOURS),
                     flush=True,
                 )
+            alone[_PLAIN].append(_work_s(1, args.smoke))
+            beside[_PLAIN, "replica"].append(_work_s(2, args.smoke))
+            for kind in ("loops", "openmp"):
+                procs = _start_neighbour(kind)
+                try:
+                    beside[_PLAIN, kind].append(_work_s(1, args.smoke))
+                finally:
+                    _stop(procs)
         lines = [
             "| lever | alone s | beside a busy replica | beside "
             f"{len(os.sched_getaffinity(0))} busy loops | beside an OpenMP process |",
             "|---|---|---|---|---|",
         ]
-        for lever in LEVERS:
+        for lever in rows:
             base = statistics.median(alone[lever])
             cells = []
             for kind in NEIGHBOURS:
@@ -327,7 +362,7 @@ def replicas_beside_neighbours(args: argparse.Namespace) -> list[str]:
             + "; ".join(
                 f"{lv} alone {[round(t, 2) for t in alone[lv]]}, "
                 + ", ".join(f"{k} {[round(t, 2) for t in beside[lv, k]]}" for k in NEIGHBOURS)
-                for lv in LEVERS
+                for lv in rows
             )
         )
         return lines
