@@ -352,6 +352,17 @@ def replicas_beside_neighbours(args: argparse.Namespace) -> list[str]:
                 )
             lines.append(f"| {lever} | {base:.2f} | " + " | ".join(cells) + " |")
         lines.append("")
+        med = {key: statistics.median(times) for key, times in beside.items()}
+        base = {row: statistics.median(times) for row, times in alone.items()}
+        fair = {
+            k: (med["on", k] / base["on"]) / (med[_PLAIN, k] / base[_PLAIN]) for k in NEIGHBOURS
+        }
+        lines.append(
+            "- on against perfect sharing (its slowdown / the plain process's): "
+            + ", ".join(f"{k} {fair[k]:.2f}x" for k in NEIGHBOURS)
+            + f"; off / on: alone {base['off'] / base['on']:.1f}x, "
+            + ", ".join(f"{k} {med['off', k] / med['on', k]:.1f}x" for k in NEIGHBOURS)
+        )
         for lever, reps in replicas.items():
             lines.append(
                 f"- {lever}: `{reps.log_line()}`; thread count changes (both replicas): "
