@@ -106,8 +106,8 @@ if _OUT:
 
     _configure = _threads.configure_threads
 
-    def _configure_then_profile(requested):  # type: ignore[no-untyped-def]
-        plan = _configure(requested)
+    def _configure_then_profile(*args, **kwargs):  # type: ignore[no-untyped-def]
+        plan = _configure(*args, **kwargs)
         _install()
         return plan
 

@@ -87,6 +87,12 @@ class ModelConfig:
         "torch intra-op threads; 0 = CPUs allowed by affinity and cgroup quota",
         bounds=(0, 1024),
     )
+    adaptive_threads: bool = option(
+        True,
+        "on CPU, run fewer intra-op threads while a busy neighbour takes our CPUs, up to "
+        "--threads again once they are idle",
+        switch="on-off",
+    )
 
 
 @dataclass(frozen=True)

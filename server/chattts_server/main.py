@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Before torch loads (the server's imports load it): OpenMP reads its settings then, and
     # the inter-op pool can be sized only before its first use.
-    configure_threads(config.model.threads or None)
+    configure_threads(config.model.threads or None, config.model.adaptive_threads)
     # Long-running CUDA serving allocates many differently sized activations: expandable
     # segments let the caching allocator grow blocks instead of fragmenting (read at CUDA init).
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")

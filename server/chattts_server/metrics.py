@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 _RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
@@ -82,6 +84,26 @@ class Metrics:
         self.slots_in_use.set_function(slots_in_use)
         self.slots_total.set_function(slots_total)
 
+    def bind_threads(
+        self, threads: Callable[[], float], drops: Callable[[], float], climbs: Callable[[], float]
+    ) -> None:
+        """Read the thread governor's pool size and its changes at scrape time (CPU serving
+        with --adaptive-threads on; absent otherwise)."""
+        pool = Gauge(
+            "chattts_intra_op_threads",
+            "torch intra-op threads the engine runs now (fewer while a neighbour takes the CPUs)",
+            registry=self.registry,
+        )
+        pool.set_function(threads)
+        self.registry.register(
+            _CounterFromFunctions(
+                "chattts_thread_adaptations",
+                "Changes of the intra-op thread count under CPU contention, by direction",
+                "direction",
+                {"down": drops, "up": climbs},
+            )
+        )
+
     def set_linear_modes(self, table: dict[int, str]) -> None:
         """Publish the decoder's batch size -> linear mode table (`LlamaDecoder.mode_table`)."""
         self.linear_mode.clear()
@@ -112,3 +134,18 @@ class Metrics:
         self.tokens.inc(num_tokens)
         if audio_s > 0:
             self.rtf.observe(generation_s / audio_s)
+
+
+class _CounterFromFunctions(Collector):
+    """A labelled counter whose values its owner keeps (read at scrape time)."""
+
+    def __init__(
+        self, name: str, documentation: str, label: str, values: dict[str, Callable[[], float]]
+    ) -> None:
+        self.name, self.documentation, self.label, self.values = name, documentation, label, values
+
+    def collect(self) -> list[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=[self.label])
+        for value, read in self.values.items():
+            family.add_metric([value], read())
+        return [family]

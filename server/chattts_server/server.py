@@ -195,6 +195,11 @@ class TTSServer:
         assert self.synthesis is not None and self.admission is not None
         self.synthesis.bind_model(self.engine.model_info, available_encodings())
         self.metrics.set_linear_modes(self.engine.model_info.linear_modes)
+        governor = self.engine.thread_governor
+        if governor is not None:
+            self.metrics.bind_threads(
+                lambda: governor.threads, lambda: governor.drops, lambda: governor.climbs
+            )
         self.health.describe(self.engine.model_info)
         if self._draining:
             return

@@ -10,12 +10,20 @@ replicas on a 2-core machine ran 40x slower than one alone. So:
   (or ``OMP_NUM_THREADS``) overrides; a Kubernetes pod without a CPU limit has no quota to read,
   so the manifests pass its CPU request as ``--threads``;
 - the inter-op pool gets one thread (the engine runs one model step at a time);
-- OpenMP keeps its default wait policy (spin briefly, then sleep): with threads sized to the
-  CPUs there is nobody to spin against, and sleeping between the ~500 small parallel regions of
-  a decode step made it 1.9x slower here (17.5 -> 32.5 ms, int8, batch 1; waking an idle vCPU
-  is slow). Where CPUs are overcommitted on purpose, ``OMP_WAIT_POLICY=PASSIVE`` in the
-  environment is honoured: two replicas sharing two cores then ran 29 ms each instead of 50.
-  libgomp reads it when it loads, so :func:`configure_threads` runs before torch is imported.
+- libgomp spins :data:`SPIN_COUNT` (10000) times before a waiting thread sleeps, not its
+  default 300000 (``GOMP_SPINCOUNT``; an operator's ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY``
+  wins). Sizing alone is not enough: any neighbour that is busy at the same time (a second
+  replica seeing the same CPUs, an ASR model, another agent's job) leaves our threads waiting at
+  the barriers that end the ~500 parallel regions of a decode step, and with the long default
+  spin the waiting threads burn the CPU the late one needs: two such replicas ran 94-107x slower
+  than one alone. Sleeping at once (``OMP_WAIT_POLICY=PASSIVE``) made a lone decode step 1.9x
+  slower (waking an idle vCPU is slow); 10000 spins cover the gaps between regions of one step;
+- under sustained contention the engine's thread governor (engine/thread_governor.py) drops
+  the pool towards 1 thread, which runs each region inline with no barrier at all, and climbs
+  back when CPUs sit idle (``--adaptive-threads``).
+
+libgomp reads its settings when it loads, so :func:`configure_threads` runs before torch is
+imported. bench/bench_neighbours.py measures both levers; bench/results/neighbours.md.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -32,6 +41,8 @@ _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _PROC_CGROUP = Path("/proc/self/cgroup")
 # Environment for OpenMP/MKL/BLAS/numba pools in this process and any child it starts.
 _POOL_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+SPIN_COUNT = 10000
+"""libgomp's spins before a waiting thread sleeps (its default: 300000); see the module doc."""
 
 
 @dataclass(frozen=True)
@@ -117,11 +128,15 @@ class ThreadPlan:
     inter_op: int
     reason: str
     wait_policy: str
+    spin_env: dict[str, str] = field(default_factory=dict)
+    """OpenMP settings to put in the environment (the spin default, unless the operator set
+    one)."""
 
 
 def plan_threads(requested: int | None, budget: CpuBudget, env: dict[str, str]) -> ThreadPlan:
     """Threads for torch's pools: ``requested`` (``--threads``) if given, else the
-    environment's ``OMP_NUM_THREADS`` if set, else the CPU budget."""
+    environment's ``OMP_NUM_THREADS`` if set, else the CPU budget; libgomp's spin before it
+    sleeps: the operator's ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` if set, else ours."""
     quota = f"{budget.quota:g} CPUs ({budget.quota_file})" if budget.quota else "none"
     where = f"affinity {budget.affinity} CPUs, cgroup quota {quota}"
     from_env = env.get("OMP_NUM_THREADS", "")
@@ -131,14 +146,26 @@ def plan_threads(requested: int | None, budget: CpuBudget, env: dict[str, str]) 
         reason, intra = f"OMP_NUM_THREADS={from_env}; {where}", int(from_env)
     else:
         reason, intra = where, budget.cpus
-    return ThreadPlan(intra, 1, reason, env.get("OMP_WAIT_POLICY", "default (spin, then sleep)"))
+    spin_env: dict[str, str] = {}
+    if "GOMP_SPINCOUNT" in env or "OMP_WAIT_POLICY" in env:
+        policy = " ".join(
+            f"{k}={env[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") if k in env
+        )
+    else:
+        spin_env = {"GOMP_SPINCOUNT": str(SPIN_COUNT)}
+        policy = f"spin {SPIN_COUNT} then sleep (GOMP_SPINCOUNT default)"
+    return ThreadPlan(intra, 1, reason, policy, spin_env)
 
 
-def configure_threads(requested: int | None) -> ThreadPlan:
-    """Size torch's thread pools (see the module doc); call first thing, before torch loads."""
+def configure_threads(requested: int | None, adaptive: bool = False) -> ThreadPlan:
+    """Size torch's thread pools (see the module doc); call first thing, before torch loads.
+    ``adaptive`` only names the engine's thread governor in the log line."""
     plan = plan_threads(requested, cpu_budget(), dict(os.environ))
     for name in _POOL_ENV:
         os.environ[name] = str(plan.intra_op)
+    if plan.spin_env and "torch" in sys.modules:
+        log.warning("torch was loaded before configure_threads: OpenMP keeps its default spin")
+    os.environ.update(plan.spin_env)
     import torch
 
     torch.set_num_threads(plan.intra_op)
@@ -149,10 +176,13 @@ def configure_threads(requested: int | None) -> ThreadPlan:
             "torch inter-op pool already started; left at %d", torch.get_num_interop_threads()
         )
     log.info(
-        "threads: %d intra-op, %d inter-op, OpenMP wait policy %s (%s)",
+        "threads: %d intra-op, %d inter-op, OpenMP %s, %s (%s)",
         torch.get_num_threads(),
         torch.get_num_interop_threads(),
         plan.wait_policy,
+        "fewer on CPU while a neighbour takes the CPUs (--adaptive-threads on)"
+        if adaptive
+        else "fixed (--adaptive-threads off)",
         plan.reason,
     )
     return plan

@@ -1,16 +1,18 @@
 """Thread pools sized to the CPUs the process may use (threads.py): cgroup v1/v2 quota parsing
 on fake cgroup trees, the plan's precedence (--threads, OMP_NUM_THREADS, affinity and quota),
-and the server logging its choice at start-up."""
+the spin default the operator's OpenMP settings override, and the server logging its choice at
+start-up."""
 
 from __future__ import annotations
 
 import os
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from chattts_devtools.launcher import launch
-from chattts_server.threads import CpuBudget, cgroup_cpu_quota, plan_threads
+from chattts_server.threads import SPIN_COUNT, CpuBudget, cgroup_cpu_quota, plan_threads
 
 
 def _v2_tree(tmp_path: Path, limits: dict[str, str]) -> tuple[Path, Path]:
@@ -73,18 +75,26 @@ def test_plan_precedence(
 ) -> None:
     plan = plan_threads(requested, budget, env)
     assert (plan.intra_op, plan.inter_op) == (threads, 1)
-    assert plan.wait_policy.startswith("default")
-    assert plan_threads(requested, budget, {**env, "OMP_WAIT_POLICY": "PASSIVE"}).wait_policy == (
-        "PASSIVE"
-    )
+
+
+def test_spin_default_unless_the_operator_set_one() -> None:
+    budget = CpuBudget(2, None)
+    plan = plan_threads(None, budget, {})
+    assert plan.spin_env == {"GOMP_SPINCOUNT": str(SPIN_COUNT)}
+    assert plan.wait_policy == f"spin {SPIN_COUNT} then sleep (GOMP_SPINCOUNT default)"
+    for env in ({"GOMP_SPINCOUNT": "300000"}, {"OMP_WAIT_POLICY": "PASSIVE"}):
+        plan = plan_threads(None, budget, env)
+        assert plan.spin_env == {}
+        assert plan.wait_policy == " ".join(f"{k}={v}" for k, v in env.items())
 
 
 def test_server_logs_its_thread_choice(dev_model_cache: Path, tiny_model_dir: Path) -> None:
     with launch(["--threads", "1", "--no-warmup"], cache=dev_model_cache) as srv:
         srv.stop()
     assert (
-        "threads: 1 intra-op, 1 inter-op, OpenMP wait policy default (spin, then sleep) (--threads 1;"
-        in (srv.log_text())
+        f"threads: 1 intra-op, 1 inter-op, OpenMP spin {SPIN_COUNT} then sleep (GOMP_SPINCOUNT "
+        "default), fewer on CPU while a neighbour takes the CPUs (--adaptive-threads on) "
+        "(--threads 1;" in srv.log_text()
     )
 
 
@@ -103,3 +113,30 @@ def test_server_sizes_threads_from_its_affinity(
         srv.stop()
     assert "threads: 1 intra-op, 1 inter-op" in srv.log_text()
     assert "affinity 1 CPUs" in srv.log_text()
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        return str(reply.read().decode())
+
+
+def test_metrics_show_the_governed_pool(dev_model_cache: Path, tiny_model_dir: Path) -> None:
+    with launch(["--threads", "2", "--no-warmup"], cache=dev_model_cache, metrics=True) as srv:
+        srv.wait_serving()
+        text = _metrics(srv.metrics_port)
+        srv.stop()
+    # No request ran, so the governor has not looked yet: the pool is what start-up chose.
+    assert "\nchattts_intra_op_threads 2.0\n" in text, text
+    assert 'chattts_thread_adaptations_total{direction="down"} 0.0' in text, text
+    assert 'chattts_thread_adaptations_total{direction="up"} 0.0' in text, text
+    with launch(
+        ["--threads", "2", "--no-warmup", "--adaptive-threads", "off"],
+        cache=dev_model_cache,
+        metrics=True,
+    ) as srv:
+        srv.wait_serving()
+        text = _metrics(srv.metrics_port)
+        srv.stop()
+    assert "chattts_thread_adaptations" not in text
+    assert "chattts_intra_op_threads" not in text
+    assert "fixed (--adaptive-threads off)" in srv.log_text()

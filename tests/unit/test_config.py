@@ -36,6 +36,7 @@ FLAGS = {
     "--dtype": "auto",
     "--quantize": "none",
     "--threads": 0,
+    "--adaptive-threads": "on",
     "--voices-dir": None,
     "--max-streams": 16,
     "--max-tokens": 1536,

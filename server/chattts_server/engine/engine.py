@@ -21,6 +21,7 @@ from ..config import EngineConfig, ModelConfig
 from ..model.errors import ModelLoadError
 from .bridge import RequestHandle
 from .core import EngineCore, RequestOutput
+from .thread_governor import ThreadGovernor, name_model_thread
 from .types import (
     AudioChunk,
     EngineError,
@@ -76,6 +77,8 @@ class ChatTTSEngine:
         self._stopping = threading.Event()
         self._healthy = True
         self.core: EngineCore | None = None
+        self.thread_governor: ThreadGovernor | None = None
+        """Adapts the CPU intra-op pool to contention (engine thread; None when off)."""
         self._model_info: ModelInfo | None = None
         self._handles: dict[str, RequestHandle] = {}
         """Requests the core holds, by id (engine thread only)."""
@@ -140,6 +143,7 @@ class ChatTTSEngine:
     # -- the engine thread -----------------------------------------------------------------
 
     def _main(self) -> None:
+        name_model_thread()  # before torch runs here: the OpenMP workers inherit the name
         try:
             started = time.monotonic()
             if self._runner_factory is not None:
@@ -152,6 +156,8 @@ class ChatTTSEngine:
                 runner.warmup(self.config.max_streams)
             self.core = EngineCore.from_config(runner, self.config, is_paused=self._is_paused)
             self._model_info = runner.info
+            if self.model_config.adaptive_threads and self._model_info.device == "cpu":
+                self.thread_governor = ThreadGovernor.for_torch()
             log.info("engine ready in %.1f s", time.monotonic() - started)
             self._ready.set()
             self._on_ready()
@@ -171,6 +177,8 @@ class ChatTTSEngine:
             if not core.has_unfinished_requests:
                 continue
             outputs = core.step()
+            if self.thread_governor is not None:
+                self.thread_governor.after_step(core.ran_model)
             self._stats = core.stats()
             for output in outputs:
                 self._deliver(output)
