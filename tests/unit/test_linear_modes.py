@@ -24,7 +24,8 @@ from transformers import LlamaConfig, LlamaModel
 from chattts_server.model.autotune import autotune, snr_db
 from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.linear_modes import MODES, modes_for
-from chattts_server.model.llama import LlamaDecoder, LlamaShape
+from chattts_server.model.attention import bf16_attention_faster
+from chattts_server.model.llama import LlamaDecoder, LlamaShape, served_kv_dtype
 
 CPU, FP32 = torch.device("cpu"), torch.float32
 AVAILABLE = modes_for("auto", CPU, FP32)
@@ -160,15 +161,20 @@ def test_forced_int8_builds_only_int8_weights_and_reports_their_size(
 
 
 @torch.inference_mode()
-def test_lossy_quantize_keeps_kv_in_bf16_within_budget() -> None:
+def test_lossy_quantize_keeps_kv_in_bf16_where_faster_and_within_budget() -> None:
     config = _config(128, 256, 4, 2)
     ref = _reference(config, 0.1)
     exact = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, quantize="none")
     assert exact.kv_dtype == FP32
     if "bf16" not in AVAILABLE:
         pytest.skip("no fast bf16 on this CPU")
-    ours = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, quantize="bf16")
-    assert ours.kv_dtype == torch.bfloat16
+    served = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, quantize="bf16")
+    faster = bf16_attention_faster(4, 32)
+    assert served.kv_dtype == (torch.bfloat16 if faster else FP32)
+    assert served_kv_dtype(served.shape, CPU, FP32, lossy=True) == served.kv_dtype
+    ours = LlamaDecoder.from_state_dict(
+        config, ref.state_dict(), CPU, FP32, quantize="bf16", kv_dtype=torch.bfloat16
+    )
     cache = SlotKVCache(LlamaShape.from_config(config), 3, 64, CPU, ours.kv_dtype)
     seq = torch.randn(13, 128)
     expected = ref(inputs_embeds=seq[None]).last_hidden_state[0]
