@@ -43,7 +43,7 @@ from chattts_server.model.autotune import snr_db  # noqa: E402
 from chattts_server.model.dev_assets import build_dev_assets  # noqa: E402
 from chattts_server.model.kv_cache import SlotKVCache  # noqa: E402
 from chattts_server.model.linear_modes import MODES, modes_for  # noqa: E402
-from chattts_server.model.llama import LlamaDecoder  # noqa: E402
+from chattts_server.model.llama import LlamaDecoder, served_kv_dtype  # noqa: E402
 from chattts_server.model.loader import load_chattts  # noqa: E402
 from chattts_server.model.mel_decoder import decode_mel  # noqa: E402
 from chattts_server.model.quantize_policy import MIN_SNR_DB  # noqa: E402
@@ -133,7 +133,8 @@ def main() -> None:
     )
     batches = [int(b) for b in args.time_batches.split(",") if b]
     max_tokens = args.prompt_tokens + args.steps + 8
-    bf16_kv = MODES["bf16"].available(device, dtype)
+    lossy_kv = served_kv_dtype(llama.shape, device, dtype, lossy=True)
+    bf16_kv = lossy_kv == torch.bfloat16
     caches = {
         kv: SlotKVCache(llama.shape, max([1, *batches]), max_tokens, device, kv)
         for kv in {dtype, torch.bfloat16 if bf16_kv else dtype}
@@ -194,8 +195,12 @@ def main() -> None:
     lines += [
         "",
         "SNR is 10 log10(sum ref^2 / sum (x - ref)^2) over all steps; 'inf' means bit-equal. "
-        "int8 modes quantize the input per call (one scale for the whole batch), so their error "
-        "at batch 16 can differ from batch 1's.",
+        "int8 and int8-onednn quantize the input per call (one scale for the whole batch), so "
+        "their error at batch 16 can differ from batch 1's; int8-wo and int8-mixedN (int8 "
+        "weight-only, the first N layers bf16) do not quantize activations. The weights are "
+        "random (HF init, normal 0.02): trained weights have outlier channels that per-channel "
+        "int8 handles worse, and which layers are most sensitive may differ; the server "
+        "re-measures the SNR on the loaded weights at warm-up.",
         "",
     ]
     out = Path(args.out)
