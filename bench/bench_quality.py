@@ -28,6 +28,7 @@ Usage: python bench/bench_quality.py [--steps 200] [--prompt-tokens 40] [--modes
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -178,7 +179,8 @@ def main() -> None:
         f"Model: {'tiny dev (smoke)' if args.smoke else model_dir}; {args.prompt_tokens}-token "
         f"prompt, {args.steps} teacher-forced decode steps at batch 1, every mode fed fp32's "
         f"greedy codes. Budget: hidden-state SNR >= {BUDGET_DB:g} dB (what `--quantize auto` "
-        f"allows). Command: `python {' '.join(sys.argv)}`",
+        f"allows). Load average {os.getloadavg()[0]:.1f} (the modes are timed in turn: "
+        f"compare ms within a column). Command: `python {' '.join(sys.argv)}`",
         "",
         "| mode | family | K/V | hidden SNR dB | mel SNR dB | greedy codes = fp32 | within budget "
         "| weights MiB | " + " | ".join(f"decode B={b} ms" for b in batches) + " |",
