@@ -12,13 +12,17 @@ on one CPU loses on another, so the choice is timed on the machine itself.
 | int8          | int8 per output channel, fbgemm | quantized per call (uint8, dynamic) | int8 |
 | int8-onednn   | int8 per output channel, oneDNN | quantized per call (uint8, dynamic) | int8 |
 | int8-wo       | int8 per output channel       | bf16 in, bf16 out (weight-only)     | int8   |
-| int8-mixed2   | bf16 in layers 0-1, int8-wo in the rest | bf16                      | int8   |
-| int8-mixed4   | bf16 in layers 0-3, int8-wo in the rest | bf16                      | int8   |
+| int8-wo-mixed2, -mixed4 | bf16 in layers 0-1 (0-3), int8-wo in the rest | bf16        | int8   |
+| int8-mixed6, -mixed8 | bf16 in layers 0-5 (0-7), int8 (dynamic) in the rest | as each layer's | int8 |
 
 The mixed modes exist because the error of a layer's weights grows through every later layer: on
 the dev model int8-wo in layers 0-9 alone cost as much SNR as in all 20 layers, and keeping the
 first two layers in bf16 lifted the hidden-state SNR from 27 to 31 dB for 2/20 of bf16's extra
-bytes. They share their kernels with ``bf16`` and ``int8-wo`` where those are built too.
+bytes (dynamic int8, which also quantizes activations, needs six: 24 -> 31 dB). Both kinds
+exist because their kernels trade places between CPUs and batch sizes: ``_weight_int8pack_mm``
+reads at the memory bandwidth at batch 1 with two threads but is instruction-bound on one and
+slow beyond a few rows; fbgemm's VNNI kernel is not. They share their kernels with ``bf16``,
+``int8-wo`` and ``int8`` where those are built too.
 
 A kernel's ``input_dtype`` is what it computes in: the layer hands it activations already in that
 dtype where it can (a bf16 attention output into the o projection, a bf16 gate/up product into
@@ -202,13 +206,17 @@ class LinearMode:
         return MODES[self.per_layer(layer_id)] if self.per_layer else self
 
 
-MIXED_BF16_LAYERS = (2, 4)
-"""int8-mixedN keeps layers 0..N-1 in bf16 (the module doc says why); autotune serves the
-fastest of them whose SNR clears the budget on the loaded weights."""
+MIXED = (("int8-wo", 2), ("int8-wo", 4), ("int8", 6), ("int8", 8))
+"""(int8 mode, N): ``<mode>-mixedN`` keeps layers 0..N-1 in bf16 (the module doc says why);
+autotune serves the fastest of them whose SNR clears the budget on the loaded weights."""
 
 
-def _first_layers_bf16(num_bf16: int, layer_id: int) -> str:
-    return "bf16" if layer_id < num_bf16 else "int8-wo"
+def _first_layers_bf16(num_bf16: int, base: str, layer_id: int) -> str:
+    return "bf16" if layer_id < num_bf16 else base
+
+
+def _mixed_available(base: str, device: torch.device, dtype: torch.dtype) -> bool:
+    return MODES["bf16"].available(device, dtype) and MODES[base].available(device, dtype)
 
 
 def _cpu_fp32(device: torch.device, dtype: torch.dtype) -> bool:
@@ -254,13 +262,13 @@ MODES: dict[str, LinearMode] = {
         ),
         *(
             LinearMode(
-                f"int8-mixed{n}",
+                f"{base}-mixed{n}",
                 "int8",
                 None,
-                lambda d, t: MODES["bf16"].available(d, t) and MODES["int8-wo"].available(d, t),
-                per_layer=functools.partial(_first_layers_bf16, n),
+                functools.partial(_mixed_available, base),
+                per_layer=functools.partial(_first_layers_bf16, n, base),
             )
-            for n in MIXED_BF16_LAYERS
+            for base, n in MIXED
         ),
     ]
 }
