@@ -27,7 +27,7 @@ floor, speed-up vs fp32 'dense-onednn', the server's default before autotune).
 
 Usage: python bench/bench_decode_step.py [--layers 20 --hidden 768 --heads 12 --inter 3072]
        [--batches 1,2,4,8,16] [--context 100] [--steps 10] [--modes dense,dense-onednn,...]
-       [--layouts scattered,gathered] [--probe-mib 512] [--markdown bench/results/decode_step.md]
+       [--layouts scattered,gathered] [--probe-mib 512] [--stat median|min] [--markdown bench/results/decode_step.md]
        python bench/bench_decode_step.py --smoke    # tiny shapes, two steps, writes nothing
 """
 
@@ -52,13 +52,17 @@ from chattts_server.model.quantize_policy import MIN_SNR_DB
 from chattts_server.threads import cpu_budget, plan_threads
 
 PROBE = "probe"
+STATS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
 
 
 def _interleaved_ms(
-    steps_by_name: dict[str, Callable[[], object]], steps: int, device: torch.device
+    steps_by_name: dict[str, Callable[[], object]],
+    steps: int,
+    device: torch.device,
+    stat: Callable[[list[float]], float] = statistics.median,
 ) -> dict[str, float]:
-    """Median ms per call, calling the contenders in turn so that load on a shared machine
-    hits them alike."""
+    """Median (or `stat`) ms per call, calling the contenders in turn so that load on a shared
+    machine hits them alike."""
 
     def sync() -> None:
         if device.type == "cuda":
@@ -75,7 +79,7 @@ def _interleaved_ms(
             step()
             sync()
             times[name].append((time.perf_counter() - t0) * 1e3)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return {name: stat(ts) for name, ts in times.items()}
 
 
 def _bare_step(model: LlamaModel, batch: int, context: int) -> Callable[[], object]:
@@ -142,6 +146,12 @@ def main() -> None:
     parser.add_argument("--batches", default="1,2,4,8,16")
     parser.add_argument("--context", type=int, default=100)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per cell (median)")
+    parser.add_argument(
+        "--stat",
+        default="median",
+        choices=["median", "min"],
+        help="per cell: median, or min (nearer the unloaded speed on a busy machine)",
+    )
     parser.add_argument(
         "--threads",
         type=int,
@@ -233,7 +243,7 @@ def main() -> None:
         f"inter {args.inter}, context {args.context}, {args.dtype} on {device}, "
         f"{args.threads} threads, K/V {args.kv_dtype} "
         f"({', '.join(sorted({str(kv_dtype_for(m)).removeprefix('torch.') for m in modes}))}), "
-        f"median ms of {args.steps}, load average {os.getloadavg()[0]:.1f}"
+        f"{args.stat} ms of {args.steps}, load average {os.getloadavg()[0]:.1f}"
     )
     print(header)
     weights = ", ".join(f"{m} {decoder.weight_bytes(m) / 2**20:.0f}" for m in modes)
@@ -258,7 +268,7 @@ def main() -> None:
                 steps[name] = _ours_step(
                     decoder, cache_for(modes[0]), slot_ids, args.context, modes[0]
                 )
-            ms = _interleaved_ms(steps, args.steps, device)
+            ms = _interleaved_ms(steps, args.steps, device, STATS[args.stat])
             gbs = probe_bytes / ms[PROBE] / 1e6
             floor = {
                 m: _step_bytes(decoder, m, cache_for(m), batch, args.context) / gbs / 1e6
@@ -280,7 +290,7 @@ def main() -> None:
         lines = [
             f"# Decode step per linear mode\n\n{header}.\n\nCommand: `python {' '.join(sys.argv)}`",
             "",
-            "Each cell: median ms per step (multiple of its floor: the mode's linear weights plus "
+            f"Each cell: {args.stat} ms per step (multiple of its floor: the mode's linear weights plus "
             "the rows' live K/V, over the probe's read bandwidth, GB/s column). Linear weights "
             f"MiB: {weights}. Hidden SNR dB (budget {MIN_SNR_DB:g}): {snr_line or 'not measured'}"
             "; 'auto' is the fastest mode within it.",
