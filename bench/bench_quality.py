@@ -183,7 +183,7 @@ def main() -> None:
         f"compare ms within a column). Command: `python {' '.join(sys.argv)}`",
         "",
         "| mode | family | K/V | hidden SNR dB | mel SNR dB | greedy codes = fp32 | within budget "
-        "| weights MiB | " + " | ".join(f"decode B={b} ms" for b in batches) + " |",
+        "| weights MiB |" + "".join(f" decode B={b} ms |" for b in batches),
         "|---" * (8 + len(batches)) + "|",
     ]
     for label, mode, kv, h_snr, m_snr, agree, nbytes in rows:
@@ -198,9 +198,9 @@ def main() -> None:
         "",
         "SNR is 10 log10(sum ref^2 / sum (x - ref)^2) over all steps; 'inf' means bit-equal. "
         "int8 and int8-onednn quantize the input per call (one scale for the whole batch), so "
-        "their error at batch 16 can differ from batch 1's; int8-wo and int8-mixedN (int8 "
-        "weight-only, the first N layers bf16) do not quantize activations. The weights are "
-        "random (HF init, normal 0.02): trained weights have outlier channels that per-channel "
+        "their error at batch 16 can differ from batch 1's, and so can int8-mixedN's (dynamic "
+        "int8 after N bf16 layers); int8-wo and int8-wo-mixedN do not quantize activations. "
+        "The weights are random (HF init, normal 0.02): trained weights have outlier channels that per-channel "
         "int8 handles worse, and which layers are most sensitive may differ; the server "
         "re-measures the SNR on the loaded weights at warm-up.",
         "",
