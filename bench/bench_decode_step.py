@@ -15,12 +15,19 @@ other processes hits them alike; the header prints the load average. For each ba
              scattered into it.
 - gathered:  slot ids 0, 3, 6, ... (first mode): the range is over 2B, so K/V are gathered.
 
-With --markdown PATH the table is also written as Markdown (per-mode ms and speed-up vs fp32
-'dense-onednn', the server's default before autotune).
+Each mode's step is also printed as a multiple of its memory floor: the bytes a step must read
+(that mode's linear weights plus the live K/V of every row, positions 0..pos in the cache's
+dtype) over this machine's read bandwidth, measured by a probe (an fp32 sum over a --probe-mib
+buffer, far larger than the last-level cache) run in turn with the steps, on the same threads.
+'auto' is the fastest mode whose hidden-state SNR on these weights (autotune's check: one
+32-token prefill of embedding-scale inputs against fp32) clears the `--quantize auto` budget.
+
+With --markdown PATH the table is also written as Markdown (per-mode ms and multiple of the
+floor, speed-up vs fp32 'dense-onednn', the server's default before autotune).
 
 Usage: python bench/bench_decode_step.py [--layers 20 --hidden 768 --heads 12 --inter 3072]
        [--batches 1,2,4,8,16] [--context 100] [--steps 10] [--modes dense,dense-onednn,...]
-       [--layouts scattered,gathered] [--markdown bench/results/decode_step.md]
+       [--layouts scattered,gathered] [--probe-mib 512] [--stat median|min] [--markdown bench/results/decode_step.md]
        python bench/bench_decode_step.py --smoke    # tiny shapes, two steps, writes nothing
 """
 
@@ -37,16 +44,25 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaModel
 
+from chattts_server.model.autotune import measure_snr
 from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.linear_modes import MODES, modes_for
-from chattts_server.model.llama import LlamaDecoder, LlamaShape
+from chattts_server.model.llama import LlamaDecoder, LlamaShape, served_kv_dtype
+from chattts_server.model.quantize_policy import MIN_SNR_DB
+from chattts_server.threads import cpu_budget, plan_threads
+
+PROBE = "probe"
+STATS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
 
 
 def _interleaved_ms(
-    steps_by_name: dict[str, Callable[[], object]], steps: int, device: torch.device
+    steps_by_name: dict[str, Callable[[], object]],
+    steps: int,
+    device: torch.device,
+    stat: Callable[[list[float]], float] = statistics.median,
 ) -> dict[str, float]:
-    """Median ms per call, calling the contenders in turn so that load on a shared machine
-    hits them alike."""
+    """Median (or `stat`) ms per call, calling the contenders in turn so that load on a shared
+    machine hits them alike."""
 
     def sync() -> None:
         if device.type == "cuda":
@@ -63,7 +79,7 @@ def _interleaved_ms(
             step()
             sync()
             times[name].append((time.perf_counter() - t0) * 1e3)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return {name: stat(ts) for name, ts in times.items()}
 
 
 def _bare_step(model: LlamaModel, batch: int, context: int) -> Callable[[], object]:
@@ -84,6 +100,28 @@ def _bare_step(model: LlamaModel, batch: int, context: int) -> Callable[[], obje
     return step
 
 
+def _positions(batch: int, context: int) -> list[int]:
+    # Mixed positions within about +/-10% of context, as rows that joined at different times.
+    spread = max(1, context // 10)
+    return [context - spread + (7 * i) % (2 * spread + 1) for i in range(batch)]
+
+
+def _probe(mib: int, device: torch.device) -> tuple[Callable[[], object], int]:
+    """A read of `mib` MiB (fp32 sum; the fastest read torch has) and its byte count."""
+    buf = torch.ones(mib * 2**20 // 4, device=device)
+    return (lambda: buf.sum()), buf.numel() * 4
+
+
+def _step_bytes(
+    decoder: LlamaDecoder, mode: str, cache: SlotKVCache, batch: int, context: int
+) -> int:
+    """What one decode step must read: the mode's linear weights and each row's live K/V."""
+    s = decoder.shape
+    per_token = s.num_layers * 2 * s.num_kv_heads * s.head_dim * cache.kv.element_size()
+    live = sum(p + 1 for p in _positions(batch, context)) * per_token
+    return decoder.weight_bytes(mode) + live
+
+
 def _ours_step(
     decoder: LlamaDecoder,
     cache: SlotKVCache,
@@ -93,11 +131,7 @@ def _ours_step(
 ) -> Callable[[], object]:
     device = cache.kv.device
     batch = len(slot_ids)
-    # Mixed positions within about +/-10% of context, as rows that joined at different times.
-    spread = max(1, context // 10)
-    positions = torch.tensor(
-        [context - spread + (7 * i) % (2 * spread + 1) for i in range(batch)], device=device
-    )
+    positions = torch.tensor(_positions(batch, context), device=device)
     slots = torch.tensor(slot_ids, device=device)
     x = torch.randn(batch, decoder.shape.hidden_size, device=device, dtype=decoder.norm.dtype)
     return lambda: decoder.decode(slots, x, positions, cache, mode=mode)
@@ -112,7 +146,22 @@ def main() -> None:
     parser.add_argument("--batches", default="1,2,4,8,16")
     parser.add_argument("--context", type=int, default=100)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per cell (median)")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument(
+        "--stat",
+        default="median",
+        choices=["median", "min"],
+        help="per cell: median, or min (nearer the unloaded speed on a busy machine)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch threads (default: what the server would use: --threads, OMP_NUM_THREADS "
+        "or the CPU budget)",
+    )
+    parser.add_argument(
+        "--probe-mib", type=int, default=512, help="bandwidth probe buffer (MiB, >> LLC)"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument(
@@ -137,7 +186,9 @@ def main() -> None:
     if args.smoke:
         args.layers, args.hidden, args.heads, args.inter = 2, 128, 4, 256
         args.batches, args.context, args.steps, args.markdown = "1,2", 16, 2, ""
+        args.probe_mib = 64
 
+    args.threads = args.threads or plan_threads(None, cpu_budget(), dict(os.environ)).intra_op
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
@@ -163,30 +214,51 @@ def main() -> None:
     shape = LlamaShape.from_config(config)
     caches: dict[torch.dtype, SlotKVCache] = {}
 
-    def cache_for(mode: str) -> SlotKVCache:
+    def kv_dtype_for(mode: str) -> torch.dtype:
         if args.kv_dtype != "served":
-            kv = getattr(torch, args.kv_dtype)
-        else:
-            kv = torch.bfloat16 if MODES[mode].family != "none" and bf16_kv else dtype
+            return getattr(torch, args.kv_dtype)  # type: ignore[no-any-return]
+        return served_kv_dtype(shape, device, dtype, not MODES[mode].lossless)
+
+    def cache_for(mode: str) -> SlotKVCache:
+        kv = kv_dtype_for(mode)
         if kv not in caches:
             caches[kv] = SlotKVCache(shape, num_slots, max_tokens, device, kv)
         return caches[kv]
 
-    bf16_kv = MODES["bf16"].available(device, dtype)
+    # Autotune's quality check per lossy mode (each with the K/V dtype it is served with).
+    # At the scale of ChatTTS's text embeddings (normal 0.02): unit-scale inputs swamp the
+    # layers' contributions and read ~9 dB better than the real prompt does.
+    probe_embeds = 0.02 * torch.randn(32, args.hidden, device=device, dtype=dtype)
+    reference = next((m for m in modes if MODES[m].lossless), "")
+    snr: dict[str, float] = {}
+    with torch.inference_mode():
+        for name in modes if reference else []:
+            decoder.kv_dtype = kv_dtype_for(name)
+            snr |= measure_snr(decoder, probe_embeds, reference, [name])
+    within = [m for m in modes if snr.get(m, float("inf")) >= MIN_SNR_DB]
+    probe_step, probe_bytes = _probe(args.probe_mib, device)
 
     header = (
         f"decode step, {args.layers} layers hidden {args.hidden} heads {args.heads} "
         f"inter {args.inter}, context {args.context}, {args.dtype} on {device}, "
-        f"{args.threads} threads, K/V {args.kv_dtype}, median ms of {args.steps}, "
-        f"load average {os.getloadavg()[0]:.1f}"
+        f"{args.threads} threads, K/V {args.kv_dtype} "
+        f"({', '.join(sorted({str(kv_dtype_for(m)).removeprefix('torch.') for m in modes}))}), "
+        f"{args.stat} ms of {args.steps}, load average {os.getloadavg()[0]:.1f}"
     )
     print(header)
+    weights = ", ".join(f"{m} {decoder.weight_bytes(m) / 2**20:.0f}" for m in modes)
+    print(f"linear weights MiB: {weights}")
+    if snr:
+        print(
+            f"hidden SNR dB (budget {MIN_SNR_DB:g}): "
+            + ", ".join(f"{m} {v:.1f}" for m, v in snr.items())
+        )
     names = ["bare", *modes, *extra]
-    print(" ".join(f"{n:>12}" for n in ["B", *names]))
-    rows: list[tuple[int, dict[str, float]]] = []
+    print(" ".join(f"{n:>12}" for n in ["B", *names, "auto", "GB/s"]))
+    rows: list[tuple[int, dict[str, float], dict[str, float], float]] = []
     with torch.inference_mode():
         for batch in batches:
-            steps = {"bare": _bare_step(model, batch, args.context)}
+            steps = {PROBE: probe_step, "bare": _bare_step(model, batch, args.context)}
             for name in modes:
                 steps[name] = _ours_step(
                     decoder, cache_for(name), list(range(batch)), args.context, name
@@ -196,23 +268,52 @@ def main() -> None:
                 steps[name] = _ours_step(
                     decoder, cache_for(modes[0]), slot_ids, args.context, modes[0]
                 )
-            ms = _interleaved_ms(steps, args.steps, device)
-            rows.append((batch, ms))
-            print(f"{batch:>12} " + " ".join(f"{ms[n]:>12.1f}" for n in names), flush=True)
+            ms = _interleaved_ms(steps, args.steps, device, STATS[args.stat])
+            gbs = probe_bytes / ms[PROBE] / 1e6
+            floor = {
+                m: _step_bytes(decoder, m, cache_for(m), batch, args.context) / gbs / 1e6
+                for m in modes
+            }
+            rows.append((batch, ms, floor, gbs))
+            auto = min(within, key=ms.__getitem__) if within else "-"
+            cells = [
+                f"{ms[n]:.1f}" + (f" ({ms[n] / floor[n]:.1f}x)" if n in floor else "")
+                for n in names
+            ]
+            print(
+                f"{batch:>12} " + " ".join(f"{c:>12}" for c in cells) + f" {auto:>12} {gbs:>6.1f}",
+                flush=True,
+            )
     if args.markdown:
         base = "dense-onednn" if "dense-onednn" in modes else modes[0]
+        snr_line = ", ".join(f"{m} {v:.1f}" for m, v in snr.items())
         lines = [
             f"# Decode step per linear mode\n\n{header}.\n\nCommand: `python {' '.join(sys.argv)}`",
             "",
-            "| batch | " + " | ".join(f"{n} ms" for n in names) + " | fastest | vs " + base + " |",
-            "|---" * (len(names) + 3) + "|",
+            f"Each cell: {args.stat} ms per step (multiple of its floor: the mode's linear weights plus "
+            "the rows' live K/V, over the probe's read bandwidth, GB/s column). Linear weights "
+            f"MiB: {weights}. Hidden SNR dB (budget {MIN_SNR_DB:g}): {snr_line or 'not measured'}"
+            "; 'auto' is the fastest mode within it.",
+            "",
+            "| batch | "
+            + " | ".join(f"{n} ms" for n in names)
+            + f" | GB/s | fastest | vs {base} | auto | auto floor ms |",
+            "|---" * (len(names) + 6) + "|",
         ]
-        for batch, ms in rows:
+        for batch, ms, floor, gbs in rows:
             best = min(modes, key=ms.__getitem__)
+            auto = min(within, key=ms.__getitem__) if within else ""
+            cells = [
+                f"{ms[n]:.1f}" + (f" ({ms[n] / floor[n]:.1f}x)" if n in floor else "")
+                for n in names
+            ]
+            auto_cells = (
+                f"{auto} ({ms[auto] / floor[auto]:.1f}x) | {floor[auto]:.1f}" if auto else "- | -"
+            )
             lines.append(
                 f"| {batch} | "
-                + " | ".join(f"{ms[n]:.1f}" for n in names)
-                + f" | {best} | {ms[base] / ms[best]:.2f}x |"
+                + " | ".join(cells)
+                + f" | {gbs:.1f} | {best} | {ms[base] / ms[best]:.2f}x | {auto_cells} |"
             )
         Path(args.markdown).write_text("\n".join(lines) + "\n")
 

@@ -28,6 +28,7 @@ Usage: python bench/bench_quality.py [--steps 200] [--prompt-tokens 40] [--modes
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -43,7 +44,7 @@ from chattts_server.model.autotune import snr_db  # noqa: E402
 from chattts_server.model.dev_assets import build_dev_assets  # noqa: E402
 from chattts_server.model.kv_cache import SlotKVCache  # noqa: E402
 from chattts_server.model.linear_modes import MODES, modes_for  # noqa: E402
-from chattts_server.model.llama import LlamaDecoder  # noqa: E402
+from chattts_server.model.llama import LlamaDecoder, served_kv_dtype  # noqa: E402
 from chattts_server.model.loader import load_chattts  # noqa: E402
 from chattts_server.model.mel_decoder import decode_mel  # noqa: E402
 from chattts_server.model.quantize_policy import MIN_SNR_DB  # noqa: E402
@@ -133,7 +134,8 @@ def main() -> None:
     )
     batches = [int(b) for b in args.time_batches.split(",") if b]
     max_tokens = args.prompt_tokens + args.steps + 8
-    bf16_kv = MODES["bf16"].available(device, dtype)
+    lossy_kv = served_kv_dtype(llama.shape, device, dtype, lossy=True)
+    bf16_kv = lossy_kv == torch.bfloat16
     caches = {
         kv: SlotKVCache(llama.shape, max([1, *batches]), max_tokens, device, kv)
         for kv in {dtype, torch.bfloat16 if bf16_kv else dtype}
@@ -177,10 +179,11 @@ def main() -> None:
         f"Model: {'tiny dev (smoke)' if args.smoke else model_dir}; {args.prompt_tokens}-token "
         f"prompt, {args.steps} teacher-forced decode steps at batch 1, every mode fed fp32's "
         f"greedy codes. Budget: hidden-state SNR >= {BUDGET_DB:g} dB (what `--quantize auto` "
-        f"allows). Command: `python {' '.join(sys.argv)}`",
+        f"allows). Load average {os.getloadavg()[0]:.1f} (the modes are timed in turn: "
+        f"compare ms within a column). Command: `python {' '.join(sys.argv)}`",
         "",
         "| mode | family | K/V | hidden SNR dB | mel SNR dB | greedy codes = fp32 | within budget "
-        "| weights MiB | " + " | ".join(f"decode B={b} ms" for b in batches) + " |",
+        "| weights MiB |" + "".join(f" decode B={b} ms |" for b in batches),
         "|---" * (8 + len(batches)) + "|",
     ]
     for label, mode, kv, h_snr, m_snr, agree, nbytes in rows:
@@ -194,8 +197,12 @@ def main() -> None:
     lines += [
         "",
         "SNR is 10 log10(sum ref^2 / sum (x - ref)^2) over all steps; 'inf' means bit-equal. "
-        "int8 modes quantize the input per call (one scale for the whole batch), so their error "
-        "at batch 16 can differ from batch 1's.",
+        "int8 and int8-onednn quantize the input per call (one scale for the whole batch), so "
+        "their error at batch 16 can differ from batch 1's, and so can int8-mixedN's (dynamic "
+        "int8 after N bf16 layers); int8-wo and int8-wo-mixedN do not quantize activations. "
+        "The weights are random (HF init, normal 0.02): trained weights have outlier channels that per-channel "
+        "int8 handles worse, and which layers are most sensitive may differ; the server "
+        "re-measures the SNR on the loaded weights at warm-up.",
         "",
     ]
     out = Path(args.out)

@@ -9,6 +9,7 @@ SNR of the hidden states, with these tolerances:
 | bf16                 | >= 40 dB              | >= 40 dB                                |
 | int8, int8-onednn    | >= 30 dB              | >= 30 dB                                |
 | int8-wo              | >= 30 dB              | >= 30 dB                                |
+| <int8 mode>-mixedN   | >= 30 dB (9 layers)   | (all bf16 in one layer)                 |
 
 (Observed: bf16 ~50 dB, int8 ~40 dB; the full 20-layer figures are in bench/results/quality.md.)
 """
@@ -21,10 +22,11 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaModel
 
-from chattts_server.model.autotune import autotune, snr_db
+from chattts_server.model.attention import bf16_attention_faster
+from chattts_server.model.autotune import autotune, measure_snr, snr_db
 from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.linear_modes import MODES, modes_for
-from chattts_server.model.llama import LlamaDecoder, LlamaShape
+from chattts_server.model.llama import LlamaDecoder, LlamaShape, served_kv_dtype
 
 CPU, FP32 = torch.device("cpu"), torch.float32
 AVAILABLE = modes_for("auto", CPU, FP32)
@@ -160,15 +162,20 @@ def test_forced_int8_builds_only_int8_weights_and_reports_their_size(
 
 
 @torch.inference_mode()
-def test_lossy_quantize_keeps_kv_in_bf16_within_budget() -> None:
+def test_lossy_quantize_keeps_kv_in_bf16_where_faster_and_within_budget() -> None:
     config = _config(128, 256, 4, 2)
     ref = _reference(config, 0.1)
     exact = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, quantize="none")
     assert exact.kv_dtype == FP32
     if "bf16" not in AVAILABLE:
         pytest.skip("no fast bf16 on this CPU")
-    ours = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, quantize="bf16")
-    assert ours.kv_dtype == torch.bfloat16
+    served = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, quantize="bf16")
+    faster = bf16_attention_faster(4, 32)
+    assert served.kv_dtype == (torch.bfloat16 if faster else FP32)
+    assert served_kv_dtype(served.shape, CPU, FP32, lossy=True) == served.kv_dtype
+    ours = LlamaDecoder.from_state_dict(
+        config, ref.state_dict(), CPU, FP32, quantize="bf16", kv_dtype=torch.bfloat16
+    )
     cache = SlotKVCache(LlamaShape.from_config(config), 3, 64, CPU, ours.kv_dtype)
     seq = torch.randn(13, 128)
     expected = ref(inputs_embeds=seq[None]).last_hidden_state[0]
@@ -226,3 +233,61 @@ def test_bf16_kv_decode_in_every_slot_layout(slots: list[int]) -> None:
         full = torch.cat([seq, step[i : i + 1]])
         expected = ref(inputs_embeds=full[None]).last_hidden_state[0, -1]
         assert snr_db(expected, hidden[i]) >= MIN_SNR_DB["bf16"]
+
+
+def _deep_tiny(quantize: str = "none", modes: list[str] | None = None) -> LlamaDecoder:
+    # Nine layers, so that every <int8 mode>-mixedN has int8 layers after its bf16 ones.
+    config = _config(128, 256, 4, 9)
+    ref = _reference(config, 0.1)
+    return LlamaDecoder.from_state_dict(
+        config, ref.state_dict(), CPU, FP32, quantize=quantize, modes=modes
+    )
+
+
+@pytest.mark.parametrize("mode", [m for m in AVAILABLE if MODES[m].per_layer])
+@torch.inference_mode()
+def test_mixed_mode_runs_bf16_first_layers_then_int8_and_matches_llama_model(mode: str) -> None:
+    config = _config(128, 256, 4, 9)
+    ref = _reference(config, 0.1)
+    ours = LlamaDecoder.from_state_dict(
+        config, ref.state_dict(), CPU, FP32, modes=["bf16", mode.rsplit("-mixed", 1)[0], mode]
+    )
+    int8, num_bf16 = mode.rsplit("-mixed", 1)
+    for i, layer in enumerate(ours.layers):
+        for proj in layer.projections():
+            base = "bf16" if i < int(num_bf16) else int8
+            assert proj.kernels[mode] is proj.kernels[base]  # shared, not a copy
+    # Shared kernels count once: all three modes hold bf16's and the int8 mode's bytes.
+    assert ours.weight_bytes() == ours.weight_bytes("bf16") + ours.weight_bytes(int8)
+    assert ours.weight_bytes(int8) < ours.weight_bytes(mode) < ours.weight_bytes("bf16")
+    cache = SlotKVCache(LlamaShape.from_config(config), 2, 64, CPU, FP32)
+    seq = torch.randn(13, 128)
+    expected = ref(inputs_embeds=seq[None]).last_hidden_state[0]
+    got = ours.prefill(0, seq[:12], 0, cache, mode=mode)
+    step = ours.decode(torch.tensor([0]), seq[12:], torch.tensor([12]), cache, mode=mode)
+    assert step.dtype == FP32
+    assert snr_db(expected, torch.cat([got, step])) >= MIN_SNR_DB["int8"]
+    # Keeping only the mixed mode keeps its kernels and frees what it does not use.
+    ours.keep_modes({mode})
+    assert ours.modes == [mode]
+    assert ours.weight_bytes() == ours.weight_bytes(mode)
+    again = ours.decode(torch.tensor([0]), seq[12:], torch.tensor([12]), cache, mode=mode)
+    torch.testing.assert_close(again, step)
+
+
+@torch.inference_mode()
+def test_auto_admits_a_mixed_mode_that_clears_the_budget_int8_wo_does_not() -> None:
+    if "int8-wo-mixed2" not in AVAILABLE:
+        pytest.skip("no fast bf16 / int8 weight-only kernels on this CPU")
+    ours = _deep_tiny("auto")
+    config = _config(128, 256, 4, 9)
+    cache = SlotKVCache(LlamaShape.from_config(config), 4, 64, CPU, ours.kv_dtype)
+    probe = torch.randn(32, 128, generator=torch.Generator().manual_seed(0))
+    snr = measure_snr(ours, probe, "dense", ["int8-wo", "int8-wo-mixed2", "bf16"])
+    # Keeping layers in bf16 removes their int8 error: mixed lands between int8-wo and bf16.
+    assert snr["int8-wo"] < snr["int8-wo-mixed2"] <= snr["bf16"] + 0.5
+    budget = (snr["int8-wo"] + snr["int8-wo-mixed2"]) / 2
+    result = autotune(ours, [1, 2], cache, probe=probe, min_snr_db=budget, steps=1)
+    assert "int8-wo" in result.excluded and "int8-wo-mixed2" not in result.excluded
+    assert all(m not in result.excluded for m in result.table.values())
+    assert any("int8-wo-mixed2" in row for row in result.ms.values())

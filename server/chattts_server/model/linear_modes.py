@@ -8,15 +8,32 @@ on one CPU loses on another, so the choice is timed on the machine itself.
 |---------------|-------------------------------|-------------------------------------|--------|
 | dense         | model dtype, ``F.linear``     | model dtype                         | none   |
 | dense-onednn  | model dtype, oneDNN-packed    | model dtype                         | none   |
-| bf16          | bf16, oneDNN-packed (AMX)     | cast to bf16 in, back to fp32 out   | bf16   |
+| bf16          | bf16, oneDNN-packed (AVX512-BF16/AMX) | bf16 in, bf16 out           | bf16   |
 | int8          | int8 per output channel, fbgemm | quantized per call (uint8, dynamic) | int8 |
 | int8-onednn   | int8 per output channel, oneDNN | quantized per call (uint8, dynamic) | int8 |
-| int8-wo       | int8 per output channel       | bf16 (weight-only quantization)     | int8   |
+| int8-wo       | int8 per output channel       | bf16 in, bf16 out (weight-only)     | int8   |
+| int8-wo-mixed2, -mixed4 | bf16 in layers 0-1 (0-3), int8-wo in the rest | bf16        | int8   |
+| int8-mixed6, -mixed8 | bf16 in layers 0-5 (0-7), int8 (dynamic) in the rest | as each layer's | int8 |
+
+The mixed modes exist because the error of a layer's weights grows through every later layer: on
+the dev model int8-wo in layers 0-9 alone cost as much SNR as in all 20 layers, and keeping the
+first two layers in bf16 lifted the hidden-state SNR from 27 to 31 dB for 2/20 of bf16's extra
+bytes (dynamic int8, which also quantizes activations, needs six: 24 -> 31 dB). Both kinds
+exist because their kernels trade places between CPUs and batch sizes: ``_weight_int8pack_mm``
+reads at the memory bandwidth at batch 1 with two threads but is instruction-bound on one and
+slow beyond a few rows; fbgemm's VNNI kernel is not. They share their kernels with ``bf16``,
+``int8-wo`` and ``int8`` where those are built too.
+
+A kernel's ``input_dtype`` is what it computes in: the layer hands it activations already in that
+dtype where it can (a bf16 attention output into the o projection, a bf16 gate/up product into
+the down projection), and its output stays in that dtype; the residual add promotes back to
+fp32. That saves two casts per projection, ~100 ops of a decode step.
 
 ``--quantize`` names the families allowed: ``none`` (lossless), ``bf16``, ``int8``, or ``auto``
 (every family, each lossy mode only if it keeps the hidden state within the quality budget).
-Lossy modes exist only on CPU with an fp32 model: the residual stream, norms, attention and the
-KV cache stay fp32; only the matmul inputs and weights change format.
+Lossy modes exist only on CPU with an fp32 model: the residual stream, norms and rotary stay
+fp32; the matmul inputs and weights change format (and the KV cache is bf16 where bf16 is fast,
+see ``LlamaDecoder.from_state_dict``).
 """
 
 from __future__ import annotations
@@ -75,15 +92,16 @@ class DenseLinear(nn.Module):
         super().__init__()
         self.register_buffer("weight", weight)
         self.register_buffer("bias", bias)
+        self.input_dtype = weight.dtype
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return F.linear(x.to(self.input_dtype), self.weight, self.bias)
 
 
 class OneDNNLinear(nn.Module):
     """Weight in oneDNN's packed layout, run by ``torch.ops.mkldnn._linear_pointwise`` (the op
     torch's inductor uses for CPU linears). ``compute_dtype`` other than the input's (bf16 on an
-    fp32 model) casts the input in and the output back."""
+    fp32 model) casts the input in; the output stays in ``compute_dtype``."""
 
     weight: Tensor
     bias: Tensor | None
@@ -95,13 +113,12 @@ class OneDNNLinear(nn.Module):
             "weight", torch.ops.mkldnn._reorder_linear_weight(w, _ONEDNN_BATCH_HINT)
         )
         self.register_buffer("bias", None if bias is None else bias.to(compute_dtype))
-        self.compute_dtype = compute_dtype
+        self.input_dtype = compute_dtype
 
     def forward(self, x: Tensor) -> Tensor:
-        y = torch.ops.mkldnn._linear_pointwise(
-            x.to(self.compute_dtype), self.weight, self.bias, "none", [], ""
+        return torch.ops.mkldnn._linear_pointwise(
+            x.to(self.input_dtype), self.weight, self.bias, "none", [], ""
         )
-        return y.to(x.dtype)
 
 
 def _int8_per_channel(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -137,14 +154,18 @@ class DynamicInt8Linear(nn.Module):
         vnni = bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
         self.reduce_range = engine == "fbgemm" and not vnni
         self.nbytes = q.numel() + 4 * scales.numel()
+        self.input_dtype = torch.float32
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range)
+        return torch.ops.quantized.linear_dynamic(
+            x.to(self.input_dtype), self.packed, self.reduce_range
+        )
 
 
 class WeightOnlyInt8Linear(nn.Module):
     """``torch._weight_int8pack_mm``: int8 weights per output channel, bf16 activations (its
-    fp32 path is scalar and slow); dequantizes inside the kernel. Fast for small batches."""
+    fp32 path is scalar and slow); dequantizes inside the kernel, bf16 out. Reads at about the
+    memory bandwidth at batch 1; slow for large batches (it is a GEMV per row)."""
 
     weight: Tensor  # int8 (N, K)
     scales: Tensor  # bf16 (N,)
@@ -155,10 +176,11 @@ class WeightOnlyInt8Linear(nn.Module):
         q, scales = _int8_per_channel(weight)
         self.register_buffer("weight", q)
         self.register_buffer("scales", scales.to(torch.bfloat16))
-        self.register_buffer("bias", None if bias is None else bias.float())
+        self.register_buffer("bias", None if bias is None else bias.to(torch.bfloat16))
+        self.input_dtype = torch.bfloat16
 
     def forward(self, x: Tensor) -> Tensor:
-        y = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.weight, self.scales).to(x.dtype)
+        y = torch._weight_int8pack_mm(x.to(self.input_dtype), self.weight, self.scales)
         return y if self.bias is None else y + self.bias
 
 
@@ -167,14 +189,34 @@ class LinearMode:
     name: str
     family: str
     """'none' (lossless), 'bf16' or 'int8': what --quantize names."""
-    build: Callable[[Tensor, Tensor | None], nn.Module]
+    build: Callable[[Tensor, Tensor | None], nn.Module] | None
+    """Weight (N, K) and bias -> the kernel; None for a mixed mode (see ``per_layer``)."""
     available: Callable[[torch.device, torch.dtype], bool]
     fuse: bool = True
     """Stack projections that share an input (Q/K/V, gate/up) into one matmul."""
+    per_layer: Callable[[int], str] | None = None
+    """A mixed mode: layer index -> the mode whose kernel that layer runs."""
 
     @property
     def lossless(self) -> bool:
         return self.family == "none"
+
+    def for_layer(self, layer_id: int) -> LinearMode:
+        """The mode whose kernel layer ``layer_id`` runs in this mode (itself unless mixed)."""
+        return MODES[self.per_layer(layer_id)] if self.per_layer else self
+
+
+MIXED = (("int8-wo", 2), ("int8-wo", 4), ("int8", 6), ("int8", 8))
+"""(int8 mode, N): ``<mode>-mixedN`` keeps layers 0..N-1 in bf16 (the module doc says why);
+autotune serves the fastest of them whose SNR clears the budget on the loaded weights."""
+
+
+def _first_layers_bf16(num_bf16: int, base: str, layer_id: int) -> str:
+    return "bf16" if layer_id < num_bf16 else base
+
+
+def _mixed_available(base: str, device: torch.device, dtype: torch.dtype) -> bool:
+    return MODES["bf16"].available(device, dtype) and MODES[base].available(device, dtype)
 
 
 def _cpu_fp32(device: torch.device, dtype: torch.dtype) -> bool:
@@ -217,6 +259,16 @@ MODES: dict[str, LinearMode] = {
             "int8",
             WeightOnlyInt8Linear,
             lambda d, t: _cpu_fp32(d, t) and hasattr(torch, "_weight_int8pack_mm") and _bf16_fast(),
+        ),
+        *(
+            LinearMode(
+                f"{base}-mixed{n}",
+                "int8",
+                None,
+                functools.partial(_mixed_available, base),
+                per_layer=functools.partial(_first_layers_bf16, n, base),
+            )
+            for base, n in MIXED
         ),
     ]
 }

@@ -27,18 +27,33 @@ from .attention import (
     PackedAttention,
     PrefillAttention,
     SlotRangeAttention,
+    bf16_attention_faster,
 )
 from .kv_cache import SlotKVCache
 from .linear_modes import ModeTable
 from .llama_layers import Layer, LlamaShape, q_kv, rms_norm
 
-__all__ = ["DecodeBatch", "LlamaDecoder", "LlamaShape", "PromptRun"]
+__all__ = ["DecodeBatch", "LlamaDecoder", "LlamaShape", "PromptRun", "served_kv_dtype"]
 
 log = logging.getLogger(__name__)
 
 # Rope types whose frequencies depend on the sequence length in ways a fixed table cannot hold.
 # ("dynamic" only changes beyond max_position_embeddings, where our tables stop anyway.)
 _UNSUPPORTED_ROPE_TYPES = {"longrope"}
+
+
+def served_kv_dtype(
+    shape: LlamaShape, device: torch.device, dtype: torch.dtype, lossy: bool
+) -> torch.dtype:
+    """The K/V dtype the server keeps: the model dtype, except that lossy linear modes on a CPU
+    with fast bf16 keep K/V in bf16 where attention over it is faster (at 16 streams attention
+    reads as many bytes of K/V per step as the int8 weights)."""
+    bf16_kv = (
+        lossy
+        and linear_modes.MODES["bf16"].available(device, dtype)
+        and bf16_attention_faster(shape.num_heads, shape.head_dim)
+    )
+    return torch.bfloat16 if bf16_kv else dtype
 
 
 @dataclass(frozen=True)
@@ -135,9 +150,7 @@ class LlamaDecoder(nn.Module):
         that ``quantize`` allows (oneDNN-packed weights on CPU where available).
 
         ``kv_dtype`` is the dtype the caller should give the :class:`SlotKVCache` (see
-        :attr:`kv_dtype`); by default the model dtype, except that a lossy ``quantize`` on CPU
-        with fast bf16 keeps K/V in bf16: at 16 streams attention reads as many bytes of K/V
-        per step as the int8 weights, and halving them took 14 -> 8 ms of a 50 ms step.
+        :attr:`kv_dtype`); by default :func:`served_kv_dtype`'s.
         """
         device = torch.device(device)
         names = modes or linear_modes.modes_for(quantize, device, dtype)
@@ -156,15 +169,12 @@ class LlamaDecoder(nn.Module):
         }
         fuse_all = device.type != "cpu"
         layers = [
-            Layer(sd, f"layers.{i}.", shape.rms_norm_eps, names, fuse_all)
-            for i in range(shape.num_layers)
+            Layer(sd, i, shape.rms_norm_eps, names, fuse_all) for i in range(shape.num_layers)
         ]
         model = cls(shape, layers, sd["norm.weight"], inv_freq, float(attention_scaling))
         model.quantize = quantize if modes is None else "explicit"
         if kv_dtype is None:
-            lossy = modes is None and quantize != "none"
-            bf16_kv = lossy and linear_modes.MODES["bf16"].available(device, dtype)
-            kv_dtype = torch.bfloat16 if bf16_kv else dtype
+            kv_dtype = served_kv_dtype(shape, device, dtype, modes is None and quantize != "none")
         model.kv_dtype = kv_dtype
         model.set_mode_table({1: names[0]})
         log.info(
@@ -199,7 +209,7 @@ class LlamaDecoder(nn.Module):
     def weight_bytes(self, mode: str | None = None) -> int:
         """Bytes of linear weights held, for one mode or (None) all of them."""
         projections = [p for layer in self.layers for p in cast("Layer", layer).projections()]
-        return sum(p.nbytes(m) for p in projections for m in ([mode] if mode else self.modes))
+        return sum(p.nbytes(mode) for p in projections)
 
     def keep_modes(self, keep: set[str]) -> None:
         """Free the weights of every mode not in ``keep`` (after autotune)."""
@@ -224,7 +234,9 @@ class LlamaDecoder(nn.Module):
         for i, layer in enumerate(cast("list[Layer]", self.layers)):
             q, kv = q_kv(self.shape, layer, x, cos, sin, mode)
             attn = attention(i, q, kv)
-            x = x + layer.o(attn.to(x.dtype), mode)[0]
+            # The o kernel takes attention's output in its own dtype (bf16 K/V into a bf16
+            # kernel: no round trip); the adds promote bf16 kernel outputs to x's dtype.
+            x = x + layer.o(attn, mode)[0]
             x = x + layer.mlp(x, mode)
         return rms_norm(x, self.norm, self.shape.rms_norm_eps)
 

@@ -5,7 +5,7 @@ its roped queries and stacked keys/values. `llama.py` runs them over a KV cache.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import LlamaConfig
 
-from .linear_modes import MODES, module_bytes
+from .linear_modes import MODES, LinearMode, module_bytes
 
 
 @dataclass(frozen=True)
@@ -66,11 +66,18 @@ class Projection(nn.Module):
     """``x @ W.T + b`` for one or more weights that read the same input (Q/K/V, gate/up), in
     every allowed linear mode (``model/linear_modes.py``); ``forward`` runs the one asked for.
 
-    Modes with ``fuse`` stack the weights into one matmul and split its output.
+    Modes with ``fuse`` stack the weights into one matmul and split its output. A mixed mode
+    runs layer ``layer_id``'s kernel mode, sharing the kernels when that mode is built too.
+    Outputs are in the kernel's ``input_dtype`` (bf16 for the bf16 and weight-only modes).
     """
 
     def __init__(
-        self, weights: list[Tensor], biases: list[Tensor | None], modes: list[str], fuse_all: bool
+        self,
+        weights: list[Tensor],
+        biases: list[Tensor | None],
+        modes: list[str],
+        fuse_all: bool,
+        layer_id: int = 0,
     ) -> None:
         super().__init__()
         self.sizes = [w.shape[0] for w in weights]
@@ -83,17 +90,24 @@ class Projection(nn.Module):
             if has_bias
             else None
         )
-        self.kernels = nn.ModuleDict()
-        for name in modes:
-            mode = MODES[name]
-            if mode.fuse or fuse_all or len(weights) == 1:
-                parts = [mode.build(fused_w, fused_b)]
-            else:
-                parts = [
-                    mode.build(w, b if has_bias else None)
-                    for w, b in zip(weights, biases, strict=True)
-                ]
-            self.kernels[name] = nn.ModuleList(parts)
+        built: dict[str, nn.ModuleList] = {}
+
+        def kernels_of(mode: LinearMode) -> nn.ModuleList:
+            if mode.name not in built:
+                build = cast("Callable[[Tensor, Tensor | None], nn.Module]", mode.build)
+                if mode.fuse or fuse_all or len(weights) == 1:
+                    parts = [build(fused_w, fused_b)]
+                else:
+                    parts = [
+                        build(w, b if has_bias else None)
+                        for w, b in zip(weights, biases, strict=True)
+                    ]
+                built[mode.name] = nn.ModuleList(parts)
+            return built[mode.name]
+
+        self.kernels = nn.ModuleDict(
+            {name: kernels_of(MODES[name].for_layer(layer_id)) for name in modes}
+        )
 
     def forward(self, x: Tensor, mode: str) -> list[Tensor]:
         parts = cast("nn.ModuleList", self.kernels[mode])
@@ -111,8 +125,14 @@ class Projection(nn.Module):
         for name in [n for n in self.kernels if n not in keep]:
             del self.kernels[name]
 
-    def nbytes(self, mode: str) -> int:
-        return sum(module_bytes(k) for k in cast("nn.ModuleList", self.kernels[mode]))
+    def nbytes(self, mode: str | None = None) -> int:
+        """Bytes of one mode's kernels, or (None) of every kernel held, shared ones once."""
+        held = (
+            [self.kernels[mode]]
+            if mode
+            else list({id(k): k for k in self.kernels.values()}.values())
+        )
+        return sum(module_bytes(k) for parts in held for k in cast("nn.ModuleList", parts))
 
 
 class Layer(nn.Module):
@@ -122,15 +142,21 @@ class Layer(nn.Module):
     post_norm: Tensor
 
     def __init__(
-        self, sd: Mapping[str, Tensor], prefix: str, eps: float, modes: list[str], fuse_all: bool
+        self,
+        sd: Mapping[str, Tensor],
+        layer_id: int,
+        eps: float,
+        modes: list[str],
+        fuse_all: bool,
     ) -> None:
         super().__init__()
         self.eps = eps
+        prefix = f"layers.{layer_id}."
 
         def proj(names: list[str]) -> Projection:
             weights = [sd[f"{prefix}{n}.weight"] for n in names]
             biases = [sd.get(f"{prefix}{n}.bias") for n in names]
-            return Projection(weights, biases, modes, fuse_all)
+            return Projection(weights, biases, modes, fuse_all, layer_id)
 
         self.register_buffer("input_norm", sd[prefix + "input_layernorm.weight"])
         self.register_buffer("post_norm", sd[prefix + "post_attention_layernorm.weight"])
@@ -143,6 +169,7 @@ class Layer(nn.Module):
         return [self.qkv, self.o, self.gate_up, self.down]
 
     def mlp(self, x: Tensor, mode: str) -> Tensor:
+        """The MLP's output in the down kernel's dtype (the residual add promotes it)."""
         gate, up = self.gate_up(rms_norm(x, self.post_norm, self.eps), mode)
         return self.down(F.silu(gate) * up, mode)[0]
 
