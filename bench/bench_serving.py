@@ -68,7 +68,10 @@ PROFILE_HOOK = REPO / "bench" / "serving_profile"
 # Per-token cost rows: label, server timers summed (see serving_profile/sitecustomize.py).
 COST_ROWS = [
     # gpt_decode_graphs: the decode step through CUDA graphs (which never calls decode).
-    ("GPT step (decode + prefill)", ["gpt_decode", "gpt_decode_graphs", "gpt_prefill"]),
+    (
+        "GPT step (decode + prefill)",
+        ["gpt_forward", "gpt_decode", "gpt_decode_graphs", "gpt_prefill"],
+    ),
     ("heads + sampling", ["heads_sampling"]),
     ("Decoder + vocoder", ["decoder_vocoder", "decoder_vocoder_finish"]),
     ("rest of the engine step", []),  # engine_step minus the three above

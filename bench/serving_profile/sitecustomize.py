@@ -8,9 +8,10 @@ its wall time (seconds) and call count to a dict that a daemon thread writes as 
 0.2 s; the benchmark reads it before and after each load level and takes the difference.
 Methods that do not exist (the engine changed) are skipped and show as absent.
 
-The decode step has two entries: `LlamaDecoder.decode` (CUDA graphs off) and
-`DecodeGraphs.__call__` (graphs on: the replay, which never calls `decode`); both are timed
-and both count the rows (tokens) they decode. On CUDA each timer synchronizes the device before
+The GPT step has these entries: `LlamaDecoder.forward_batch` (the engine step's one forward:
+prompt chunks and, with CUDA graphs off, the decode batch), `DecodeGraphs.__call__` (graphs on:
+the replay), and `decode` / `prefill` (warm-up and direct callers); the first two count the
+decode rows (tokens) they run. On CUDA each timer synchronizes the device before
 it starts and stops, so a component's time is its own kernels', not whatever the next host
 read waits for.
 """
@@ -24,6 +25,7 @@ _OUT = os.environ.get("CHATTTS_PROFILE_OUT")
 # label -> (module, class, method)
 _TIMERS = {
     "engine_step": ("chattts_server.engine.core", "EngineCore", "step"),
+    "gpt_forward": ("chattts_server.model.llama", "LlamaDecoder", "forward_batch"),
     "gpt_decode": ("chattts_server.model.llama", "LlamaDecoder", "decode"),
     "gpt_decode_graphs": ("chattts_server.model.cuda_graphs", "DecodeGraphs", "__call__"),
     "gpt_prefill": ("chattts_server.model.llama", "LlamaDecoder", "prefill"),
@@ -87,8 +89,17 @@ def _install() -> None:
 
         setattr(cls, method, counted)
 
-    count_rows(importlib.import_module("chattts_server.model.llama").LlamaDecoder, "decode")
     count_rows(importlib.import_module("chattts_server.model.cuda_graphs").DecodeGraphs, "__call__")
+    llama_decoder = importlib.import_module("chattts_server.model.llama").LlamaDecoder
+    forward_batch = llama_decoder.forward_batch
+
+    def count_decode_rows(self, prompts, decode, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if decode is not None:
+            rows[0] += int(decode.embeds.shape[0])
+            rows[1] += 1
+        return forward_batch(self, prompts, decode, *args, **kwargs)
+
+    llama_decoder.forward_batch = count_decode_rows
 
     def dump() -> None:
         tmp = f"{_OUT}.tmp"

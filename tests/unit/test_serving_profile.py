@@ -1,11 +1,12 @@
-"""bench/serving_profile (the per-token cost table of bench/bench_serving.py) times the decode
-step on both of its paths: plain `LlamaDecoder.decode`, and `DecodeGraphs` (CUDA graphs on,
-whose replays never call `decode`; with an empty GPT row the GPU table was silently empty).
+"""bench/serving_profile (the per-token cost table of bench/bench_serving.py) times the GPT step
+on both of its paths: `LlamaDecoder.forward_batch` (the engine step's one forward), and
+`DecodeGraphs` (CUDA graphs on, whose replays the decode rows go through; with an empty GPT row
+the GPU table was silently empty).
 
 The hook runs for real: a subprocess with bench/serving_profile first on its path imports it as
 `sitecustomize`, it installs itself when thread pools are sized, and the engine then decodes
-the tiny model through the graphs' padded static path (eager on the CPU, the same Python entry
-CUDA replays go through).
+the tiny model both ways: without graphs, and through the graphs' padded static path (eager on
+the CPU, the same Python entry CUDA replays go through).
 """
 
 from __future__ import annotations
@@ -54,9 +55,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_the_profile_times_and_counts_decode_through_the_graphs_path(tiny_model_dir, tmp_path):
-    """(The plain path's timers are checked by tests/e2e/test_gpu_check.py: its CPU benchmark
-    decodes without graphs and must fill the GPT row of the cost table.)"""
+def _profile_diff(tiny_model_dir, tmp_path, graphs: str) -> dict[str, list[float]]:
     profile = tmp_path / "profile.json"
     paths = [
         REPO / "bench" / "serving_profile",
@@ -68,15 +67,29 @@ def test_the_profile_times_and_counts_decode_through_the_graphs_path(tiny_model_
         "CHATTTS_PROFILE_OUT": str(profile),
     }
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tiny_model_dir), str(profile), "eager"],
+        [sys.executable, "-c", SCRIPT, str(tiny_model_dir), str(profile), graphs],
         env=env,
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    diff = json.loads(done.stdout.strip().splitlines()[-1])
-    # 20 + 12 tokens: each request's first comes from its prefill, the rest from decode rows.
-    assert diff["decode_rows"][0] == (20 - 1) + (12 - 1)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# 20 + 12 tokens: each request's first comes from its prefill, the rest from decode rows.
+DECODE_ROWS = (20 - 1) + (12 - 1)
+
+
+def test_the_profile_times_and_counts_the_one_forward_of_each_step(tiny_model_dir, tmp_path):
+    diff = _profile_diff(tiny_model_dir, tmp_path, "off")
+    assert diff["decode_rows"][0] == DECODE_ROWS
+    assert diff["gpt_forward"][1] > 0 and diff["gpt_forward"][0] > 0  # calls, s
+    assert diff.get("gpt_decode_graphs", [0, 0])[1] == 0
+
+
+def test_the_profile_times_and_counts_decode_through_the_graphs_path(tiny_model_dir, tmp_path):
+    diff = _profile_diff(tiny_model_dir, tmp_path, "eager")
+    assert diff["decode_rows"][0] == DECODE_ROWS
     assert diff["gpt_decode_graphs"][1] > 0 and diff["gpt_decode_graphs"][0] > 0  # calls, s
     assert diff["gpt_decode"][1] == 0  # the graphs' path never calls LlamaDecoder.decode
