@@ -32,13 +32,14 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / d) for d in ("client", "server", "tools")]
+
+from chattts_devtools.sharing import at_once, fixed_work_s, timed_utterance  # noqa: E402
 
 LEVERS = ("off", "on")
 NEIGHBOURS = ("replica", "loops", "openmp")
@@ -189,36 +190,11 @@ def lone_decode_step(args: argparse.Namespace) -> list[str]:
 
 
 def _utterance_s(target: str, seed: int, tokens: int) -> float:
-    from chattts_client import TTSClient
-    from chattts_proto.chattts.v1 import tts_pb2
-
-    config = tts_pb2.SynthesisConfig(
-        voice=tts_pb2.Voice(seed=2),
-        sampling=tts_pb2.Sampling(seed=seed, min_new_tokens=tokens, max_new_tokens=tokens),
-    )
-    client = TTSClient(target)
-    try:
-        started = time.perf_counter()
-        stream = client.synthesize("a replica beside a busy neighbour.", config=config, timeout=900)
-        for _ in stream:
-            pass
-        return time.perf_counter() - started
-    finally:
-        client.close()
+    return timed_utterance(target, "a replica beside a busy neighbour.", seed, tokens, 900)[0]
 
 
 def _both_s(targets: list[str], seed: int, tokens: int) -> list[float]:
-    times = [0.0] * len(targets)
-
-    def run(i: int) -> None:
-        times[i] = _utterance_s(targets[i], seed + i, tokens)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(targets))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return times
+    return at_once(lambda i: _utterance_s(targets[i], seed + i, tokens), len(targets))
 
 
 def _start_neighbour(kind: str) -> list[subprocess.Popen[str]]:
@@ -239,18 +215,9 @@ def _start_neighbour(kind: str) -> list[subprocess.Popen[str]]:
     return [proc]
 
 
-_WORK = "import time\nt = time.perf_counter()\nfor _ in range({n}): pass\nprint(time.perf_counter() - t)"
-
-
 def _work_s(copies: int, smoke: bool) -> float:
-    """Median wall time of `copies` single-threaded fixed-work processes (about 0.5 s of one
-    CPU) run at once: what perfect sharing costs on this machine at this moment."""
-    code = _WORK.format(n=1_000_000 if smoke else 12_000_000)
-    procs = [
-        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-        for _ in range(copies)
-    ]
-    return statistics.median(float(proc.communicate(timeout=300)[0]) for proc in procs)
+    """What perfect sharing costs on this machine at this moment (`fixed_work_s`)."""
+    return fixed_work_s(copies, 1_000_000 if smoke else 12_000_000)
 
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:

@@ -21,17 +21,12 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from chattts_client import TTSClient
 from chattts_devtools.launcher import ServerProcess, launch
-from chattts_proto.chattts.v1 import tts_pb2
+from chattts_devtools.sharing import at_once, fixed_work_s, timed_utterance
 
 TOKENS = 400
 ROUNDS = 3
@@ -43,49 +38,21 @@ _THREAD_ENV += ("OMP_WAIT_POLICY", "OMP_DYNAMIC")
 
 
 def _one_stream(target: str, seed: int) -> float:
-    config = tts_pb2.SynthesisConfig(
-        voice=tts_pb2.Voice(seed=2),
-        sampling=tts_pb2.Sampling(seed=seed, min_new_tokens=TOKENS, max_new_tokens=TOKENS),
-    )
-    client = TTSClient(target)
-    try:
-        started = time.perf_counter()
-        stream = client.synthesize("two replicas share one machine.", config=config, timeout=300)
-        for _ in stream:
-            pass
-        assert stream.stats.audio_s > 0.9 * TOKENS / 46.875
-        return time.perf_counter() - started
-    finally:
-        client.close()
+    wall_s, audio_s = timed_utterance(target, "two replicas share one machine.", seed, TOKENS, 300)
+    assert audio_s > 0.9 * TOKENS / 46.875
+    return wall_s
 
 
 def _together(servers: list[ServerProcess], seed: int) -> list[float]:
-    times = [0.0] * len(servers)
-
-    def run(i: int) -> None:
-        times[i] = _one_stream(servers[i].target, seed + i)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(servers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(600)
+    times = at_once(lambda i: _one_stream(servers[i].target, seed + i), len(servers), 600)
     assert all(times), "a stream did not finish"
     return times
 
 
-_REFERENCE_WORK = "for _ in range(12_000_000): pass"
-"""About 0.5 s of one CPU: a process that shares its CPUs perfectly."""
-
-
 def _reference_s(copies: int) -> float:
-    """Median wall time of `copies` single-threaded fixed-work processes run at once."""
-    code = (
-        f"import time\nt = time.perf_counter()\n{_REFERENCE_WORK}\nprint(time.perf_counter() - t)"
-    )
-    cmd = [sys.executable, "-c", code]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(copies)]
-    return statistics.median(float(proc.communicate(timeout=120)[0]) for proc in procs)
+    """Median wall time of `copies` single-threaded fixed-work processes (about 0.5 s of one
+    CPU each) run at once: a process that shares its CPUs perfectly."""
+    return fixed_work_s(copies, timeout=120)
 
 
 def _launch(cpu: int | None, cache: Path, monkeypatch: pytest.MonkeyPatch) -> ServerProcess:
