@@ -19,7 +19,10 @@ async def _serve(server: TTSServer) -> int:
     await server.start()
     server.install_signal_handlers()
     http = f" (http {server.http_port})" if server.http_port else ""
-    print(f"chattts-server listening on port {server.port}{http}", flush=True)
+    # One write: with unbuffered stdout, print() writes the text and its newline separately,
+    # and a log line from the loading thread can land between them ("...port 336372026-12-02").
+    sys.stdout.write(f"chattts-server listening on port {server.port}{http}\n")
+    sys.stdout.flush()
     return await server.wait()
 
 

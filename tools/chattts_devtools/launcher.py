@@ -28,7 +28,7 @@ from typing import TextIO
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-_LISTENING = re.compile(r"listening on port (\d+)")
+_LISTENING = re.compile(r"listening on port (\d+)(?: \(http \d+\))?$")
 _HTTP = re.compile(r"listening on port \d+ \(http (\d+)\)")
 # The folders of a checkout that hold chattts_server and chattts_client.
 _REPO = Path(__file__).resolve().parents[2]
