@@ -1,4 +1,4 @@
-"""Property-based fuzzing of request validation: a StreamSettings or a FieldError, never anything else."""
+"""Property-based fuzzing of request validation: a StreamSettings or an InvalidRequestError, never anything else."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from chattts_server.api.convert import FieldError, StreamSettings, Validator
+from chattts_server.api.convert import StreamSettings, Validator
 from chattts_server.audio.encoding import SUPPORTED_ENCODINGS
-from chattts_server.engine.types import ModelInfo
+from chattts_server.engine.types import InvalidRequestError, ModelInfo
 from chattts_server.voices import VoiceLibrary
 
 U32 = 2**32 - 1
@@ -88,7 +88,7 @@ VALIDATOR = Validator(
         dtype="float32",
     ),
     max_text_chars=4000,
-    supported_encodings=SUPPORTED_ENCODINGS,
+    encodings=SUPPORTED_ENCODINGS,
 )
 
 
@@ -97,7 +97,7 @@ VALIDATOR = Validator(
 def test_validation_returns_settings_or_field_error(cfg, text):
     try:
         result = VALIDATOR.settings(cfg)
-    except FieldError as exc:
+    except InvalidRequestError as exc:
         assert exc.field_name.startswith("config.")
     else:
         assert isinstance(result, StreamSettings)
@@ -109,7 +109,7 @@ def test_validation_returns_settings_or_field_error(cfg, text):
         assert 0 <= result.speed <= 9
     try:
         assert VALIDATOR.text(text, "text") == text
-    except FieldError as exc:
+    except InvalidRequestError as exc:
         assert exc.field_name == "text"
 
 
