@@ -122,7 +122,10 @@ def test_the_server_package_imports_without_pyav_and_refuses_what_needs_it(
     assert done.returncode == 0, done.stdout + done.stderr
     assert "refused: OGG_OPUS needs PyAV" in done.stdout
     # logged once by the capability check
-    assert "OGG_OPUS, MP3, AAC, FLAC off: PyAV (the av package) is not installed" in done.stderr
+    assert (
+        "OGG_OPUS is off: it needs PyAV (the av package), which is not installed; "
+        "so are MP3, AAC, FLAC" in done.stderr
+    )
 
 
 PYAV_FORMATS = {"opus": "OGG_OPUS", "mp3": "MP3", "aac": "AAC", "flac": "FLAC"}
@@ -195,5 +198,5 @@ def test_every_door_refuses_every_pyav_format_the_same_way(
             assert error["param"] == "config.audio_format" and why in error["message"], error
         srv.stop()
     log = srv.log_text()
-    assert "OGG_OPUS, MP3, AAC, FLAC off: PyAV" in log
+    assert "OGG_OPUS is off: it needs PyAV" in log and "so are MP3, AAC, FLAC" in log
     assert "Traceback" not in log and "Exception in ASGI" not in log

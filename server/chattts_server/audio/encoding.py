@@ -52,8 +52,12 @@ def available_encodings(encodings: tuple[str, ...] = SUPPORTED_ENCODINGS) -> tup
     if _pyav_installed():
         return encodings
     off = [e for e in encodings if e in PYAV_ENCODINGS]
-    if off:
-        log.warning("%s off: PyAV (the av package) is not installed", ", ".join(off))
+    if off:  # bench/gpu_check.sh looks for the first words
+        log.warning(
+            "%s is off: it needs PyAV (the av package), which is not installed%s",
+            off[0],
+            f"; so are {', '.join(off[1:])}" if off[1:] else "",
+        )
     return tuple(e for e in encodings if e not in PYAV_ENCODINGS)
 
 
