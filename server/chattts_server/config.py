@@ -190,6 +190,28 @@ class LimitsConfig:
         bounds=(1024, 1 << 30),
     )
     max_send_bytes: int = option(8 << 20, "largest response message sent", bounds=(1024, 1 << 30))
+    # 2 MiB holds the largest reference clip (960 KiB) in base64 with its text.
+    max_body_bytes: int = option(
+        2 << 20,
+        "largest HTTP request body; larger get 413, from Content-Length before it is read",
+        bounds=(1024, 1 << 30),
+    )
+    max_header_bytes: int = option(
+        16 << 10,
+        "largest HTTP request line and headers together; larger get 431",
+        bounds=(1024, 1 << 24),
+    )
+    max_ws_message_bytes: int = option(
+        2 << 20,
+        "largest WebSocket message; larger close the socket with 1009",
+        bounds=(1024, 1 << 30),
+    )
+    stall_timeout_s: float = option(
+        30.0,
+        "cancel a stream, freeing its slot, whose client has taken none of the audio waiting "
+        "for it this long, in seconds; 0 = never",
+        bounds=(0, 3600),
+    )
 
     def check(self) -> None:
         _check(

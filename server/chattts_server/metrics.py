@@ -54,6 +54,12 @@ class Metrics:
         self.rejections = Counter(
             "chattts_rejected_streams_total", "Streams refused at admission", ["reason"], registry=r
         )
+        self.stalled_streams = Counter(
+            "chattts_stalled_streams_total",
+            "Streams cancelled because their client took no audio for --stall-timeout-s",
+            ["method"],
+            registry=r,
+        )
         self.active_streams = Gauge(
             "chattts_active_streams", "Streams admitted and running", registry=r
         )
@@ -119,6 +125,9 @@ class Metrics:
 
     def streams_finished(self, method: str, status: str) -> None:
         self.streams.labels(method=method, status=status).inc()
+
+    def stalled(self, method: str) -> None:
+        self.stalled_streams.labels(method=method).inc()
 
     def rejected(self, reason: str) -> None:
         self.rejections.labels(reason=reason).inc()

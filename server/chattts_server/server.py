@@ -15,12 +15,11 @@ from grpc_reflection.v1alpha import reflection
 from chattts_proto.chattts.v1 import tts_pb2
 
 from .api.admission import Admission
-from .api.auth import BearerTokenInterceptor, load_tokens
+from .api.auth import BearerTokenInterceptor, Tokens, load_tokens
 from .api.convert import MAX_REFERENCE_S
 from .api.health import HealthServicer
 from .api.servicer import TextToSpeechServicer, add_to_server
 from .api.synthesis import Synthesis
-from .audio.encoding import available_encodings
 from .config import ServerConfig
 from .engine.engine import ChatTTSEngine
 from .metrics import Metrics
@@ -104,7 +103,7 @@ class TTSServer:
         self._stopped = asyncio.Event()
         self.admission = Admission(cfg.engine.max_streams, cfg.admission.max_queue)
         interceptors = []
-        tokens: tuple[bytes, ...] | None = None
+        tokens: Tokens | None = None
         if cfg.security.auth_token_file is not None:
             try:
                 tokens = load_tokens(cfg.security.auth_token_file)
@@ -114,9 +113,15 @@ class TTSServer:
         credentials = self._credentials()
         self.server = grpc.aio.server(options=_grpc_options(cfg), interceptors=interceptors)
 
-        # One synthesis path, one admission: gRPC and HTTP share them.
+        # One way in, one admission: gRPC and HTTP share them.
         self.synthesis = Synthesis(
-            self.engine, self.voices, self.admission, cfg.limits, cfg.admission, self.metrics
+            self.engine,
+            self.voices,
+            self.admission,
+            cfg.limits,
+            cfg.admission,
+            self.metrics,
+            tokens,
         )
         self.servicer = TextToSpeechServicer(self.synthesis)
         add_to_server(self.servicer, self.server)
@@ -142,7 +147,7 @@ class TTSServer:
             raise StartupError(f"cannot listen on {address}: {exc}") from None
         await self.server.start()
         if cfg.network.http_port:
-            await self._start_http(tokens)
+            await self._start_http()
         if cfg.network.metrics_port:
             self.metrics.serve(cfg.network.metrics_port)
         admission = self.admission
@@ -163,7 +168,7 @@ class TTSServer:
         log.info("listening on %s (port %d), loading the model", address, self.port)
         return self.port
 
-    async def _start_http(self, tokens: tuple[bytes, ...] | None) -> None:
+    async def _start_http(self) -> None:
         """The HTTP front door in this loop (imported here: a gRPC-only server needs none of
         FastAPI)."""
         from .api.http.app import build_app
@@ -171,8 +176,10 @@ class TTSServer:
 
         assert self.synthesis is not None and self.admission is not None
         cfg, admission = self.config, self.admission
-        app = build_app(self.synthesis, tokens, lambda: admission.accepting)
-        self.http = HTTPServer(app, cfg.network.host, cfg.network.http_port, cfg.security)
+        app = build_app(self.synthesis, lambda: admission.accepting, cfg.limits)
+        self.http = HTTPServer(
+            app, cfg.network.host, cfg.network.http_port, cfg.security, cfg.limits
+        )
         try:
             self.http_port = await self.http.start()
         except HTTPServerError as exc:
@@ -193,7 +200,7 @@ class TTSServer:
 
     def _on_engine_ready(self) -> None:
         assert self.synthesis is not None and self.admission is not None
-        self.synthesis.bind_model(self.engine.model_info, available_encodings())
+        self.synthesis.bind_model(self.engine.model_info)
         self.metrics.set_linear_modes(self.engine.model_info.linear_modes)
         governor = self.engine.thread_governor
         if governor is not None:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from chattts_server.config import SecurityConfig
+from chattts_server.config import SecurityConfig, ServerConfig
 from serverutil import DEV_MODEL_CACHE, InProcessServer, free_port, tiny_server_config
 
 TOKEN = "http-test-token"
@@ -52,10 +55,17 @@ def streams_total(srv: InProcessServer, method: str, status: str) -> float:
 
 @contextmanager
 def http_server(
-    folder: Path, *, max_streams: int = 1, max_queue: int = 0, **security: object
+    folder: Path,
+    *,
+    max_streams: int = 1,
+    max_queue: int = 0,
+    limits: dict[str, object] | None = None,
+    runner_factory: Callable[[ServerConfig], Any] | None = None,
+    **security: object,
 ) -> Iterator[InProcessServer]:
     """An in-process server (tiny model) with HTTP on, bearer tokens on (TOKEN) and one voice
-    preset ("anna"); `security` adds TLS settings."""
+    preset ("anna"); `security` adds TLS settings, `limits` overrides LimitsConfig fields,
+    `runner_factory` builds the engine's runner (e.g. a FaultyRunner)."""
     tokens = folder / "tokens.txt"
     tokens.write_text(f"# test tokens\n{TOKEN}\n")
     voices = folder / "voices"
@@ -65,10 +75,12 @@ def http_server(
     config = replace(
         base,
         network=replace(base.network, http_port=free_port()),
+        limits=replace(base.limits, **(limits or {})),  # type: ignore[arg-type]
         security=SecurityConfig(auth_token_file=tokens, **security),  # type: ignore[arg-type]
         voices_dir=voices,
     ).validate()
-    with InProcessServer(config, wait=not security) as srv:
+    factory = None if runner_factory is None else lambda: runner_factory(config)
+    with InProcessServer(config, wait=not security, runner_factory=factory) as srv:
         yield srv
 
 
@@ -99,3 +111,38 @@ def decode(data: bytes, response_format: str) -> tuple[np.ndarray, int]:
                 pcm = np.rint(np.clip(pcm, -1, 1) * 32767).astype(np.int16)
             parts.append(pcm.reshape(-1))
     return (np.concatenate(parts) if parts else np.zeros(0, np.int16)), rate
+
+
+class LogRecorder(logging.Handler):
+    """Every log record while installed (the in-process server logs in this process), with
+    chattts_server at INFO; `problems()` are the records no client input may cause."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def __enter__(self) -> LogRecorder:
+        self._level = logging.getLogger("chattts_server").level
+        logging.getLogger("chattts_server").setLevel(logging.INFO)
+        logging.getLogger().addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger().removeHandler(self)
+        logging.getLogger("chattts_server").setLevel(self._level)
+
+    def lines(self) -> list[str]:
+        return [f"{r.levelname} {r.name}: {r.getMessage()}" for r in self.records]
+
+    def problems(self) -> list[str]:
+        """ERROR records, tracebacks, ASGI exceptions, and asyncio's unretrieved exceptions
+        (collected first, so they are logged now)."""
+        gc.collect()
+        return [
+            f"{r.levelname} {r.name}: {r.getMessage()}"
+            for r in self.records
+            if r.levelno >= logging.ERROR or r.exc_info or "Exception in ASGI" in r.getMessage()
+        ]

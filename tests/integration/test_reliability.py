@@ -23,6 +23,7 @@ from serverutil import (
     REPO,
     FaultyRunner,
     InProcessServer,
+    bad_request_field,
     launch,
     tiny_server_config,
     wait_serving,
@@ -275,6 +276,36 @@ def test_unknown_encoding_enum_is_invalid_argument(server):
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "config.audio_format.encoding" in err.details()
     assert_healthy(server.target)
+
+
+def _with(**config: object) -> tts_pb2.SynthesizeRequest:
+    req = request()
+    for path, value in config.items():
+        message = req.config
+        *parents, leaf = path.split("__")
+        for name in parents:
+            message = getattr(message, name)
+        setattr(message, leaf, value)
+    return req
+
+
+@pytest.mark.parametrize(
+    "req, field",
+    [
+        (tts_pb2.SynthesizeRequest(text=" \n\t ", config=fixed(4)), "text"),
+        (_with(audio_format__sample_rate_hz=12345), "config.audio_format.sample_rate_hz"),
+        (_with(sampling__top_p=float("inf")), "config.sampling.top_p"),
+        (_with(sampling__temperature=float("nan")), "config.sampling.temperature"),
+        (_with(text_format=99), "config.text_format"),
+        (_with(prosody__speed=-1.0), "config.prosody.speed"),
+    ],
+    ids=["whitespace-text", "bad-rate", "inf", "nan", "unknown-enum", "out-of-range"],
+)
+def test_bad_values_are_invalid_argument_naming_the_field(server, req, field):
+    """RELIABILITY.md's bad-input rows at the gRPC door (the HTTP doors: test_http_hostile)."""
+    err = _code(server.target, req)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert bad_request_field(err) == field
 
 
 def test_invalid_utf8_in_a_string_field(server):

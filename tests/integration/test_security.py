@@ -162,6 +162,13 @@ def _streaming_requests():
     )
 
 
+def _streams_total(srv, method: str, status: str) -> float:
+    value = srv.server.metrics.registry.get_sample_value(
+        "chattts_streams_total", {"method": method, "status": status}
+    )
+    return value or 0.0
+
+
 @pytest.mark.parametrize(
     "metadata, code",
     [
@@ -170,7 +177,9 @@ def _streaming_requests():
         ((("authorization", "Basic secret-one"),), grpc.StatusCode.PERMISSION_DENIED),
     ],
 )
-def test_token_auth_refuses(token_server, metadata, code):
+def test_token_auth_refuses(token_server, metadata, code, caplog):
+    methods = ("Synthesize", "StreamingSynthesize")
+    before = {m: _streams_total(token_server, m, code.name) for m in methods}
     with grpc.insecure_channel(token_server.target) as channel:
         stub = tts_pb2_grpc.TextToSpeechStub(channel)
         for call in (
@@ -184,6 +193,13 @@ def test_token_auth_refuses(token_server, metadata, code):
                 call()
             assert info.value.code() == code
         _synthesize_ok(channel, metadata=(("authorization", "Bearer secret-one"),))
+    # Refused streams are counted and logged as on HTTP: one way in checks every door.
+    for method in methods:
+        assert _streams_total(token_server, method, code.name) == before[method] + 1
+    if code is grpc.StatusCode.PERMISSION_DENIED:
+        logged = caplog.text
+        for method in (*methods, "/chattts.v1.TextToSpeech/ListVoices"):
+            assert f"rejected {method}: wrong bearer token" in logged
 
 
 def test_token_auth_accepts_and_health_stays_open(token_server):

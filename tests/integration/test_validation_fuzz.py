@@ -1,7 +1,8 @@
-"""Property-based fuzzing of request validation: a StreamSettings or a FieldError, never anything else."""
+"""Property-based fuzzing of request validation: a StreamSettings or an InvalidRequestError, never anything else."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import grpc
@@ -10,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from chattts_server.api.convert import FieldError, StreamSettings, Validator
+from chattts_server.api.convert import StreamSettings, Validator
+from chattts_server.audio.containers import CONTAINER_ENCODINGS
 from chattts_server.audio.encoding import SUPPORTED_ENCODINGS
-from chattts_server.engine.types import ModelInfo
+from chattts_server.engine.types import InvalidRequestError, ModelInfo
 from chattts_server.voices import VoiceLibrary
 
 U32 = 2**32 - 1
@@ -88,7 +90,7 @@ VALIDATOR = Validator(
         dtype="float32",
     ),
     max_text_chars=4000,
-    supported_encodings=SUPPORTED_ENCODINGS,
+    encodings=SUPPORTED_ENCODINGS + CONTAINER_ENCODINGS,
 )
 
 
@@ -97,7 +99,7 @@ VALIDATOR = Validator(
 def test_validation_returns_settings_or_field_error(cfg, text):
     try:
         result = VALIDATOR.settings(cfg)
-    except FieldError as exc:
+    except InvalidRequestError as exc:
         assert exc.field_name.startswith("config.")
     else:
         assert isinstance(result, StreamSettings)
@@ -109,8 +111,90 @@ def test_validation_returns_settings_or_field_error(cfg, text):
         assert 0 <= result.speed <= 9
     try:
         assert VALIDATOR.text(text, "text") == text
-    except FieldError as exc:
+    except InvalidRequestError as exc:
         assert exc.field_name == "text"
+
+
+# -- the HTTP doors' JSON: any value in, settings or an InvalidRequestError out --------------
+
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),  # lone surrogates included
+    st.sampled_from(["alloy", "seed:7", "pcm", "mp3", "wav", "LINEAR16", "MULAW", "PLAIN", "NaN"]),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=12), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+CONFIG_FIELDS = {
+    "voice": st.one_of(json_values, st.sampled_from(["alloy", "nobody", {"id": "nova"}])),
+    "audio_format": st.one_of(json_values, st.just({"encoding": "MULAW", "sample_rate_hz": 8000})),
+    "prosody": st.one_of(json_values, st.just({"speed": 3, "oral": 11})),
+    "sampling": st.one_of(json_values, st.just({"top_p": 2}), st.just({"seed": -1})),
+    "text_release": json_values,
+    "text_format": json_values,
+    "no_such_field": json_values,
+}
+config_objects = st.fixed_dictionaries({}, optional=CONFIG_FIELDS)
+speech_bodies = st.one_of(
+    json_values,
+    st.fixed_dictionaries(
+        {"input": st.one_of(st.just("Hello there."), json_values)},
+        optional={
+            "voice": CONFIG_FIELDS["voice"],
+            "speed": json_values,
+            "response_format": st.one_of(json_values, st.sampled_from(["pcm", "opus", "flac"])),
+            "stream_format": json_values,
+            "instructions": json_values,
+            "model": json_values,
+            "chattts": st.one_of(config_objects, json_values),
+        },
+    ),
+)
+
+
+def _named(exc: InvalidRequestError) -> None:
+    assert exc.field_name and exc.description
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=speech_bodies)
+def test_speech_bodies_give_settings_or_a_field_error(body):
+    from chattts_server.api.client_json import parse_json
+    from chattts_server.api.http.speech import parse_speech_request
+
+    try:
+        # Through the text the door reads: JSON's own escapes, lone surrogates included.
+        value = parse_json(json.dumps(body), "body")
+        job = parse_speech_request(value, VALIDATOR, VoiceLibrary(None))
+    except InvalidRequestError as exc:
+        _named(exc)
+    else:
+        assert isinstance(job.settings, StreamSettings)
+        assert job.settings.audio.encoding in VALIDATOR.encodings
+
+
+@settings(max_examples=300, deadline=None)
+@given(config=config_objects)
+def test_websocket_configs_give_settings_or_a_field_error(config):
+    from chattts_server.api.client_json import check_json
+    from chattts_server.api.http.websocket import ws_settings
+
+    message = {"type": "config", **config}
+    try:
+        check_json(json.loads(json.dumps(message)), "message", "config.")
+        settings_ = ws_settings(message, VALIDATOR, VoiceLibrary(None))
+    except InvalidRequestError as exc:
+        _named(exc)
+        assert exc.field_name.startswith(("config", "message")), exc.field_name
+    else:
+        assert isinstance(settings_, StreamSettings)
 
 
 @pytest.fixture(scope="module")

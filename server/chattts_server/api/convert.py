@@ -1,8 +1,8 @@
 """Protobuf <-> domain conversion and request validation.
 
 Everything a client sends passes through here before it reaches the engine. A bad value raises
-`FieldError` naming the field as the client spelled it (`config.sampling.top_p`), which the
-servicer turns into INVALID_ARGUMENT with google.rpc.BadRequest details.
+`InvalidRequestError` (engine/types.py) naming the field as the client spelled it
+(`config.sampling.top_p`), which every door answers as INVALID_ARGUMENT / 400 naming it.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import numpy as np
 
 from chattts_proto.chattts.v1 import tts_pb2
 
-from ..audio.encoding import SUPPORTED_SAMPLE_RATES
+from ..audio.encoding import PYAV_ENCODINGS, SUPPORTED_SAMPLE_RATES
 from ..engine.types import (
     ChunkingOptions,
+    InvalidRequestError,
     ModelInfo,
     RefineOptions,
     SamplingParams,
@@ -39,32 +40,24 @@ ENCODING_NAMES = {
 ENCODING_VALUES = {name: value for value, name in ENCODING_NAMES.items() if value}
 
 
-class FieldError(ValueError):
-    """A request field is invalid; `field_name` is its path in the request."""
-
-    def __init__(self, field_name: str, description: str) -> None:
-        super().__init__(f"{field_name}: {description}")
-        self.field_name = field_name
-        self.description = description
-
-
 @dataclass(frozen=True)
 class AudioOptions:
-    encoding: str = "LINEAR16"
-    """One of ENCODING_VALUES' keys."""
-    sample_rate_hz: int | None = None
-    """Output rate; None is the model's own rate."""
+    encoding: str
+    """An encoding this server writes: a key of ENCODING_VALUES, or one of the HTTP
+    containers (audio/containers.py: WAV, MP3, AAC, FLAC)."""
+    sample_rate_hz: int
+    """Output rate (the model's own when the client gives none: `Validator` works it out)."""
 
 
 @dataclass(frozen=True)
 class StreamSettings:
     """A validated SynthesisConfig: what every utterance of a stream is synthesized with."""
 
+    audio: AudioOptions
     voice: VoiceSpec = field(default_factory=VoiceSpec)
     speed: int = 5
     refine: RefineOptions = field(default_factory=RefineOptions)
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    audio: AudioOptions = field(default_factory=AudioOptions)
     chunking: ChunkingOptions = field(default_factory=ChunkingOptions)
     text_release: ReleasePolicy = field(default_factory=ReleasePolicy)
     """When streamed text is released, and the longest utterance (by estimated duration)."""
@@ -80,21 +73,22 @@ class Validator:
     model: ModelInfo
     """The loaded model: speaker size, sample rate, code vocabulary, token ceiling."""
     max_text_chars: int = 4000
-    supported_encodings: tuple[str, ...] = ("LINEAR16",)
+    encodings: tuple[str, ...] = ("LINEAR16",)
+    """What this server can write (`available_encodings`: the one capability check)."""
 
     def text(self, text: str, field_name: str, allow_empty: bool = False) -> str:
         if len(text) > self.max_text_chars:
-            raise FieldError(
+            raise InvalidRequestError(
                 field_name, f"is {len(text)} characters; the limit is {self.max_text_chars}"
             )
         if not allow_empty and not text.strip():
-            raise FieldError(field_name, "must not be empty or whitespace only")
+            raise InvalidRequestError(field_name, "must not be empty or whitespace only")
         if "\x00" in text:
-            raise FieldError(field_name, "must not contain NUL characters")
+            raise InvalidRequestError(field_name, "must not contain NUL characters")
         try:
             control_tokens.check(text)
         except ValueError as exc:
-            raise FieldError(field_name, str(exc)) from None
+            raise InvalidRequestError(field_name, str(exc)) from None
         return text
 
     def settings(self, config: tts_pb2.SynthesisConfig, prefix: str = "config") -> StreamSettings:
@@ -113,7 +107,7 @@ class Validator:
     @staticmethod
     def _markdown(text_format: int, path: str) -> bool:
         if text_format not in (tts_pb2.TEXT_FORMAT_UNSPECIFIED, tts_pb2.MARKDOWN, tts_pb2.PLAIN):
-            raise FieldError(path, f"unknown text format value {text_format}")
+            raise InvalidRequestError(path, f"unknown text format value {text_format}")
         return bool(text_format != tts_pb2.PLAIN)
 
     def _text_release(self, config: tts_pb2.SynthesisConfig, prefix: str) -> ReleasePolicy:
@@ -132,7 +126,7 @@ class Validator:
             policy.check()
         except ValueError as exc:
             name, _, description = str(exc).partition(" ")
-            raise FieldError(f"{prefix}.text_release.{name}", description) from None
+            raise InvalidRequestError(f"{prefix}.text_release.{name}", description) from None
         return policy
 
     def _voice(self, voice: tts_pb2.Voice, path: str) -> VoiceSpec:
@@ -145,9 +139,9 @@ class Validator:
             try:
                 values = decode_speaker_embedding(voice.speaker_embedding)
             except ValueError as exc:
-                raise FieldError(f"{path}.speaker_embedding", str(exc)) from None
+                raise InvalidRequestError(f"{path}.speaker_embedding", str(exc)) from None
             if values.size != self.model.speaker_dim:
-                raise FieldError(
+                raise InvalidRequestError(
                     f"{path}.speaker_embedding",
                     f"has {values.size} values; this model's speakers have {self.model.speaker_dim}",
                 )
@@ -157,7 +151,7 @@ class Validator:
         preset = self.voices.get(voice.preset)
         if preset is None:
             known = ", ".join(p.name for p in self.voices.list()) or "none"
-            raise FieldError(
+            raise InvalidRequestError(
                 f"{path}.preset", f"unknown voice {voice.preset[:64]!r} (known: {known})"
             )
         return preset.spec
@@ -165,10 +159,12 @@ class Validator:
     @staticmethod
     def _finite(value: float, path: str, low: float, high: float, low_open: bool = False) -> float:
         if not math.isfinite(value):
-            raise FieldError(path, "must be a finite number")
+            raise InvalidRequestError(path, "must be a finite number")
         if value > high or value < low or (low_open and value == low):
             bracket = "(" if low_open else "["
-            raise FieldError(path, f"must be in {bracket}{low:g}, {high:g}], got {value:g}")
+            raise InvalidRequestError(
+                path, f"must be in {bracket}{low:g}, {high:g}], got {value:g}"
+            )
         return value
 
     def _speed(self, prosody: tts_pb2.Prosody, path: str) -> int:
@@ -182,7 +178,7 @@ class Validator:
                 return default
             value = getattr(prosody, name)
             if value > high:
-                raise FieldError(f"{path}.{name}", f"must be in [0, {high}], got {value}")
+                raise InvalidRequestError(f"{path}.{name}", f"must be in [0, {high}], got {value}")
             return int(value)
 
         return RefineOptions(
@@ -214,19 +210,21 @@ class Validator:
         if s.HasField("top_k"):
             num_codes = self.model.num_audio_codes
             if not 1 <= s.top_k <= num_codes:
-                raise FieldError(f"{path}.top_k", f"must be in [1, {num_codes}], got {s.top_k}")
+                raise InvalidRequestError(
+                    f"{path}.top_k", f"must be in [1, {num_codes}], got {s.top_k}"
+                )
             top_k = s.top_k
         max_new = d.max_new_tokens
         if s.HasField("max_new_tokens"):
             if not 1 <= s.max_new_tokens <= ceiling:
-                raise FieldError(
+                raise InvalidRequestError(
                     f"{path}.max_new_tokens", f"must be in [1, {ceiling}], got {s.max_new_tokens}"
                 )
             max_new = s.max_new_tokens
         min_new = 0
         if s.HasField("min_new_tokens"):
             if s.min_new_tokens > (max_new or ceiling):
-                raise FieldError(
+                raise InvalidRequestError(
                     f"{path}.min_new_tokens", f"must be <= max_new_tokens ({max_new or ceiling})"
                 )
             min_new = s.min_new_tokens
@@ -242,18 +240,31 @@ class Validator:
 
     def _audio(self, fmt: tts_pb2.AudioFormat, path: str) -> AudioOptions:
         if fmt.encoding not in ENCODING_NAMES:
-            raise FieldError(f"{path}.encoding", f"unknown encoding value {fmt.encoding}")
-        encoding = ENCODING_NAMES[fmt.encoding]
-        if encoding not in self.supported_encodings:
-            raise FieldError(
-                f"{path}.encoding",
-                f"{encoding} is not supported by this server (supported: {', '.join(self.supported_encodings)})",
-            )
+            raise InvalidRequestError(f"{path}.encoding", f"unknown encoding value {fmt.encoding}")
+        encoding = self.encoding(ENCODING_NAMES[fmt.encoding], f"{path}.encoding")
         rate = fmt.sample_rate_hz or self.model.sample_rate
         if rate not in SUPPORTED_SAMPLE_RATES:
             rates = ", ".join(str(r) for r in SUPPORTED_SAMPLE_RATES)
-            raise FieldError(f"{path}.sample_rate_hz", f"must be 0 or one of {rates}, got {rate}")
+            raise InvalidRequestError(
+                f"{path}.sample_rate_hz", f"must be 0 or one of {rates}, got {rate}"
+            )
         return AudioOptions(encoding=encoding, sample_rate_hz=rate)
+
+    def encoding(self, encoding: str, field_name: str, asked_as: str | None = None) -> str:
+        """`encoding` if this server can write it, else InvalidRequestError naming the field
+        (`asked_as`: the name the client used, e.g. OpenAI's `mp3`)."""
+        if encoding in self.encodings:
+            return encoding
+        asked = encoding if asked_as is None else f"{asked_as} ({encoding})"
+        why = (
+            "it needs PyAV (the av package), not installed here"
+            if encoding in PYAV_ENCODINGS
+            else "unknown"
+        )
+        raise InvalidRequestError(
+            field_name,
+            f"{asked} is not available on this server: {why} (available: {', '.join(self.encodings)})",
+        )
 
 
 MAX_REFERENCE_BYTES = 960 * 1024
@@ -270,33 +281,37 @@ def reference_voice(ref: tts_pb2.ReferenceVoice, path: str, rate: int) -> VoiceS
     import soxr
 
     if not ref.audio:
-        raise FieldError(f"{path}.audio", "must hold an audio file (WAV, FLAC or Ogg)")
+        raise InvalidRequestError(f"{path}.audio", "must hold an audio file (WAV, FLAC or Ogg)")
     if len(ref.audio) > MAX_REFERENCE_BYTES:
-        raise FieldError(
+        raise InvalidRequestError(
             f"{path}.audio", f"is {len(ref.audio)} bytes; the limit is {MAX_REFERENCE_BYTES}"
         )
     transcript = ref.transcript.strip()
     if not transcript or len(transcript) > MAX_TRANSCRIPT_CHARS:
-        raise FieldError(f"{path}.transcript", f"must be 1 to {MAX_TRANSCRIPT_CHARS} characters")
+        raise InvalidRequestError(
+            f"{path}.transcript", f"must be 1 to {MAX_TRANSCRIPT_CHARS} characters"
+        )
     try:
         control_tokens.check(transcript)
     except ValueError as exc:
-        raise FieldError(f"{path}.transcript", str(exc)) from None
+        raise InvalidRequestError(f"{path}.transcript", str(exc)) from None
     try:
         with sf.SoundFile(io.BytesIO(ref.audio)) as f:
             if f.frames > MAX_REFERENCE_S * f.samplerate:
-                raise FieldError(f"{path}.audio", f"is longer than {MAX_REFERENCE_S:g} s")
+                raise InvalidRequestError(f"{path}.audio", f"is longer than {MAX_REFERENCE_S:g} s")
             audio = f.read(dtype="float32", always_2d=True)
             source_rate = f.samplerate
-    except FieldError:
+    except InvalidRequestError:
         raise
     except Exception:  # soundfile raises several types for undecodable bytes
-        raise FieldError(f"{path}.audio", "is not a readable WAV, FLAC or Ogg file") from None
+        raise InvalidRequestError(
+            f"{path}.audio", "is not a readable WAV, FLAC or Ogg file"
+        ) from None
     mono = audio.mean(axis=1)
     if source_rate != rate:
         mono = soxr.resample(mono, source_rate, rate).astype(np.float32)
     if mono.size < rate // 2 or not np.isfinite(mono).all():
-        raise FieldError(f"{path}.audio", "must hold at least 0.5 s of finite audio")
+        raise InvalidRequestError(f"{path}.audio", "must hold at least 0.5 s of finite audio")
     pcm = np.ascontiguousarray(mono, dtype=np.float32).tobytes()
     return VoiceSpec(
         VoiceKind.REFERENCE,

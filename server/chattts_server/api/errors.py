@@ -1,4 +1,6 @@
-"""The one place failures become gRPC statuses (with useful details, never a traceback)."""
+"""The one place failures become statuses: the canonical (gRPC) status of each of our
+exceptions (`status_of`, which the HTTP doors map on to HTTP in `http/errors.py`), and the
+gRPC call ending with it (`abort_with`: useful details, never a traceback)."""
 
 from __future__ import annotations
 
@@ -11,35 +13,60 @@ from grpc_status import rpc_status
 
 from ..engine.types import EngineError, EngineUnavailableError, InvalidRequestError
 from .admission import AdmissionRejected
-from .convert import FieldError
+from .auth import AuthError
+
+
+class ClientStalledError(Exception):
+    """The client took none of the audio waiting for it for the stall timeout: the stream was
+    cancelled and its slot freed (`Synthesis`, `--stall-timeout-s`)."""
+
+
+class ClientGoneError(Exception):
+    """The client went away before its request was read (mid-upload, or before the config)."""
 
 
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status and message a failure is reported with."""
     if isinstance(exc, InvalidRequestError):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, FieldError):
-        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    if isinstance(exc, AuthError):
+        return grpc.StatusCode[exc.status], str(exc)
     if isinstance(exc, AdmissionRejected):
         if exc.code == "exhausted":
             return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
         return grpc.StatusCode.UNAVAILABLE, str(exc)
+    if isinstance(exc, ClientStalledError):
+        # A deadline the server sets on the reader's progress; not worth a retry by policy.
+        return grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)
     if isinstance(exc, EngineUnavailableError):
         return grpc.StatusCode.UNAVAILABLE, str(exc)
     if isinstance(exc, EngineError):
         return grpc.StatusCode.INTERNAL, f"synthesis failed: {exc}"
     if isinstance(exc, TimeoutError):
         return grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded"
-    if isinstance(exc, asyncio.CancelledError):
+    if isinstance(exc, (asyncio.CancelledError, ClientGoneError)):
         return grpc.StatusCode.CANCELLED, "cancelled"
     return grpc.StatusCode.UNKNOWN, "unexpected error"
 
 
+def status_name(exc: BaseException) -> str:
+    """The canonical status name (also the metrics label) a failure ends a stream with."""
+    return status_of(exc)[0].name
+
+
+OURS = (
+    InvalidRequestError,
+    AuthError,
+    AdmissionRejected,
+    ClientStalledError,
+    EngineError,
+    TimeoutError,
+)
+"""The failures every door knows how to report (anything else is a bug: let it raise)."""
+
+
 def is_ours(exc: BaseException) -> bool:
-    """A failure `abort_with` knows how to report (anything else is a bug: let it raise)."""
-    return isinstance(
-        exc, (InvalidRequestError, FieldError, AdmissionRejected, EngineError, TimeoutError)
-    )
+    return isinstance(exc, OURS)
 
 
 async def abort_with(
@@ -48,7 +75,7 @@ async def abort_with(
     """End the call with the status of `exc`: a google.rpc.BadRequest naming the field for
     invalid input, grpc-retry-pushback-ms (which gRPC retry policies honour) when full."""
     code, message = status_of(exc)
-    if isinstance(exc, (FieldError, InvalidRequestError)):
+    if isinstance(exc, InvalidRequestError):
         await _abort_invalid(context, exc.field_name, exc.description, message)
     elif code is grpc.StatusCode.RESOURCE_EXHAUSTED:
         await context.abort(code, message, (("grpc-retry-pushback-ms", str(retry_pushback_ms)),))

@@ -1,27 +1,38 @@
-"""chattts.v1.TextToSpeech servicer: decode protobuf, call the shared synthesis path
-(api/synthesis.py, the same one the HTTP front door calls), encode protobuf. No tensor code."""
+"""chattts.v1.TextToSpeech over gRPC: decode protobuf, take the one way in (api/synthesis.py,
+the same one the HTTP doors take), write protobuf. No tensor code.
+
+Requests are parsed here, not by grpcio, so malformed bytes (e.g. invalid UTF-8 in a string
+field) get INVALID_ARGUMENT naming the request (grpcio answers UNKNOWN with the exception text)
+and only after the token is checked. Replies are written with `context.write`, so the way in
+sees each write wait on HTTP/2 flow control while the client reads nothing (the stall timeout).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2
 
-from .admission import AdmissionRejected
-from .convert import FieldError
-from .errors import abort_with, is_ours
+from ..engine.types import InvalidRequestError
+from .auth import authorization_of
+from .convert import StreamSettings, Validator
+from .errors import ClientGoneError, ClientStalledError, abort_with, is_ours
 from .events import AudioOut, SessionEvent, to_pb
-from .synthesis import Synthesis
+from .synthesis import Send, Synthesis
 from .text_reader import TextFragment
 
 _M = TypeVar("_M", bound=Message)
-_R = TypeVar("_R")
+
+SERVICE = "chattts.v1.TextToSpeech"
+_STALLED_STATUS_WAIT_S = 1.0
+"""How long a stalled call's handler waits for its status to be taken; the status stays queued
+behind the unread audio (the client sees it if it reads again), the handler ends."""
 
 
 def _deadline(context: grpc.aio.ServicerContext) -> float | None:
@@ -29,34 +40,19 @@ def _deadline(context: grpc.aio.ServicerContext) -> float | None:
     return None if remaining is None else time.monotonic() + remaining
 
 
-class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
+class TextToSpeechServicer:
+    """The RPCs, on raw request bytes (see `add_to_server`)."""
+
     def __init__(self, synthesis: Synthesis) -> None:
         self.synthesis = synthesis
 
-    async def _abort(self, context: grpc.aio.ServicerContext, exc: BaseException) -> None:
-        await abort_with(context, exc, self.synthesis.admission_config.retry_pushback_ms)
-
-    async def _replies(
-        self,
-        events: AsyncGenerator[SessionEvent, None],
-        to_reply: Callable[[SessionEvent], _R],
-        context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[_R]:
-        """The stream's events as replies; our own failures end the call with their status."""
-        try:
-            async with aclosing(events):
-                async for event in events:
-                    yield to_reply(event)
-        except Exception as exc:
-            if not is_ours(exc):
-                raise
-            await self._abort(context, exc)
-
-    # -- RPCs ------------------------------------------------------------------------------
-
     async def ListVoices(
-        self, request: tts_pb2.ListVoicesRequest, context: grpc.aio.ServicerContext
+        self, data: bytes, context: grpc.aio.ServicerContext
     ) -> tts_pb2.ListVoicesResponse:
+        try:
+            _parse(tts_pb2.ListVoicesRequest, data, "request")
+        except InvalidRequestError as exc:
+            await abort_with(context, exc)
         return tts_pb2.ListVoicesResponse(
             voices=[
                 tts_pb2.VoiceInfo(name=p.name, description=p.description)
@@ -64,63 +60,95 @@ class TextToSpeechServicer(tts_pb2_grpc.TextToSpeechServicer):
             ]
         )
 
-    async def Synthesize(
-        self, request: tts_pb2.SynthesizeRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
-        synthesis = self.synthesis
-        try:
-            synthesis.check_accepting()
-            text = synthesis.validator.text(request.text, "text")
-            settings = synthesis.validator.settings(request.config)
-        except (FieldError, AdmissionRejected) as exc:
-            synthesis.refused("Synthesize", exc)
-            await self._abort(context, exc)
-            return
-        events = synthesis.synthesize(
-            "Synthesize",
-            text,
-            settings,
-            deadline=_deadline(context),
-            queue_timeout_s=context.time_remaining(),
-        )
-        async for reply in self._replies(events, _synthesize_response, context):
-            yield reply
+    async def Synthesize(self, data: bytes, context: grpc.aio.ServicerContext) -> None:
+        async def parse(validator: Validator) -> tuple[str, StreamSettings]:
+            request = _parse(tts_pb2.SynthesizeRequest, data, "request")
+            return validator.text(request.text, "text"), validator.settings(request.config)
+
+        await self._serve(context, "Synthesize", parse, _synthesize_reply, None)
 
     async def StreamingSynthesize(
-        self,
-        request_iterator: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
-        context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[tts_pb2.StreamingSynthesizeResponse]:
-        synthesis = self.synthesis
-        try:
-            synthesis.check_accepting()
-            first = await anext(aiter(request_iterator))
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> None:
+        messages = _parsed(requests)
+
+        async def parse(validator: Validator) -> StreamSettings:
+            try:
+                first = await anext(messages)
+            except StopAsyncIteration:
+                raise ClientGoneError() from None  # half-closed before saying anything
             if first.WhichOneof("request") != "config":
-                raise FieldError("config", "the first message of the stream must carry config")
-            settings = synthesis.validator.settings(first.config)
-        except StopAsyncIteration:
+                raise InvalidRequestError(
+                    "config", "the first message of the stream must carry config"
+                )
+            return validator.settings(first.config)
+
+        await self._serve(context, "StreamingSynthesize", parse, _streaming_reply, messages)
+
+    async def _serve(
+        self,
+        context: grpc.aio.ServicerContext,
+        method: str,
+        parse: Callable[[Validator], Awaitable[tuple[str, StreamSettings] | StreamSettings]],
+        to_reply: Callable[[SessionEvent], Message],
+        messages: AsyncIterator[tts_pb2.StreamingSynthesizeRequest] | None,
+    ) -> None:
+        """The way in, then one text or the stream of text messages; our failures end the
+        call with their status."""
+        synthesis = self.synthesis
+        timing = {"deadline": _deadline(context), "queue_timeout_s": context.time_remaining()}
+        try:
+            parsed = await synthesis.accept(
+                method, authorization_of(context.invocation_metadata()), parse
+            )
+            send = _writer(context, to_reply)
+            if messages is None:
+                assert isinstance(parsed, tuple)
+                await synthesis.synthesize(method, *parsed, send, **timing)
+            else:
+                assert isinstance(parsed, StreamSettings)
+                await synthesis.stream(method, _fragments(messages), parsed, send, **timing)
+        except ClientGoneError:
             return
-        except (FieldError, AdmissionRejected) as exc:
-            synthesis.refused("StreamingSynthesize", exc)
+        except Exception as exc:
+            if not is_ours(exc):
+                raise
             await self._abort(context, exc)
+
+    async def _abort(self, context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+        ending = abort_with(context, exc, self.synthesis.retry_pushback_ms)
+        if not isinstance(exc, ClientStalledError):
+            await ending
             return
-        events = synthesis.stream(
-            "StreamingSynthesize",
-            _fragments(request_iterator),
-            settings,
-            deadline=_deadline(context),
-            queue_timeout_s=context.time_remaining(),
-        )
-        async for reply in self._replies(events, _streaming_response, context):
-            yield reply
+        try:
+            await asyncio.wait_for(ending, _STALLED_STATUS_WAIT_S)
+        except TimeoutError:
+            # Cancelled, the handler ends without sending its own status: grpcio logs nothing
+            # and the queued DEADLINE_EXCEEDED stays the call's status.
+            raise asyncio.CancelledError() from None
+
+
+def _writer(context: grpc.aio.ServicerContext, to_reply: Callable[[SessionEvent], Message]) -> Send:
+    started = False
+
+    async def send(event: SessionEvent) -> None:
+        nonlocal started
+        if not started:
+            # The initial metadata in a batch of its own: a status can then be sent while a
+            # write waits on a client that reads nothing (with the metadata inside that
+            # write, grpcio refuses it: GRPC_CALL_ERROR_TOO_MANY_OPERATIONS).
+            await context.send_initial_metadata(())
+            started = True
+        await context.write(to_reply(event))
+
+    return send
 
 
 def _parse(message_type: type[_M], data: bytes, field_name: str) -> _M:
-    """Parse request bytes ourselves: grpcio answers UNKNOWN with the exception text otherwise."""
     try:
         return message_type.FromString(data)
     except DecodeError as exc:
-        raise FieldError(
+        raise InvalidRequestError(
             field_name, f"is not a valid {message_type.DESCRIPTOR.name}: {str(exc)[-80:]}"
         ) from None
 
@@ -132,54 +160,6 @@ async def _parsed(
         yield _parse(tts_pb2.StreamingSynthesizeRequest, data, "request")
 
 
-def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> None:
-    """Register the servicer like the generated helper, but parsing requests inside the handler
-    so malformed bytes (e.g. invalid UTF-8 in a string field) get INVALID_ARGUMENT, not UNKNOWN."""
-
-    async def synthesize(
-        data: bytes, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[tts_pb2.SynthesizeResponse]:
-        try:
-            request = _parse(tts_pb2.SynthesizeRequest, data, "request")
-        except FieldError as exc:
-            await abort_with(context, exc)
-            return
-        async for reply in servicer.Synthesize(request, context):
-            yield reply
-
-    async def streaming(
-        requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[tts_pb2.StreamingSynthesizeResponse]:
-        async for reply in servicer.StreamingSynthesize(_parsed(requests), context):
-            yield reply
-
-    async def list_voices(
-        data: bytes, context: grpc.aio.ServicerContext
-    ) -> tts_pb2.ListVoicesResponse:
-        try:
-            request = _parse(tts_pb2.ListVoicesRequest, data, "request")
-        except FieldError as exc:
-            await abort_with(context, exc)
-            raise AssertionError("unreachable") from None
-        return await servicer.ListVoices(request, context)
-
-    handlers = {
-        "StreamingSynthesize": grpc.stream_stream_rpc_method_handler(
-            streaming, response_serializer=tts_pb2.StreamingSynthesizeResponse.SerializeToString
-        ),
-        "Synthesize": grpc.unary_stream_rpc_method_handler(
-            synthesize, response_serializer=tts_pb2.SynthesizeResponse.SerializeToString
-        ),
-        "ListVoices": grpc.unary_unary_rpc_method_handler(
-            list_voices, response_serializer=tts_pb2.ListVoicesResponse.SerializeToString
-        ),
-    }
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("chattts.v1.TextToSpeech", handlers),)
-    )
-    server.add_registered_method_handlers("chattts.v1.TextToSpeech", handlers)
-
-
 async def _fragments(
     requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
 ) -> AsyncIterator[TextFragment]:
@@ -187,19 +167,39 @@ async def _fragments(
     async for message in requests:
         which = message.WhichOneof("request")
         if which == "config":
-            raise FieldError("config", "config may be sent only once, as the first message")
+            raise InvalidRequestError(
+                "config", "config may be sent only once, as the first message"
+            )
         if which != "text":
-            raise FieldError("text", "every message after the config must carry text")
+            raise InvalidRequestError("text", "every message after the config must carry text")
         yield TextFragment(message.text.text, message.text.flush, message.text.clear)
 
 
-def _synthesize_response(event: SessionEvent) -> tts_pb2.SynthesizeResponse:
+def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> None:
+    """Register the servicer like the generated helper, with requests left as bytes."""
+    handlers = {
+        "StreamingSynthesize": grpc.stream_stream_rpc_method_handler(
+            servicer.StreamingSynthesize,
+            response_serializer=tts_pb2.StreamingSynthesizeResponse.SerializeToString,
+        ),
+        "Synthesize": grpc.unary_stream_rpc_method_handler(
+            servicer.Synthesize, response_serializer=tts_pb2.SynthesizeResponse.SerializeToString
+        ),
+        "ListVoices": grpc.unary_unary_rpc_method_handler(
+            servicer.ListVoices, response_serializer=tts_pb2.ListVoicesResponse.SerializeToString
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    server.add_registered_method_handlers(SERVICE, handlers)
+
+
+def _synthesize_reply(event: SessionEvent) -> tts_pb2.SynthesizeResponse:
     if isinstance(event, AudioOut):
         return tts_pb2.SynthesizeResponse(audio=to_pb(event))
     return tts_pb2.SynthesizeResponse(utterance_end=to_pb(event))
 
 
-def _streaming_response(event: SessionEvent) -> tts_pb2.StreamingSynthesizeResponse:
+def _streaming_reply(event: SessionEvent) -> tts_pb2.StreamingSynthesizeResponse:
     if isinstance(event, AudioOut):
         return tts_pb2.StreamingSynthesizeResponse(audio=to_pb(event))
     return tts_pb2.StreamingSynthesizeResponse(utterance_end=to_pb(event))

@@ -42,9 +42,7 @@ class Session:
         # The HTTP front door's WAV, MP3, AAC and FLAC come from audio/containers.py.
         encoding = settings.audio.encoding
         factory = make_container_encoder if encoding in CONTAINER_ENCODINGS else make_encoder
-        self._encoder = factory(
-            encoding, settings.audio.sample_rate_hz or self.native_rate, self.native_rate
-        )
+        self._encoder = factory(encoding, settings.audio.sample_rate_hz, self.native_rate)
         # Opus costs ~16 ms of CPU per second of audio, MP3 and AAC more: keep them off the
         # event loop. The sample encodings (well under 1 ms a chunk) are not worth a thread hop.
         self._offload = encoding in _OFFLOADED_ENCODINGS

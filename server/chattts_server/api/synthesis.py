@@ -1,48 +1,66 @@
-"""The one synthesis path under every front door (gRPC servicer, HTTP speech route, WebSocket).
+"""The one way in, under every front door (gRPC servicer, HTTP speech route, WebSocket).
 
-A front door decodes its wire format into `StreamSettings` and text (one string, or an async
-iterator of `TextFragment`s), then calls `Synthesis.synthesize` or `Synthesis.stream` and
-encodes the `SessionEvent`s it gets back. Everything between is here, once: admission (one
-`Admission` shared by all doors), the per-stream record (metrics and the one log line), the
-text front end (sentence splitting, or the streamed text reader with its release policy,
-markdown handling and barge-in), the `Session` that speaks each utterance, and the status a
-failure ends the stream with. Failures are raised as our own exceptions (FieldError,
-AdmissionRejected, TimeoutError, EngineError); each door maps them to its protocol once
-(`errors.abort_with` for gRPC, `http_errors` for HTTP).
+A door translates its wire format and nothing else. It calls `Synthesis.accept` with its
+method name, the client's `Authorization` value and a `parse` coroutine that reads its request
+(a protobuf, a POST body, the WebSocket's config frame) into what to speak; `accept` checks the
+bearer token, refuses while starting or draining, runs `parse` against the validator, and counts
+and logs every refusal as a refused stream. The door then calls `Synthesis.synthesize` (one
+text) or `Synthesis.stream` (text fragments as they arrive) with a `send` coroutine that writes
+one `SessionEvent` to its client. Everything between is here, once: admission (one `Admission`
+shared by all doors), the per-stream record (metrics and the one log line), the text front end
+(sentence splitting, or the streamed text reader with its release policy, markdown and
+barge-in), the `Session` that speaks each utterance, the stall timeout, and the status a
+failure ends the stream with.
+
+Stalled readers: every event is handed to the door's `send` under `--stall-timeout-s`. Each
+transport makes a write wait while its client reads nothing (grpc.aio's `context.write` on
+HTTP/2 flow control, uvicorn's `send` on the socket's write buffer, the WebSocket's `send` the
+same), and while a write waits nothing is taken from the session, so the engine pauses the
+request once its bounded output buffer is full (`engine.py`, `is_paused`). A write that waits
+longer than the timeout ends the stream with ClientStalledError: the engine request is
+cancelled and the admission place freed before the door reports it. A stream waiting for text
+writes nothing and is never stalled; a client that keeps up with real time has its writes done
+as fast as it plays the audio.
+
+Failures are raised as our own exceptions (`errors.OURS`); each door maps them to its protocol
+once (`errors.abort_with` for gRPC, `http/errors.http_failure` for HTTP).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
+from typing import TypeVar
 
+from ..audio.containers import CONTAINER_ENCODINGS
+from ..audio.encoding import SUPPORTED_ENCODINGS, available_encodings
 from ..config import AdmissionConfig, LimitsConfig
-from ..engine.types import Engine, ModelInfo
+from ..engine.types import Engine, InvalidRequestError, ModelInfo
 from ..metrics import Metrics
 from ..text.stream import utterances
 from ..voices import VoiceLibrary
+from . import auth
 from .admission import Admission, AdmissionRejected
-from .convert import FieldError, StreamSettings, Validator
-from .errors import is_ours, status_of
-from .events import AudioOut, SessionEvent
+from .convert import StreamSettings, Validator
+from .errors import ClientGoneError, ClientStalledError, is_ours, status_name
+from .events import SessionEvent
 from .session import Session
+from .stream_record import StreamRecord
 from .text_reader import EndOfText, TextFragment, UtteranceQueue, read_text
 
 log = logging.getLogger(__name__)
 
 NOT_ACCEPTING = "server is not accepting streams (starting or draining)"
 
-
-def status_name(exc: BaseException) -> str:
-    """The canonical status (gRPC's names, also the metrics label) a failure ends a stream with."""
-    return status_of(exc)[0].name
+Send = Callable[[SessionEvent], Awaitable[None]]
+"""A door's write of one event to its client; it waits while the client is not reading."""
+_T = TypeVar("_T")
 
 
 class Synthesis:
-    """Admission, validation state and the synthesis path, shared by every front door."""
+    """Accepting, auth, admission and the synthesis path, shared by every front door."""
 
     def __init__(
         self,
@@ -52,6 +70,7 @@ class Synthesis:
         limits: LimitsConfig,
         admission_config: AdmissionConfig,
         metrics: Metrics,
+        tokens: auth.Tokens | None = None,
     ) -> None:
         self.engine = engine
         self.voices = voices
@@ -59,15 +78,18 @@ class Synthesis:
         self.limits = limits
         self.admission_config = admission_config
         self.metrics = metrics
+        self.tokens = tokens
+        """The accepted bearer tokens; None when auth is off."""
         self._validator: Validator | None = None
 
-    def bind_model(self, model: ModelInfo, supported_encodings: tuple[str, ...]) -> None:
-        """The model is loaded: validate requests against it (before this, nothing is admitted)."""
+    def bind_model(self, model: ModelInfo, encodings: tuple[str, ...] | None = None) -> None:
+        """The model is loaded: validate requests against it (before this, nothing is admitted).
+        `encodings`: what this server can write; by default the one capability check,
+        `available_encodings`, over the stream encodings and the HTTP containers."""
+        if encodings is None:
+            encodings = available_encodings(SUPPORTED_ENCODINGS + CONTAINER_ENCODINGS)
         self._validator = Validator(
-            self.voices,
-            model,
-            max_text_chars=self.limits.max_text_chars,
-            supported_encodings=supported_encodings,
+            self.voices, model, max_text_chars=self.limits.max_text_chars, encodings=encodings
         )
 
     @property
@@ -81,55 +103,80 @@ class Synthesis:
     def model(self) -> ModelInfo:
         return self.validator.model
 
-    def check_accepting(self) -> None:
-        """AdmissionRejected('unavailable') while starting or draining."""
-        if not self.admission.accepting:
-            raise AdmissionRejected("unavailable", NOT_ACCEPTING)
-        self.validator  # noqa: B018 - raises while the model loads
+    @property
+    def retry_pushback_ms(self) -> int:
+        return self.admission_config.retry_pushback_ms
 
-    def refused(self, method: str, reason: BaseException | str) -> None:
-        """A stream refused before admission (bad request, not accepting, no token; `reason`
-        is the failure or its status name): still counted and logged like any other stream."""
-        status = reason if isinstance(reason, str) else status_name(reason)
-        StreamRecord(self.metrics, method).finish(status)
+    def check_token(self, authorization: str | None, what: str) -> None:
+        """The bearer-token check (AuthError), for what is not a stream (voices, models)."""
+        auth.check(self.tokens, authorization, what)
+
+    # -- the way in ------------------------------------------------------------------------
+
+    async def accept(
+        self,
+        method: str,
+        authorization: str | None,
+        parse: Callable[[Validator], Awaitable[_T]],
+    ) -> _T:
+        """Token, then accepting, then the door's `parse` of its request against the
+        validator. A refusal (our exceptions) is counted and logged as a refused stream of
+        `method`, then raised; ClientGoneError (the client left before its request was read)
+        is raised uncounted."""
+        try:
+            auth.check(self.tokens, authorization, method)
+            if not self.admission.accepting:
+                raise AdmissionRejected("unavailable", NOT_ACCEPTING)
+            return await parse(self.validator)
+        except ClientGoneError:
+            raise
+        except Exception as exc:
+            if is_ours(exc):
+                self.refused(method, exc)
+            raise
+
+    def refused(self, method: str, exc: BaseException) -> None:
+        """A stream refused before admission: counted and logged like any other stream."""
+        StreamRecord(self.metrics, method).finish(status_name(exc))
 
     async def synthesize(
         self,
         method: str,
         text: str,
         settings: StreamSettings,
+        send: Send,
         *,
         deadline: float | None = None,
         queue_timeout_s: float | None = None,
         text_field: str = "text",
-    ) -> AsyncGenerator[SessionEvent, None]:
+    ) -> StreamRecord:
         """One text (validated already), read as markdown or plain text by the settings and
-        split into sentences, spoken in turn; FieldError naming `text_field` if nothing is
-        left to read."""
+        split into sentences, spoken in turn; InvalidRequestError naming `text_field` if
+        nothing is left to read. Returns the stream's record once all is sent."""
         s = settings
         sentences = utterances(text, s.text_release.max_segment_s, s.speed, s.markdown)
         if not sentences:
-            exc = FieldError(text_field, "holds nothing to read once markdown is removed")
+            exc = InvalidRequestError(text_field, "holds nothing to read once markdown is removed")
             self.refused(method, exc)
             raise exc
         async with self._admitted(method, queue_timeout_s) as record:
             session = Session(self.engine, settings, deadline)
-            async with aclosing(self._run(session, _items(sentences), record)) as events:
-                async for event in events:
-                    yield event
+            await self._run(session, _items(sentences), record, send)
+        return record
 
     async def stream(
         self,
         method: str,
         fragments: AsyncIterator[TextFragment],
         settings: StreamSettings,
+        send: Send,
         *,
         deadline: float | None = None,
         queue_timeout_s: float | None = None,
-    ) -> AsyncGenerator[SessionEvent, None]:
+    ) -> StreamRecord:
         """Streamed text: the fragments are read by the text reader (release policy, markdown,
         barge-in) while released utterances are spoken. The fragments end when the client has
-        sent everything; a fragment source that raises FieldError ends the stream with it."""
+        sent everything; a fragment source that raises ends the stream with that failure."""
         async with self._admitted(method, queue_timeout_s) as record:
             session = Session(self.engine, settings, deadline)
             queue: UtteranceQueue = asyncio.Queue()
@@ -145,33 +192,59 @@ class Synthesis:
                 )
             )
             try:
-                async with aclosing(self._run(session, _drain(queue), record)) as events:
-                    async for event in events:
-                        yield event
+                await self._run(session, _drain(queue), record, send)
             finally:
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
+        return record
+
+    async def deliver(self, sending: Awaitable[None]) -> None:
+        """Await one write to the client under the stall timeout: ClientStalledError when it
+        waits longer (doors also send their own last messages through this)."""
+        timeout_s = self.limits.stall_timeout_s
+        if not timeout_s:
+            await sending
+            return
+        try:
+            async with asyncio.timeout(timeout_s) as scope:
+                await sending
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise ClientStalledError(
+                f"stalled: the client took no audio for {timeout_s:g} s "
+                "(--stall-timeout-s); the stream was cancelled"
+            ) from None
+
+    # -- inside --------------------------------------------------------------------------
 
     async def _run(
-        self, session: Session, items: AsyncIterator[str | FieldError], record: StreamRecord
-    ) -> AsyncGenerator[SessionEvent, None]:
-        """Speak each utterance in turn; a failure sets the record's status and is raised."""
+        self,
+        session: Session,
+        items: AsyncIterator[str | BaseException],
+        record: StreamRecord,
+        send: Send,
+    ) -> None:
+        """Speak each utterance in turn, each event handed to `send` under the stall timeout;
+        a failure sets the record's status and is raised."""
         try:
             async for item in items:
-                if isinstance(item, FieldError):
+                if isinstance(item, BaseException):
                     raise item
                 async with aclosing(session.speak(item)) as events:
                     async for event in events:
                         record.on_event(event)
-                        yield event
+                        await self.deliver(send(event))
             for event in session.finish():
                 record.on_event(event)
-                yield event
+                await self.deliver(send(event))
         except Exception as exc:
-            if is_ours(exc):
-                record.status = status_name(exc)
-                if record.status == "INTERNAL":
-                    log.error("stream %s failed in the engine: %s", session.stream_id, exc)
+            record.status = status_name(exc)
+            if isinstance(exc, ClientStalledError):
+                self.metrics.stalled(record.method)
+                log.info("stream %s (%s): %s", session.stream_id, record.method, exc)
+            elif record.status == "INTERNAL":
+                log.error("stream %s failed in the engine: %s", session.stream_id, exc)
             raise
 
     @asynccontextmanager
@@ -205,60 +278,12 @@ class Synthesis:
             raise TimeoutError("deadline exceeded while queued") from None
 
 
-class StreamRecord:
-    """Per-stream figures for metrics and the one-line request log."""
-
-    def __init__(self, metrics: Metrics, method: str) -> None:
-        self.metrics = metrics
-        self.method = method
-        self.started = time.monotonic()
-        self.last_chunk_at: float | None = None
-        self.first_audio_s: float | None = None
-        self.num_chunks = 0
-        self.audio_s = 0.0
-        self.num_tokens = 0
-        self.status = "OK"
-        """The status the stream ends with, once known."""
-
-    def on_event(self, event: SessionEvent) -> None:
-        now = time.monotonic()
-        if isinstance(event, AudioOut):
-            if self.first_audio_s is None:
-                self.first_audio_s = now - self.started
-                self.metrics.observe_ttfa(self.first_audio_s)
-            elif self.last_chunk_at is not None:
-                self.metrics.observe_chunk_gap(now - self.last_chunk_at)
-            self.last_chunk_at = now
-            self.num_chunks += 1
-        else:
-            self.audio_s += event.audio_duration_s
-            self.num_tokens += event.done.num_tokens
-            self.metrics.observe_utterance(
-                event.done.generation_time_s, event.audio_duration_s, event.done.num_tokens
-            )
-
-    def finish(self, status: str) -> None:
-        wall_s = time.monotonic() - self.started
-        self.metrics.streams_finished(self.method, status)
-        log.info(
-            "stream method=%s status=%s chunks=%d audio_s=%.2f wall_s=%.2f ttfa_ms=%s tokens=%d rtf=%s",
-            self.method,
-            status,
-            self.num_chunks,
-            self.audio_s,
-            wall_s,
-            "-" if self.first_audio_s is None else f"{self.first_audio_s * 1000:.0f}",
-            self.num_tokens,
-            f"{wall_s / self.audio_s:.2f}" if self.audio_s else "-",
-        )
-
-
-async def _items(items: list[str]) -> AsyncIterator[str | FieldError]:
+async def _items(items: list[str]) -> AsyncGenerator[str | BaseException, None]:
     for item in items:
         yield item
 
 
-async def _drain(queue: UtteranceQueue) -> AsyncIterator[str | FieldError]:
+async def _drain(queue: UtteranceQueue) -> AsyncGenerator[str | BaseException, None]:
     while True:
         item = await queue.get()
         if isinstance(item, EndOfText):

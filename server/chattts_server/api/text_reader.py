@@ -12,24 +12,23 @@ a short quiet spell. One read of the request stream is kept pending across those
 because cancelling a read would end the request iterator.
 
 Queue protocol (`UtteranceQueue`): strings (utterances, in order), then exactly one of
-`EndOfText` (the client half-closed or went away) or a FieldError (the stream must end with
-INVALID_ARGUMENT).
+`EndOfText` (the client half-closed, or the door saw it go away) or the exception the reading
+ended with (an InvalidRequestError: the stream ends INVALID_ARGUMENT naming the field; anything
+else ends it with that failure too, never as a normal end of text).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from ..engine.types import InvalidRequestError
 from ..text import control_tokens
 from ..text.release import ReleasePolicy
 from ..text.stream import StreamText
-from .convert import FieldError, Validator
-
-log = logging.getLogger(__name__)
+from .convert import Validator
 
 _TEXT_FIELD = "text.text"
 
@@ -39,7 +38,7 @@ class EndOfText:
     """The text is over (half-close, or the client went away): speak what is queued, end."""
 
 
-UtteranceQueue = asyncio.Queue["str | FieldError | EndOfText"]
+UtteranceQueue = asyncio.Queue["str | BaseException | EndOfText"]
 """Released utterances from `read_text` to the speaking side."""
 
 
@@ -80,7 +79,7 @@ async def read_text(
             try:
                 control_tokens.check(utterance)  # a token may arrive split over fragments
             except ValueError as exc:
-                raise FieldError(_TEXT_FIELD, str(exc)) from None
+                raise InvalidRequestError(_TEXT_FIELD, str(exc)) from None
             queue.put_nowait(utterance)
 
     try:
@@ -105,7 +104,7 @@ async def read_text(
             validator.text(text_input.text, _TEXT_FIELD, allow_empty=True)
             total_chars += len(text_input.text)
             if total_chars > max_stream_chars:
-                raise FieldError(
+                raise InvalidRequestError(
                     _TEXT_FIELD, f"the stream sent over {max_stream_chars} characters in total"
                 )
             if text_input.clear:
@@ -118,16 +117,16 @@ async def read_text(
                 put(releaser.flush())
         put(releaser.flush())
         queue.put_nowait(EndOfText())
-    except FieldError as exc:
-        queue.put_nowait(exc)
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # the client went away mid-read, or sent garbage
-        log.debug("request stream ended: %r", exc)
-        queue.put_nowait(EndOfText())
+    except Exception as exc:  # a bad fragment (InvalidRequestError), or the source failed
+        queue.put_nowait(exc)
     finally:
-        if next_message is not None and not next_message.done():
-            next_message.cancel()
+        if next_message is not None:
+            if not next_message.done():
+                next_message.cancel()
+            elif not next_message.cancelled():
+                next_message.exception()  # retrieved: asyncio would log it at collection
 
 
 def _drop_queued_utterances(queue: UtteranceQueue) -> None:

@@ -14,13 +14,15 @@ class EngineError(Exception):
     """A request failed inside the engine; the message is safe to show to the client."""
 
 
-class InvalidRequestError(EngineError):
-    """The engine refused a request as invalid (e.g. a malformed speaker embedding)."""
+class InvalidRequestError(ValueError):
+    """A request is invalid: a field the front door validates (`config.sampling.top_p`) or one
+    the engine refuses (a malformed speaker embedding). `field_name` is its path in the request
+    as the client spelled it; every door answers it as INVALID_ARGUMENT / 400 naming it."""
 
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(f"{field_name}: {message}")
+    def __init__(self, field_name: str, description: str) -> None:
+        super().__init__(f"{field_name}: {description}")
         self.field_name = field_name
-        self.description = message
+        self.description = description
 
 
 class EngineUnavailableError(EngineError):

@@ -4,7 +4,8 @@ The status comes from the one exception -> canonical status map (`api/errors.sta
 the canonical status -> HTTP table Google's API gateways use, so a failure reads the same over
 gRPC and HTTP: INVALID_ARGUMENT 400 (with `param` naming the field), UNAUTHENTICATED 401,
 PERMISSION_DENIED 403, RESOURCE_EXHAUSTED 429 (with Retry-After), UNAVAILABLE 503 (loading or
-draining), DEADLINE_EXCEEDED 504, INTERNAL 500.
+draining), DEADLINE_EXCEEDED 504, INTERNAL 500. A body over `--max-body-bytes` is the one HTTP
+answer of its own: 413 (an INVALID_ARGUMENT in metrics), and the connection is closed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 from ...engine.types import InvalidRequestError
-from ..convert import FieldError
 from ..errors import status_of
 
 # canonical status -> (HTTP status, OpenAI error type, code)
@@ -28,6 +28,10 @@ _BY_STATUS = {
     "INTERNAL": (500, "server_error", "synthesis_failed"),
 }
 _UNKNOWN = (500, "server_error", "internal_error")
+
+
+class PayloadTooLargeError(InvalidRequestError):
+    """The request body is over `--max-body-bytes`: 413."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +64,11 @@ def failure(status: str, message: str, param: str | None = None) -> HTTPFailure:
 def http_failure(exc: BaseException, retry_after_ms: int = 0) -> HTTPFailure:
     """The failure for one of our exceptions (`api.errors.is_ours`)."""
     code, message = status_of(exc)
-    param = exc.field_name if isinstance(exc, (FieldError, InvalidRequestError)) else None
+    param = exc.field_name if isinstance(exc, InvalidRequestError) else None
     result = failure(code.name, message, param)
+    if isinstance(exc, PayloadTooLargeError):
+        # Closed after the answer: the rest of the body is not read.
+        result = HTTPFailure(result.status, 413, result.body, {"Connection": "close"})
     if result.status_code == 429:
         # Retry-After is whole seconds (RFC 9110); the OpenAI SDKs read retry-after-ms first.
         result.headers["Retry-After"] = str(max(1, math.ceil(retry_after_ms / 1000)))

@@ -3,7 +3,8 @@
 `uvicorn.Server.serve()` installs its own SIGTERM/SIGINT handlers and runs its own main loop;
 the server process already owns both (drain on SIGTERM), so this drives uvicorn's `startup` and
 `shutdown` directly. TLS comes from the same certificate files as gRPC; with a client CA,
-clients must present a certificate (mutual TLS), as on gRPC.
+clients must present a certificate (mutual TLS), as on gRPC. The limits on headers and
+WebSocket messages come from `LimitsConfig` (the header limit through `protocol.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 import uvicorn
 
-from ...config import SecurityConfig
+from ...config import LimitsConfig, SecurityConfig
+from .protocol import protocol_class
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +33,9 @@ def _listen_host(host: str) -> str:
 
 
 class HTTPServer:
-    def __init__(self, app: Any, host: str, port: int, security: SecurityConfig) -> None:
+    def __init__(
+        self, app: Any, host: str, port: int, security: SecurityConfig, limits: LimitsConfig
+    ) -> None:
         options: dict[str, Any] = {}
         if security.tls_cert is not None and security.tls_key is not None:
             options = {"ssl_certfile": str(security.tls_cert), "ssl_keyfile": str(security.tls_key)}
@@ -46,7 +50,8 @@ class HTTPServer:
             log_config=None,  # our logging setup, not uvicorn's
             access_log=False,
             timeout_graceful_shutdown=1,
-            ws_max_size=1 << 20,
+            http=protocol_class(limits.max_header_bytes),
+            ws_max_size=limits.max_ws_message_bytes,
             **options,
         )
         self.server = uvicorn.Server(self.config)

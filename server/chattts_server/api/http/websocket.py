@@ -8,7 +8,8 @@ client -> server
                             `text_release`, ...); `voice` may also be a string as on the
                             speech route (preset, `seed:N`, OpenAI name), `audio_format` may
                             be a `response_format` string (`pcm`, `wav`, `opus`, `mp3`,
-                            `flac`, `aac`) or tts.proto's object (default LINEAR16 24 kHz).
+                            `flac`, `aac`) or tts.proto's object (default LINEAR16 at the
+                            model's rate).
   {"type": "text", "text": "...", "flush": false, "clear": false}
                             a fragment of text (TextInput); `flush` speaks what is buffered,
                             `clear` is barge-in (drop the buffer, stop the utterance being
@@ -24,167 +25,134 @@ server -> client
   {"type": "error", "error": {"message", "type", "param", "code"}}       then close with
                             1008 (auth), 1007 (bad message or field), 1013 (full, starting
                             or draining: retry later), 1011 (synthesis failed).
+  close 1008 with a reason, no error message: the client took no audio for --stall-timeout-s.
+  close 1009: a message over --max-ws-message-bytes (uvicorn closes; the stream ends
+                            INVALID_ARGUMENT).
 
-The text fragments feed the same text reader as gRPC (release policy, markdown, barge-in);
-a client that goes away (even after `end`) cancels the stream's generation at once.
+A bad frame at any point (not JSON, nested too deep, a lone surrogate, an unknown type, a bad
+field) ends the stream with its error and 1007: what was buffered is not spoken, and the
+stream's log line and metrics say INVALID_ARGUMENT. The text fragments feed the same text
+reader as gRPC (release policy, markdown, barge-in); a client that goes away (even after
+`end`) cancels the stream's generation at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
-from dataclasses import replace
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketState
 
-from ..convert import AudioOptions, FieldError, StreamSettings
-from ..errors import is_ours
-from ..events import AudioOut, UtteranceEnded
+from ...engine.types import InvalidRequestError
+from ...voices import VoiceLibrary
+from ..client_json import check_json, load_json
+from ..convert import StreamSettings, Validator
+from ..errors import ClientGoneError, ClientStalledError, is_ours
+from ..events import AudioOut, SessionEvent, UtteranceEnded
 from ..synthesis import Synthesis
 from ..text_reader import TextFragment
 from .errors import HTTPFailure, http_failure
-from .openai_fields import FORMAT_ENCODINGS, resolve_voice
-from .speech import synthesis_config
+from .openai_fields import openai_settings, synthesis_config
 
 log = logging.getLogger(__name__)
 
 METHOD = "HTTPSpeechStream"
 _CLOSE_CODES = {400: 1007, 401: 1008, 403: 1008, 429: 1013, 503: 1013}
-
-
-class _Gone(Exception):
-    """The client closed the socket."""
+_MESSAGE_TOO_BIG = 1009
+_STALLED = 1008
+_MAX_REASON_BYTES = 123  # a close frame's payload is 125 bytes, 2 of them the code
 
 
 async def _receive_json(ws: WebSocket) -> dict[str, Any]:
+    """The next message as a JSON object, checked (client_json); ClientGoneError once the
+    client has closed, InvalidRequestError for a bad message."""
     message = await ws.receive()
     if message["type"] == "websocket.disconnect":
-        raise _Gone()
+        if message.get("code") == _MESSAGE_TOO_BIG:
+            raise InvalidRequestError("message", "is over --max-ws-message-bytes (closed 1009)")
+        raise ClientGoneError()
     raw = message.get("text")
     if raw is None:
-        raise FieldError("message", "must be a JSON text frame, not binary")
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        raise FieldError("message", "is not valid JSON") from None
+        raise InvalidRequestError("message", "must be a JSON text frame, not binary")
+    value = load_json(raw, "message")
     if not isinstance(value, dict):
-        raise FieldError("message", "must be a JSON object")
+        raise InvalidRequestError("message", "must be a JSON object")
+    check_json(value, "message", "config." if value.get("type") == "config" else "")
     return value
 
 
 def _fragment(message: dict[str, Any]) -> TextFragment:
     kind = message.get("type")
     if kind == "config":
-        raise FieldError("config", "config may be sent only once, as the first message")
+        raise InvalidRequestError("config", "config may be sent only once, as the first message")
     if kind in ("flush", "clear"):
         return TextFragment("", flush=kind == "flush", clear=kind == "clear")
     if kind != "text":
-        raise FieldError("type", f"must be text, flush, clear or end, got {str(kind)[:20]!r}")
+        raise InvalidRequestError(
+            "type", f"must be text, flush, clear or end, got {str(kind)[:20]!r}"
+        )
     text = message.get("text", "")
     if not isinstance(text, str):
-        raise FieldError("text", "must be a string")
+        raise InvalidRequestError("text", "must be a string")
     flags = {}
     for name in ("flush", "clear"):
         value = message.get(name, False)
         if not isinstance(value, bool):
-            raise FieldError(name, "must be true or false")
+            raise InvalidRequestError(name, "must be true or false")
         flags[name] = value
     return TextFragment(text, **flags)
 
 
-async def _fragments(
-    ws: WebSocket, on_gone: Callable[[], None], watchers: list[asyncio.Future[None]]
-) -> AsyncIterator[TextFragment]:
-    """The text messages after the config, up to `end`; after it a watcher (put in
-    `watchers`, cancelled by the caller) still reads, to notice the client going away."""
-    try:
-        while True:
-            message = await _receive_json(ws)
-            if message.get("type") == "end":
-                break
-            yield _fragment(message)
-    except _Gone:
-        on_gone()
-        return
-    watchers.append(asyncio.ensure_future(_watch_gone(ws, on_gone)))
-
-
-async def _watch_gone(ws: WebSocket, on_gone: Callable[[], None]) -> None:
-    try:
-        while True:
-            await _receive_json(ws)  # anything after `end` is ignored
-    except _Gone:
-        on_gone()
-    except (FieldError, RuntimeError):  # RuntimeError: we closed the socket
-        return
-
-
-def _settings(message: dict[str, Any], synthesis: Synthesis) -> StreamSettings:
-    """The config message as StreamSettings, through the same Validator as gRPC."""
+def ws_settings(
+    message: dict[str, Any], validator: Validator, voices: VoiceLibrary
+) -> StreamSettings:
+    """The config message as StreamSettings: SynthesisConfig's JSON with a named voice and a
+    `response_format` name allowed, through the OpenAI mapping the POST route uses."""
     if message.get("type") != "config":
-        raise FieldError("config", 'the first message must be {"type": "config", ...}')
+        raise InvalidRequestError("config", 'the first message must be {"type": "config", ...}')
     fields = {k: v for k, v in message.items() if k != "type"}
     voice = fields.get("voice")
     named_voice = isinstance(voice, str) or (isinstance(voice, dict) and set(voice) == {"id"})
     if named_voice:
         fields.pop("voice")
-    encoding: str | None = None
-    audio_format = fields.get("audio_format")
-    if isinstance(audio_format, str):
-        if audio_format not in FORMAT_ENCODINGS:
-            raise FieldError(
-                "config.audio_format",
-                f"must be one of {', '.join(FORMAT_ENCODINGS)} or an AudioFormat object",
-            )
-        encoding = FORMAT_ENCODINGS[audio_format][0]
-        fields.pop("audio_format")
-    config = synthesis_config({"config": fields}, prefix="config")
-    if named_voice:
-        config.voice.CopyFrom(resolve_voice(voice, synthesis.voices, "config.voice"))
-    validator = synthesis.validator
-    settings = validator.settings(config, prefix="config")
-    if encoding is not None:
-        if encoding == "OGG_OPUS" and encoding not in validator.supported_encodings:
-            raise FieldError("config.audio_format", "opus is not available here (no PyAV)")
-        rate = settings.audio.sample_rate_hz or validator.model.sample_rate
-        settings = replace(settings, audio=AudioOptions(encoding=encoding, sample_rate_hz=rate))
-    return settings
+    response_format = (
+        fields.pop("audio_format") if isinstance(fields.get("audio_format"), str) else None
+    )
+    return openai_settings(
+        validator,
+        voices,
+        synthesis_config(fields, "config"),
+        "config",
+        voice=voice if named_voice else None,
+        voice_param="config.voice",
+        response_format=response_format,
+        format_param="config.audio_format",
+    )
 
 
-async def _send_error(ws: WebSocket, failed: HTTPFailure) -> None:
-    if ws.application_state != WebSocketState.CONNECTED:
-        return
-    try:
-        await ws.send_text(json.dumps({"type": "error", **failed.body}))
-        await ws.close(_CLOSE_CODES.get(failed.status_code, 1011), failed.message[:120])
-    except Exception:  # noqa: BLE001 - the client is gone already
-        pass
-
-
-async def speech_stream(
-    ws: WebSocket, synthesis: Synthesis, auth_failure: HTTPFailure | None
-) -> None:
-    """Serve one WebSocket stream (the route calls this after its auth check)."""
+async def speech_stream(ws: WebSocket, synthesis: Synthesis) -> None:
+    """Serve one WebSocket stream: the way in, then the text in and the audio out."""
     await ws.accept()
-    retry_ms = synthesis.admission_config.retry_pushback_ms
-    if auth_failure is not None:
-        synthesis.refused(METHOD, auth_failure.status)
-        await _send_error(ws, auth_failure)
-        return
+    # Browsers cannot set headers on a WebSocket: they may pass ?api_key= instead.
+    header = ws.headers.get("authorization")
+    if header is None and "api_key" in ws.query_params:
+        header = "Bearer " + ws.query_params["api_key"]
+
+    async def parse(validator: Validator) -> StreamSettings:
+        return ws_settings(await _receive_json(ws), validator, synthesis.voices)
+
     try:
-        synthesis.check_accepting()
-        settings = _settings(await _receive_json(ws), synthesis)
-    except _Gone:
+        settings = await synthesis.accept(METHOD, header, parse)
+    except ClientGoneError:
         return
     except Exception as exc:
         if not is_ours(exc):
             raise
-        synthesis.refused(METHOD, exc)
-        await _send_error(ws, http_failure(exc, retry_ms))
+        await _end_with_error(ws, synthesis, exc)
         return
 
     gone = False
@@ -200,11 +168,8 @@ async def speech_stream(
             speaker.cancel()
 
     watchers: list[asyncio.Future[None]] = []
-    speaker = asyncio.ensure_future(
-        _speak(
-            ws, synthesis, settings, _fragments(ws, on_gone, watchers), on_gone, retry_ms, closing
-        )
-    )
+    fragments = _fragments(ws, on_gone, watchers)
+    speaker = asyncio.ensure_future(_speak(ws, synthesis, settings, fragments, on_gone, closing))
     try:
         await asyncio.wait({speaker})
     finally:
@@ -219,18 +184,47 @@ async def speech_stream(
         raise speaker.exception()  # type: ignore[misc]
 
 
+async def _fragments(
+    ws: WebSocket, on_gone: Callable[[], None], watchers: list[asyncio.Future[None]]
+) -> AsyncIterator[TextFragment]:
+    """The text messages after the config, up to `end`; after it a watcher (put in
+    `watchers`, cancelled by the caller) still reads, to notice the client going away."""
+    try:
+        while True:
+            message = await _receive_json(ws)
+            if message.get("type") == "end":
+                break
+            yield _fragment(message)
+    except ClientGoneError:
+        on_gone()
+        return
+    watchers.append(asyncio.ensure_future(_watch_gone(ws, on_gone)))
+
+
+async def _watch_gone(ws: WebSocket, on_gone: Callable[[], None]) -> None:
+    while True:
+        try:
+            await _receive_json(ws)  # anything after `end` is ignored
+        except ClientGoneError:
+            on_gone()
+            return
+        except InvalidRequestError:
+            if ws.client_state == WebSocketState.DISCONNECTED:  # closed 1009
+                on_gone()
+                return
+        except RuntimeError:  # we closed the socket (starlette's WebSocketDisconnected)
+            return
+
+
 async def _speak(
     ws: WebSocket,
     synthesis: Synthesis,
     settings: StreamSettings,
     fragments: AsyncIterator[TextFragment],
     on_gone: Callable[[], None],
-    retry_ms: int,
     closing: list[bool],
 ) -> None:
-    num_utterances, audio_s, num_tokens = 0, 0.0, 0
-
-    async def send(data: bytes | str) -> None:
+    async def write(data: bytes | str) -> None:
         try:
             if isinstance(data, bytes):
                 await ws.send_bytes(data)
@@ -240,31 +234,65 @@ async def _speak(
             on_gone()  # cancels this task: the stream ends CANCELLED, as on a read
             raise asyncio.CancelledError() from None
 
+    async def send(event: SessionEvent) -> None:
+        if isinstance(event, AudioOut):
+            await write(event.data)
+        else:
+            assert isinstance(event, UtteranceEnded)
+            await write(json.dumps(_utterance_end(event)))
+
     try:
-        async with aclosing(synthesis.stream(METHOD, fragments, settings)) as events:
-            async for event in events:
-                if isinstance(event, AudioOut):
-                    await send(event.data)
-                    continue
-                num_utterances += 1
-                audio_s += event.audio_duration_s
-                num_tokens += event.done.num_tokens
-                await send(json.dumps(_utterance_end(event)))
+        record = await synthesis.stream(METHOD, fragments, settings, send)
+        done = {
+            "type": "done",
+            "num_utterances": record.num_utterances,
+            "audio_duration_s": record.audio_s,
+            "num_tokens": record.num_tokens,
+        }
+        await synthesis.deliver(write(json.dumps(done)))
     except Exception as exc:
         if not is_ours(exc):
             raise
         closing.append(True)
-        await _send_error(ws, http_failure(exc, retry_ms))
+        await _end_with_error(ws, synthesis, exc)
         return
-    done = {
-        "type": "done",
-        "num_utterances": num_utterances,
-        "audio_duration_s": audio_s,
-        "num_tokens": num_tokens,
-    }
-    await send(json.dumps(done))
     closing.append(True)
-    await ws.close(1000)
+    await _close(ws, synthesis, 1000, "")
+
+
+async def _end_with_error(ws: WebSocket, synthesis: Synthesis, exc: BaseException) -> None:
+    """The error message, then the close code for it; a stalled client gets only the close
+    (1008 with the reason), since it reads nothing. Every write is under the stall timeout."""
+    failed: HTTPFailure = http_failure(exc, synthesis.retry_pushback_ms)
+    if isinstance(exc, ClientStalledError):
+        await _close(ws, synthesis, _STALLED, failed.message)
+        return
+    if _gone(ws):
+        return
+    try:
+        await synthesis.deliver(ws.send_text(json.dumps({"type": "error", **failed.body})))
+    except ClientStalledError:
+        pass
+    except Exception:  # noqa: BLE001 - the client is gone already
+        return
+    await _close(ws, synthesis, _CLOSE_CODES.get(failed.status_code, 1011), failed.message)
+
+
+async def _close(ws: WebSocket, synthesis: Synthesis, code: int, reason: str) -> None:
+    if _gone(ws):
+        return
+    reason = reason.encode()[:_MAX_REASON_BYTES].decode(errors="ignore")
+    # The close frame waits behind unread audio: given up after the stall timeout (the slot
+    # is free already), and uvicorn closes the connection when we return.
+    with contextlib.suppress(Exception):  # gone, or still not reading
+        await synthesis.deliver(ws.close(code, reason))
+
+
+def _gone(ws: WebSocket) -> bool:
+    return (
+        ws.application_state != WebSocketState.CONNECTED
+        or ws.client_state == WebSocketState.DISCONNECTED
+    )
 
 
 def _utterance_end(event: UtteranceEnded) -> dict[str, Any]:
