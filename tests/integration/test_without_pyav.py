@@ -62,11 +62,9 @@ def _env_with(no_pyav_path: str) -> dict[str, str]:
 def test_pyav_is_installed_here_so_the_blocker_is_what_hides_it() -> None:
     import av  # noqa: F401 - the premise of this file: without the blocker it imports
 
-    from chattts_server.audio import encoding, opus
+    from chattts_server.audio import encoding
 
     assert "OGG_OPUS" in encoding.available_encodings()
-    # encoding.py keeps libopus's rates itself so that it need not import opus.py (and PyAV).
-    assert encoding._OPUS_ENCODER_RATES == opus.OPUS_ENCODER_RATES
 
 
 def test_the_server_package_imports_without_pyav_and_refuses_ogg_opus(no_pyav_path: str) -> None:
@@ -81,16 +79,17 @@ def test_the_server_package_imports_without_pyav_and_refuses_ogg_opus(no_pyav_pa
             raise SystemExit("the blocker did not hide PyAV")
         assert importlib.util.find_spec("av") is None
         import chattts_server.main, chattts_server.server, chattts_server.api.session
+        import chattts_server.audio.opus  # its rate table is there without PyAV
         from chattts_server.audio.encoding import (
             EncodingUnavailable, available_encodings, make_encoder,
         )
         assert "av" not in sys.modules, "something imported PyAV at start-up"
         assert "OGG_OPUS" not in available_encodings(), available_encodings()
         assert "LINEAR16" in available_encodings()
-        chunk = make_encoder("LINEAR16", 16000).encode(__import__("numpy").zeros(2400, "f4"))
+        chunk = make_encoder("LINEAR16", 16000, 24000).encode(__import__("numpy").zeros(2400, "f4"))
         assert len(chunk.data) == 2 * chunk.num_samples > 0
         try:
-            make_encoder("OGG_OPUS", 24000)
+            make_encoder("OGG_OPUS", 24000, 24000)
         except EncodingUnavailable as exc:
             print("refused:", exc)
         else:
