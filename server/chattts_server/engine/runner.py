@@ -26,7 +26,7 @@ from ..model.hifigan import HiFiGANVocoder
 from ..model.kv_cache import SlotKVCache
 from ..model.llama import DecodeBatch, LlamaDecoder, PromptRun
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
-from ..model.receptive_field import FRAMES_PER_TOKEN
+from ..model.audio_constants import FRAMES_PER_TOKEN
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
 from .chunking import ChunkingConfig
@@ -197,12 +197,14 @@ class ModelRunner:
 
     @property
     def info(self) -> ModelInfo:
-        """What the loaded model is; the linear modes are final after `warmup`."""
-        shapes = self.modules.shapes
+        """What the loaded model is; the linear modes are final after `warmup`. The audio
+        figures are the vocoder's in use (a HiFi-GAN checkpoint has its own rate and hop)."""
+        vocoder = self.audio.vocoder
+        config = self.config
         return ModelInfo(
-            sample_rate=shapes.vocos.sample_rate,
-            samples_per_token=FRAMES_PER_TOKEN * self.audio.hop_length,
-            speaker_dim=shapes.gpt.hidden_size,
+            sample_rate=vocoder.sample_rate,
+            samples_per_token=FRAMES_PER_TOKEN * vocoder.hop_length,
+            speaker_dim=self.modules.shapes.gpt.hidden_size,
             num_vq=self.num_vq,
             num_audio_codes=self.num_audio_tokens,
             max_new_tokens=self.config.max_new_tokens,
@@ -214,6 +216,9 @@ class ModelRunner:
                 "off" if self.graphs is None else "cuda" if self.graphs.capture else "eager"
             ),
             decode_graphs_error=self.graphs_error,
+            chunking=ChunkingOptions(
+                config.first_chunk_tokens, config.max_chunk_tokens, config.lookahead_tokens
+            ),
         )
 
     @classmethod
