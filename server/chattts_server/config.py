@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-
 QUANTIZE_CHOICES = ("none", "bf16", "int8", "auto")
 """Linear-mode families `--quantize` allows: lossless only, bf16, int8, or any within budget."""
 MIN_SNR_DB = 30.0

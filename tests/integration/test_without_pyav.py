@@ -9,6 +9,7 @@ as on a machine without it.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -56,7 +57,10 @@ def no_pyav_path(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _env_with(no_pyav_path: str) -> dict[str, str]:
-    return launcher.server_env({"PYTHONPATH": no_pyav_path})
+    # The blocker first, then this checkout's server (not whatever is installed).
+    env = launcher.server_env()
+    env["PYTHONPATH"] = os.pathsep.join([no_pyav_path, env["PYTHONPATH"]])
+    return env
 
 
 def test_pyav_is_installed_here_so_the_blocker_is_what_hides_it() -> None:
