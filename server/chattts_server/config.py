@@ -5,6 +5,10 @@ its choices or bounds. From that `build_parser` makes the command line (`--max-s
 `EngineConfig.max_streams`), `config_from_args` maps it back, and `validate` checks every
 bound; only rules between fields are written out, in each section's `check`. No module reads
 the environment at import time; `main` builds a `ServerConfig` and hands it to whoever needs it.
+
+This module is a leaf: it imports nothing of the server. The defaults it shows that other layers
+also use (the chunk schedule, the quantize policy) are defined here and imported from here
+(tests/unit/test_import_graph.py holds both rules).
 """
 
 from __future__ import annotations
@@ -16,8 +20,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engine.chunking import ChunkingConfig
-from .model.quantize_policy import MIN_SNR_DB, QUANTIZE_CHOICES
+QUANTIZE_CHOICES = ("none", "bf16", "int8", "auto")
+"""Linear-mode families `--quantize` allows: lossless only, bf16, int8, or any within budget."""
+MIN_SNR_DB = 30.0
+"""A lossy mode serves under `auto` only if its hidden states are within this SNR of the
+lossless mode's (autotune at warm-up; bench/bench_quality.py reports against it)."""
+
+FIRST_CHUNK_TOKENS = 8
+"""New tokens in a stream's first audio chunk: small, for a short time to first audio."""
+MAX_CHUNK_TOKENS = 32
+"""Cap on new tokens per chunk (chunks grow from the first up to it): bounds the per-chunk cost
+and the gap between chunks."""
+LOOKAHEAD_TOKENS = 8
+"""Tokens past a chunk's end that must exist before it is decoded, latency against accuracy:
+8 gives >= 60 dB SNR against offline audio in bench/bench_lookahead.py for +171 ms to first
+audio."""
+CHUNK_TOKEN_BOUNDS = {
+    "first_chunk_tokens": (1, 512),
+    "max_chunk_tokens": (1, 1024),
+    "lookahead_tokens": (0, 128),
+}
+"""Inclusive bounds of the chunk schedule, for the server's flags and for one request's
+`SynthesisConfig.chunking` alike."""
+
+DEV_MODEL_CACHE = Path("~/.cache/chattts-stream/dev-models")
+"""Where dev models are built unless told otherwise; `~` is expanded where it is used, so no
+home directory is looked up at import."""
 
 
 class ConfigError(ValueError):
@@ -60,8 +88,7 @@ class ModelConfig:
         choices=("tiny", "full"),
     )
     dev_model_cache: Path = option(
-        Path.home() / ".cache" / "chattts-stream" / "dev-models",
-        "where dev models are built once and reused",
+        DEV_MODEL_CACHE, "where dev models are built once and reused (~ is expanded)"
     )
     allow_unverified: bool = option(
         False, "load model files that do not match ChatTTS's sha256 map"
@@ -121,23 +148,20 @@ class EngineConfig:
         8, "audio chunks buffered per stream before it waits for its reader", bounds=(1, 1024)
     )
     warmup: bool = option(True, "skip the start-up warm-up generation")
-    first_chunk_tokens: int | None = option(
-        None,
-        "tokens in the first audio chunk",
-        bounds=(1, 512),
-        unset=f"the streaming decoder's {ChunkingConfig.first_chunk_tokens}",
+    first_chunk_tokens: int = option(
+        FIRST_CHUNK_TOKENS,
+        "audio tokens in an utterance's first chunk; a request may set its own",
+        bounds=CHUNK_TOKEN_BOUNDS["first_chunk_tokens"],
     )
-    max_chunk_tokens: int | None = option(
-        None,
-        "cap on tokens per audio chunk",
-        bounds=(1, 1024),
-        unset=f"the streaming decoder's {ChunkingConfig.max_chunk_tokens}",
+    max_chunk_tokens: int = option(
+        MAX_CHUNK_TOKENS,
+        "cap on audio tokens per chunk; a request may set its own",
+        bounds=CHUNK_TOKEN_BOUNDS["max_chunk_tokens"],
     )
-    lookahead_tokens: int | None = option(
-        None,
-        "tokens of lookahead per chunk",
-        bounds=(0, 128),
-        unset=f"the streaming decoder's {ChunkingConfig.lookahead_tokens}",
+    lookahead_tokens: int = option(
+        LOOKAHEAD_TOKENS,
+        "tokens generated past a chunk before it is decoded; a request may set its own",
+        bounds=CHUNK_TOKEN_BOUNDS["lookahead_tokens"],
     )
     vocoder: str = option(
         "vocos",
@@ -155,6 +179,10 @@ class EngineConfig:
 
     def check(self) -> None:
         _check(self.max_new_tokens < self.max_tokens, "--max-new-tokens must be < --max-tokens")
+        _check(
+            self.first_chunk_tokens <= self.max_chunk_tokens,
+            "--first-chunk-tokens must be <= --max-chunk-tokens",
+        )
         _check(
             self.vocoder != "hifigan" or self.hifigan_checkpoint is not None,
             "--vocoder hifigan needs --hifigan-checkpoint",

@@ -25,7 +25,7 @@ from chattts_server.config import (
 )
 from chattts_server.engine.engine import ChatTTSEngine
 from chattts_server.engine.step_io import ModelOutput, PreparedPrompt, SchedulerOutput
-from chattts_server.engine.types import UtteranceRequest
+from chattts_server.engine.types import EngineError, UtteranceRequest
 from chattts_server.server import TTSServer
 
 __all__ = [
@@ -148,7 +148,7 @@ class FaultyRunner:
         output = self.inner.execute(plan)
         for slot_id in plan.slot_ids:
             if self.fail_text and self.fail_text in self._slot_texts.get(slot_id, ""):
-                output.failed[slot_id] = f"injected {self.fail_text} failure"
+                output.failed[slot_id] = EngineError(f"injected {self.fail_text} failure")
                 output.audio.pop(slot_id, None)
         return output
 

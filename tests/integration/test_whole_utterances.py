@@ -31,10 +31,12 @@ def eager_to_end(tiny_model_dir):
         runner = ModelRunner.load(config.model, config.engine)
         sample, eos = runner.code_sampler.sample, runner.eos_code
 
-        def prefer_end(slot_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+        def prefer_end(
+            slot_ids: list[int], logits: torch.Tensor, num_generated: list[int]
+        ) -> torch.Tensor:
             logits = logits.clone()
             logits[..., eos] += 1e4
-            return sample(slot_ids, logits)
+            return sample(slot_ids, logits, num_generated)
 
         runner.code_sampler.sample = prefer_end  # type: ignore[method-assign]
         return runner

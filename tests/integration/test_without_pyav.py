@@ -74,11 +74,9 @@ def _env_with(no_pyav_path: str) -> dict[str, str]:
 def test_pyav_is_installed_here_so_the_blocker_is_what_hides_it() -> None:
     import av  # noqa: F401 - the premise of this file: without the blocker it imports
 
-    from chattts_server.audio import encoding, opus
+    from chattts_server.audio import encoding
 
     assert "OGG_OPUS" in encoding.available_encodings()
-    # encoding.py keeps libopus's rates itself so that it need not import opus.py (and PyAV).
-    assert encoding._OPUS_ENCODER_RATES == opus.OPUS_ENCODER_RATES
 
 
 def test_the_server_package_imports_without_pyav_and_refuses_what_needs_it(
@@ -96,16 +94,17 @@ def test_the_server_package_imports_without_pyav_and_refuses_what_needs_it(
         assert importlib.util.find_spec("av") is None
         import chattts_server.main, chattts_server.server, chattts_server.api.session
         from chattts_server.audio.containers import CONTAINER_ENCODINGS
+        import chattts_server.audio.opus  # its rate table is there without PyAV
         from chattts_server.audio.encoding import (
             SUPPORTED_ENCODINGS, EncodingUnavailable, available_encodings, make_encoder,
         )
         assert "av" not in sys.modules, "something imported PyAV at start-up"
         served = available_encodings(SUPPORTED_ENCODINGS + CONTAINER_ENCODINGS)
         assert set(served) == {"LINEAR16", "MULAW", "ALAW", "FLOAT32", "WAV"}, served
-        chunk = make_encoder("LINEAR16", 16000).encode(__import__("numpy").zeros(2400, "f4"))
+        chunk = make_encoder("LINEAR16", 16000, 24000).encode(__import__("numpy").zeros(2400, "f4"))
         assert len(chunk.data) == 2 * chunk.num_samples > 0
         try:
-            make_encoder("OGG_OPUS", 24000)
+            make_encoder("OGG_OPUS", 24000, 24000)
         except EncodingUnavailable as exc:
             print("refused:", exc)
         else:

@@ -157,13 +157,13 @@ def test_g711_decodes_with_ffmpeg(ours, codec) -> None:
 @pytest.mark.parametrize("rate_hz", SUPPORTED_SAMPLE_RATES)
 def test_linear16_at_every_rate(rate_hz: int) -> None:
     pcm = _tone(SOURCE_RATE_HZ + 11)
-    chunks = _encode_in_chunks(make_encoder("LINEAR16", rate_hz), pcm, seed=rate_hz)
+    chunks = _encode_in_chunks(make_encoder("LINEAR16", rate_hz, SOURCE_RATE_HZ), pcm, seed=rate_hz)
     data = b"".join(c.data for c in chunks)
     num_samples = sum(c.num_samples for c in chunks)
 
     assert len(data) == 2 * num_samples
     assert abs(num_samples - pcm.size * rate_hz / SOURCE_RATE_HZ) <= 1
-    whole = make_encoder("LINEAR16", rate_hz)
+    whole = make_encoder("LINEAR16", rate_hz, SOURCE_RATE_HZ)
     whole_data = whole.encode(pcm).data + whole.flush().data
     chunked16 = np.frombuffer(data, dtype="<i2").astype(np.int32)
     whole16 = np.frombuffer(whole_data, dtype="<i2").astype(np.int32)
@@ -188,7 +188,7 @@ def test_linear16_at_every_rate(rate_hz: int) -> None:
 )
 def test_pcm_encodings_decode_to_the_input(encoding: str, rate_hz: int, tolerance: float) -> None:
     pcm = _tone(SOURCE_RATE_HZ // 2)
-    encoder = make_encoder(encoding, rate_hz)
+    encoder = make_encoder(encoding, rate_hz, SOURCE_RATE_HZ)
     assert encoder.encoding == encoding and encoder.sample_rate_hz == rate_hz
     chunks = _encode_in_chunks(encoder, pcm, seed=1)
     data = b"".join(c.data for c in chunks)
@@ -204,30 +204,30 @@ def test_pcm_encodings_decode_to_the_input(encoding: str, rate_hz: int, toleranc
 @pytest.mark.parametrize("encoding", ["LINEAR16", "MULAW", "ALAW", "FLOAT32"])
 def test_chunking_is_invisible_at_the_source_rate(encoding: str) -> None:
     pcm = _tone(SOURCE_RATE_HZ, amplitude=0.9) + np.float32(0.01)
-    chunked = _encode_in_chunks(make_encoder(encoding, SOURCE_RATE_HZ), pcm, seed=2)
-    whole = make_encoder(encoding, SOURCE_RATE_HZ)
+    chunked = _encode_in_chunks(make_encoder(encoding, SOURCE_RATE_HZ, SOURCE_RATE_HZ), pcm, seed=2)
+    whole = make_encoder(encoding, SOURCE_RATE_HZ, SOURCE_RATE_HZ)
     assert b"".join(c.data for c in chunked) == whole.encode(pcm).data + whole.flush().data
     assert sum(c.num_samples for c in chunked) == pcm.size
 
 
 def test_clipping() -> None:
     pcm = np.array([1.5, -1.5, 1.0, -1.0, 0.0, 1e-6], dtype=np.float32)
-    linear16 = make_encoder("LINEAR16", SOURCE_RATE_HZ).encode(pcm).data
+    linear16 = make_encoder("LINEAR16", SOURCE_RATE_HZ, SOURCE_RATE_HZ).encode(pcm).data
     assert np.frombuffer(linear16, dtype="<i2").tolist() == [32767, -32767, 32767, -32767, 0, 0]
-    float32 = make_encoder("FLOAT32", SOURCE_RATE_HZ).encode(pcm).data
+    float32 = make_encoder("FLOAT32", SOURCE_RATE_HZ, SOURCE_RATE_HZ).encode(pcm).data
     assert np.frombuffer(float32, dtype="<f4").tolist() == pytest.approx(
         [1.0, -1.0, 1.0, -1.0, 0.0, 1e-6]
     )
-    mulaw = make_encoder("MULAW", SOURCE_RATE_HZ).encode(pcm).data
+    mulaw = make_encoder("MULAW", SOURCE_RATE_HZ, SOURCE_RATE_HZ).encode(pcm).data
     assert mulaw[:2] == bytes(linear_to_ulaw(np.array([32767, -32767], dtype=np.int16)))
 
 
 def test_make_encoder_rejects_unsupported() -> None:
     assert set(SUPPORTED_ENCODINGS) == {"LINEAR16", "MULAW", "ALAW", "OGG_OPUS", "FLOAT32"}
     with pytest.raises(ValueError):
-        make_encoder("MP3", 24000)
+        make_encoder("MP3", 24000, SOURCE_RATE_HZ)
     with pytest.raises(ValueError):
-        make_encoder("LINEAR16", 32000)
+        make_encoder("LINEAR16", 32000, SOURCE_RATE_HZ)
 
 
 # ---- Ogg Opus ----------------------------------------------------------------------------------
@@ -289,7 +289,7 @@ def test_ogg_crc_matches_bitwise_reference() -> None:
 @pytest.mark.parametrize("rate_hz", SUPPORTED_SAMPLE_RATES)
 def test_ogg_opus_decodes_to_the_input(rate_hz: int) -> None:
     pcm = _tone(SOURCE_RATE_HZ + 123)
-    encoder = make_encoder("OGG_OPUS", rate_hz)
+    encoder = make_encoder("OGG_OPUS", rate_hz, SOURCE_RATE_HZ)
     opus_rate_hz = rate_hz if rate_hz in (8000, 16000, 24000, 48000) else 48000
     assert encoder.sample_rate_hz == opus_rate_hz
     chunks = _encode_in_chunks(encoder, pcm, seed=rate_hz)
@@ -329,7 +329,7 @@ def test_ogg_opus_streams_every_chunk() -> None:
     what a decoder gets from the bytes so far."""
     rate_hz = 24000
     frame_size = 480
-    encoder = make_encoder("OGG_OPUS", rate_hz)
+    encoder = make_encoder("OGG_OPUS", rate_hz, SOURCE_RATE_HZ)
     pcm = _tone(rate_hz)
     received, num_samples_so_far = b"", 0
     for k, start in enumerate(range(0, pcm.size, 2400)):
@@ -361,7 +361,7 @@ def test_ogg_opus_partial_frames_wait() -> None:
 
 
 def test_ogg_opus_empty_stream_is_valid() -> None:
-    encoder = make_encoder("OGG_OPUS", 48000)
+    encoder = make_encoder("OGG_OPUS", 48000, SOURCE_RATE_HZ)
     chunk = encoder.flush()
     assert chunk.num_samples == 0
     decoded, _ = _decode_opus_with_ffmpeg(chunk.data)

@@ -30,7 +30,7 @@ FLAGS = {
     "--max-connection-age-grace-s": 60.0,
     "--model-dir": None,
     "--dev-model": "tiny",
-    "--dev-model-cache": str(ModelConfig().dev_model_cache),
+    "--dev-model-cache": "~/.cache/chattts-stream/dev-models",  # expanded where it is used
     "--allow-unverified": False,
     "--device": "auto",
     "--dtype": "auto",
@@ -44,9 +44,9 @@ FLAGS = {
     "--prefill-chunk-tokens": 256,
     "--output-buffer-chunks": 8,
     "--no-warmup": False,
-    "--first-chunk-tokens": None,
-    "--max-chunk-tokens": None,
-    "--lookahead-tokens": None,
+    "--first-chunk-tokens": 8,  # None (the decoder's 8, 32, 8) until config held the defaults
+    "--max-chunk-tokens": 32,
+    "--lookahead-tokens": 8,
     "--vocoder": "vocos",
     "--hifigan-checkpoint": None,
     "--cuda-graphs": "on",
@@ -94,7 +94,7 @@ def test_every_kind_of_flag_maps_back_to_its_field() -> None:
     assert not cfg.engine.warmup and not cfg.engine.cuda_graphs and not cfg.security.reflection
     assert cfg.model.quantize == "int8" and cfg.engine.first_chunk_tokens == 4
     assert cfg.voices_dir == Path("/v") and cfg.log_level == "DEBUG"
-    assert cfg.network.http_port == 8000 and cfg.engine.max_chunk_tokens is None
+    assert cfg.network.http_port == 8000 and cfg.engine.max_chunk_tokens == 32
 
 
 @pytest.mark.parametrize(
@@ -104,6 +104,7 @@ def test_every_kind_of_flag_maps_back_to_its_field() -> None:
         (["--port", "70000"], "--port must be in [0, 65535]"),
         (["--keepalive-time-s", "0.5"], "--keepalive-time-s must be >= 1"),
         (["--lookahead-tokens", "129"], "--lookahead-tokens must be in [0, 128]"),
+        (["--first-chunk-tokens", "40"], "--first-chunk-tokens must be <= --max-chunk-tokens"),
         (["--max-new-tokens", "2000"], "--max-new-tokens must be < --max-tokens"),
         (["--max-stream-chars", "10"], "--max-stream-chars must be >= --max-text-chars"),
         (["--vocoder", "hifigan"], "--vocoder hifigan needs --hifigan-checkpoint"),

@@ -1,5 +1,7 @@
 """The packages' import graph: no module of server/ or client/ imports, directly or through
-others, a module that imports it back (cycles make import order matter and hide layering).
+others, a module that imports it back (cycles make import order matter and hide layering);
+`config` reaches nothing of `engine/` or `model/` (they import their defaults from it); and no
+server module reads the environment when it is imported.
 
 Imports are read from the source with `ast`: every `import` and `from ... import` at module
 level or inside functions, except under `if TYPE_CHECKING:` (annotations only, never run).
@@ -8,7 +10,12 @@ level or inside functions, except under `if TYPE_CHECKING:` (annotations only, n
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
+
+from chattts_devtools import launcher
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = {"chattts_server": REPO / "server", "chattts_client": REPO / "client"}
@@ -109,3 +116,75 @@ def test_the_client_never_imports_the_server() -> None:
     assert client and not {
         m for m, deps in client.items() if any("chattts_server" in d for d in deps)
     }
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_config_reaches_nothing_of_engine_or_model() -> None:
+    reached = _reachable(_graph(), "chattts_server.config")
+    upward = sorted(
+        m for m in reached if m.startswith(("chattts_server.engine", "chattts_server.model"))
+    )
+    assert not upward, f"config imports {upward}: move the default into config instead"
+
+
+def test_the_reach_finder_follows_chains() -> None:
+    assert _reachable({"a": {"b"}, "b": {"c"}, "c": set()}, "a") == {"b", "c"}
+
+
+# Imports every chattts_server module with os.environ reads recorded: a read whose nearest
+# caller outside the standard library is a chattts_server file (Path.home() included) is one
+# that module made at import. Reads by third-party packages they import are theirs.
+_ENV_PROBE = textwrap.dedent(
+    """
+    import importlib, os, pkgutil, sys, sysconfig
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    reads = []
+
+    def record(key):
+        frame = sys._getframe(2)
+        while frame and (frame.f_code.co_filename.startswith((stdlib, "<frozen"))):
+            frame = frame.f_back
+        if frame and "/chattts_server/" in frame.f_code.co_filename:
+            reads.append(f"{frame.f_code.co_filename}:{frame.f_lineno} reads {key!r}")
+
+    environ = type(os.environ)
+    getitem, iterate = environ.__getitem__, environ.__iter__
+
+    def probed_getitem(self, key):
+        record(key)
+        return getitem(self, key)
+
+    def probed_iter(self):
+        record("*")
+        return iterate(self)
+
+    environ.__getitem__, environ.__iter__ = probed_getitem, probed_iter
+    import chattts_server
+
+    for info in pkgutil.walk_packages(chattts_server.__path__, "chattts_server."):
+        importlib.import_module(info.name)
+    print("\\n".join(reads) or "no reads")
+    """
+)
+
+
+def test_no_server_module_reads_the_environment_at_import() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _ENV_PROBE],
+        env=launcher.server_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "no reads"

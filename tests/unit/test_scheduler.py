@@ -1,26 +1,30 @@
 """Scheduler unit tests: plain objects, no tensors. The runner's side of each step is a
-hand-written `ModelOutput` (what it sampled), so each test reads as one step of the contract."""
+hand-written `ModelOutput` (what it sampled, flushed, prepared), so each test reads as one step
+of the contract."""
 
+import numpy as np
 import pytest
 
 from chattts_server.engine.request import EngineRequest, RequestStatus
 from chattts_server.engine.scheduler import Scheduler
-from chattts_server.engine.step_io import ModelOutput, PreparedPrompt, Sampled
-from chattts_server.engine.types import InvalidRequestError
+from chattts_server.engine.step_io import FinishedAudio, ModelOutput, PreparedPrompt, Sampled
+from chattts_server.engine.types import EngineError, InvalidRequestError
 
-SCHEDULER = Scheduler(num_slots=1, max_tokens=4096, prefill_chunk_tokens=64)
+END = FinishedAudio(pcm=np.zeros(0, np.float32), text="", codes=np.zeros((0, 4), np.int64))
 
 
-def req(name: str, prompt_len: int = 10, max_new: int = 20, final: bool = True) -> EngineRequest:
-    """A request whose first pass has begun, as `EngineCore.add_request` leaves it."""
+def add(
+    s: Scheduler, name: str, prompt_len: int = 10, max_new: int = 20, final: bool = True
+) -> EngineRequest:
+    """A request queued with its first pass, as `EngineCore.add_request` leaves it."""
     request = EngineRequest(name, submitted_at=0.0)
-    SCHEDULER.begin_pass(request, PreparedPrompt(prompt_len, max_new, final=final))
+    s.add(request, PreparedPrompt(prompt_len, max_new, final=final))
     return request
 
 
 def budget(s: Scheduler, prompt_len: int, max_new: int | None, min_new: int = 0) -> int:
     request = EngineRequest("budget", submitted_at=0.0)
-    s.begin_pass(request, PreparedPrompt(prompt_len, max_new, min_new))
+    s.add(request, PreparedPrompt(prompt_len, max_new, min_new))
     return request.max_new_tokens
 
 
@@ -34,9 +38,7 @@ def prefilled(s: Scheduler, *requests: EngineRequest) -> None:
 
 def test_admits_into_free_slots_lowest_first_and_queues_the_rest():
     s = Scheduler(num_slots=2, max_tokens=100, prefill_chunk_tokens=64)
-    a, b, c = req("a"), req("b"), req("c")
-    for x in (a, b, c):
-        s.add(x)
+    _, _, c = add(s, "a"), add(s, "b"), add(s, "c")
     plan = s.schedule()
     assert [(n.request_id, n.slot_id) for n in plan.new_slots] == [("a", 0), ("b", 1)]
     assert [ch.slot_id for ch in plan.prefill] == [0, 1]
@@ -47,8 +49,7 @@ def test_admits_into_free_slots_lowest_first_and_queues_the_rest():
 
 def test_prefill_is_chunked_within_the_step_budget():
     s = Scheduler(num_slots=2, max_tokens=200, prefill_chunk_tokens=16)
-    a = req("a", prompt_len=40)
-    s.add(a)
+    a = add(s, "a", prompt_len=40)
     starts = []
     for _ in range(3):
         plan = s.schedule()
@@ -60,45 +61,53 @@ def test_prefill_is_chunked_within_the_step_budget():
     assert starts == [(0, 16, False), (16, 16, False), (32, 8, True)]
     assert a.num_generated == 1
     plan = s.schedule()
-    assert [(r.slot_id, r.position) for r in plan.decode] == [(0, 40)]
+    # The decode row carries the pass's one token count, the sampler's as well.
+    assert [(r.slot_id, r.position, r.num_generated) for r in plan.decode] == [(0, 40, 1)]
 
 
 def test_end_token_finishes_with_eos_and_the_budget_with_max_tokens():
     s = Scheduler(num_slots=2, max_tokens=100, prefill_chunk_tokens=64)
-    a, b = req("a", max_new=5), req("b", max_new=3)
-    s.add(a)
-    s.add(b)
+    a, b = add(s, "a", max_new=5), add(s, "b", max_new=3)
     prefilled(s, a, b)
     plan = s.schedule()
     decisions = s.update_from_output(
         plan, ModelOutput(sampled=[Sampled(0, True), Sampled(1, False)])
     )
-    assert decisions.finished == [a] and a.finish_reason == "eos"
+    assert decisions.finished == [] and a.pass_end == "eos"
+    # The next plan flushes 'a' (its slot is free from then on) and decodes 'b' alone.
     plan = s.schedule()
-    decisions = s.update_from_output(plan, ModelOutput(sampled=[Sampled(1, False)]))
-    assert decisions.finished == [b] and b.finish_reason == "max_tokens"
-    assert b.num_generated == 3 and s.num_free_slots == 2
+    assert plan.finished == [0] and [r.slot_id for r in plan.decode] == [1]
+    assert a.finish_reason == "eos" and a.status is RequestStatus.FINISHED
+    decisions = s.update_from_output(
+        plan, ModelOutput(sampled=[Sampled(1, False)], finished={0: END})
+    )
+    assert decisions.finished == [(a, END)] and b.pass_end == "max_tokens"
+    plan = s.schedule()
+    assert plan.finished == [1] and plan.decode == [] and plan.has_model_work
+    assert s.update_from_output(plan, ModelOutput(finished={1: END})).finished == [(b, END)]
+    assert b.finish_reason == "max_tokens" and b.num_generated == 3
+    assert s.num_free_slots == 2 and not s.has_requests
 
 
-def test_finished_slot_is_reused_by_the_waiting_request():
+def test_finished_slot_is_reused_by_the_waiting_request_in_its_flush_plan():
     s = Scheduler(num_slots=1, max_tokens=100, prefill_chunk_tokens=64)
-    a, b = req("a"), req("b")
-    s.add(a)
-    s.add(b)
+    a, b = add(s, "a"), add(s, "b")
     prefilled(s, a)
     plan = s.schedule()
     s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, True)]))
-    assert a.status is RequestStatus.FINISHED
     plan = s.schedule()
-    assert plan.released == []  # a finished normally: the core flushed it already
+    # 'a' finished normally: flushed (not released), and its slot taken by 'b' in the same step.
+    assert plan.finished == [0] and plan.released == []
     assert plan.new_slots[0].request_id == "b" and b.slot_id == 0
+    decisions = s.update_from_output(
+        plan, ModelOutput(sampled=[Sampled(0, False)], finished={0: END})
+    )
+    assert decisions.finished == [(a, END)] and b.num_generated == 1
 
 
 def test_cancel_frees_the_slot_at_the_next_schedule_before_any_work():
     s = Scheduler(num_slots=1, max_tokens=100, prefill_chunk_tokens=64)
-    a, b = req("a"), req("b")
-    s.add(a)
-    s.add(b)
+    a, b = add(s, "a"), add(s, "b")
     prefilled(s, a)
     s.cancel(a)
     plan = s.schedule()
@@ -107,11 +116,20 @@ def test_cancel_frees_the_slot_at_the_next_schedule_before_any_work():
     assert plan.new_slots[0].request_id == "b" and b.slot_id == 0
 
 
+def test_cancel_after_the_end_token_releases_instead_of_flushing():
+    s = Scheduler(num_slots=1, max_tokens=100, prefill_chunk_tokens=64)
+    a = add(s, "a")
+    prefilled(s, a)
+    plan = s.schedule()
+    s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, True)]))
+    s.cancel(a)
+    plan = s.schedule()
+    assert plan.released == [0] and plan.finished == [] and a.finish_reason == "cancelled"
+
+
 def test_cancel_while_waiting_never_takes_a_slot():
     s = Scheduler(num_slots=1, max_tokens=100, prefill_chunk_tokens=64)
-    a, b = req("a"), req("b")
-    s.add(a)
-    s.add(b)
+    _, b = add(s, "a"), add(s, "b")
     s.cancel(b)
     plan = s.schedule()
     assert plan.discarded == ["b"] and b.status is RequestStatus.FINISHED
@@ -120,9 +138,7 @@ def test_cancel_while_waiting_never_takes_a_slot():
 
 def test_decode_batch_holds_every_ready_unpaused_request_in_slot_order():
     s = Scheduler(num_slots=4, max_tokens=100, prefill_chunk_tokens=64)
-    reqs = [req(str(i)) for i in range(4)]
-    for x in reqs:
-        s.add(x)
+    reqs = [add(s, str(i)) for i in range(4)]
     prefilled(s, *reqs)
     plan = s.schedule(is_paused=lambda x: x is reqs[2])
     assert [r.slot_id for r in plan.decode] == [0, 1, 3]
@@ -131,7 +147,7 @@ def test_decode_batch_holds_every_ready_unpaused_request_in_slot_order():
 def test_max_streams_is_the_slot_count():
     s = Scheduler(num_slots=3, max_tokens=100, prefill_chunk_tokens=1000)
     for i in range(10):
-        s.add(req(str(i)))
+        add(s, str(i))
     s.schedule()
     assert len(s.running) == 3 and len(s.waiting) == 7
 
@@ -146,32 +162,67 @@ def test_budget_is_clamped_to_the_slot_and_a_prompt_that_leaves_no_room_is_refus
     with pytest.raises(InvalidRequestError):
         budget(s, 45, None, min_new=8)
     assert budget(s, 40, 20) == 10  # the request's own cap is clamped to the slot too
+    # The refused requests were never queued; the runner drops their prepared prompts.
+    assert len(s.waiting) == 4 and s.schedule().discarded == ["budget", "budget"]
 
 
 def test_refine_pass_end_moves_to_the_code_pass_on_the_same_slot():
     s = Scheduler(num_slots=1, max_tokens=100, prefill_chunk_tokens=64)
-    a = req("a", prompt_len=10, max_new=30, final=False)
-    s.add(a)
+    a = add(s, "a", prompt_len=10, max_new=30, final=False)
     prefilled(s, a)
     plan = s.schedule()
     decisions = s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, True)]))
-    assert decisions.next_pass == [a] and decisions.finished == []
-    s.begin_pass(a, PreparedPrompt(12, 30))
+    assert decisions.finished == [] and a.pass_end == "eos"
+    # The next plan asks for the audio-code prompt, and computes nothing else for the slot.
+    plan = s.schedule()
+    assert plan.next_pass == [0] and plan.finished == [] and not plan.decode
+    s.update_from_output(plan, ModelOutput(prepared={0: PreparedPrompt(12, 30)}))
     plan = s.schedule()
     assert plan.prefill[0].slot_id == 0 and plan.prefill[0].length == 12
     assert plan.prefill[0].completes_prompt and a.slot_id == 0 and a.final_pass
-    assert a.max_new_tokens == 30 and a.num_generated == 0
+    assert a.max_new_tokens == 30 and a.num_generated == 0 and a.pass_end is None
+
+
+def test_a_code_pass_prompt_that_does_not_fit_fails_the_request_alone():
+    s = Scheduler(num_slots=2, max_tokens=100, prefill_chunk_tokens=64)
+    a, b = add(s, "a", final=False), add(s, "b")
+    prefilled(s, a, b)
+    plan = s.schedule()
+    s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, True), Sampled(1, False)]))
+    plan = s.schedule()
+    assert plan.next_pass == [0] and [r.slot_id for r in plan.decode] == [1]
+    output = ModelOutput(sampled=[Sampled(1, False)], prepared={0: PreparedPrompt(100, None)})
+    ((failed, error),) = s.update_from_output(plan, output).failed
+    assert failed is a and isinstance(error, InvalidRequestError) and a.finish_reason == "error"
+    assert s.schedule().released == [0] and b.num_generated == 3
 
 
 def test_a_slot_the_runner_failed_alone_ends_with_an_error_and_frees_its_slot():
     s = Scheduler(num_slots=2, max_tokens=100, prefill_chunk_tokens=64)
-    a, b = req("a"), req("b")
-    s.add(a)
-    s.add(b)
+    a, b = add(s, "a"), add(s, "b")
     prefilled(s, a, b)
     plan = s.schedule()
-    output = ModelOutput(sampled=[Sampled(0, False), Sampled(1, False)], failed={0: "nan"})
+    nan = EngineError("nan")
+    output = ModelOutput(
+        sampled=[Sampled(0, False), Sampled(1, False)],
+        audio={0: [np.zeros(4, np.float32)], 1: [np.ones(4, np.float32)]},
+        failed={0: nan},
+    )
     decisions = s.update_from_output(plan, output)
-    assert decisions.failed == [(a, "nan")] and a.finish_reason == "error"
+    assert decisions.failed == [(a, nan)] and a.finish_reason == "error"
+    assert [r for r, _ in decisions.audio] == [b]  # a failed request's audio is not sent
     assert b.num_generated == 2 and a.num_generated == 1
     assert s.schedule().released == [0]
+
+
+def test_a_step_that_raises_fails_every_request_of_its_plan_the_flushed_ones_too():
+    s = Scheduler(num_slots=2, max_tokens=100, prefill_chunk_tokens=64)
+    a, b, c = add(s, "a"), add(s, "b"), add(s, "c")
+    prefilled(s, a, b)
+    plan = s.schedule()
+    s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, True), Sampled(1, False)]))
+    plan = s.schedule()  # flushes 'a', gives its slot to 'c', decodes 'b'
+    assert plan.finished == [0] and plan.new_slots[0].request_id == "c"
+    assert set(s.abandon(plan)) == {a, b, c}
+    assert all(r.finish_reason == "error" for r in (a, b, c)) and not s.has_requests
+    assert sorted(s.schedule().released) == [0, 0, 1]

@@ -16,6 +16,7 @@ from chattts_proto.chattts.v1 import tts_pb2
 
 from ..audio.encoding import PYAV_ENCODINGS, SUPPORTED_SAMPLE_RATES
 from ..engine.types import (
+    DEFAULT_SPEED,
     ChunkingOptions,
     InvalidRequestError,
     ModelInfo,
@@ -55,7 +56,7 @@ class StreamSettings:
 
     audio: AudioOptions
     voice: VoiceSpec = field(default_factory=VoiceSpec)
-    speed: int = 5
+    speed: int = DEFAULT_SPEED
     refine: RefineOptions = field(default_factory=RefineOptions)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     chunking: ChunkingOptions = field(default_factory=ChunkingOptions)
@@ -100,9 +101,21 @@ class Validator:
             refine=self._refine(config.prosody, f"{prefix}.prosody"),
             sampling=self._sampling(config.sampling, f"{prefix}.sampling"),
             audio=self._audio(config.audio_format, f"{prefix}.audio_format"),
+            chunking=self._chunking(config.chunking, f"{prefix}.chunking"),
             text_release=self._text_release(config, prefix),
             markdown=self._markdown(config.text_format, f"{prefix}.text_format"),
         )
+
+    def _chunking(self, pb: tts_pb2.Chunking, path: str) -> ChunkingOptions:
+        """The request's own chunk schedule, checked against the server's (`ModelInfo`)."""
+        names = ("first_chunk_tokens", "max_chunk_tokens", "lookahead_tokens")
+        options = ChunkingOptions(**{n: getattr(pb, n) for n in names if pb.HasField(n)})
+        try:
+            options.check(self.model.chunking)
+        except ValueError as exc:
+            name, _, description = str(exc).partition(" ")
+            raise FieldError(f"{path}.{name}", description) from None
+        return options
 
     @staticmethod
     def _markdown(text_format: int, path: str) -> bool:
@@ -169,7 +182,7 @@ class Validator:
 
     def _speed(self, prosody: tts_pb2.Prosody, path: str) -> int:
         if not prosody.HasField("speed"):
-            return 5
+            return DEFAULT_SPEED
         return round(self._finite(prosody.speed, f"{path}.speed", 0, 9))
 
     def _refine(self, prosody: tts_pb2.Prosody, path: str) -> RefineOptions:
@@ -181,11 +194,12 @@ class Validator:
                 raise InvalidRequestError(f"{path}.{name}", f"must be in [0, {high}], got {value}")
             return int(value)
 
+        d, top = RefineOptions(), control_tokens.LEVEL_CONTROLS
         return RefineOptions(
             enabled=prosody.refine_text,
-            oral=level("oral", 2, 9),
-            laugh=level("laugh", 0, 2),
-            break_level=level("break_level", 6, 7),
+            oral=level("oral", d.oral, top["oral"]),
+            laugh=level("laugh", d.laugh, top["laugh"]),
+            break_level=level("break_level", d.break_level, top["break"]),
         )
 
     def _sampling(self, s: tts_pb2.Sampling, path: str) -> SamplingParams:

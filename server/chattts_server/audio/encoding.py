@@ -17,16 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chattts_server.audio.opus import OPUS_ENCODER_RATES, OggOpusWriter
 from chattts_server.audio.resample import StreamResampler
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_SAMPLE_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 SUPPORTED_ENCODINGS = ("LINEAR16", "MULAW", "ALAW", "OGG_OPUS", "FLOAT32")
-# The rate ChatTTS's vocoder produces.
-MODEL_SAMPLE_RATE_HZ = 24000
-# The rates libopus encodes at (as audio/opus.py, which imports PyAV); others are resampled.
-_OPUS_ENCODER_RATES = (8000, 12000, 16000, 24000, 48000)
 # Opus stream rate for requested rates libopus cannot encode at (22050, 44100).
 _OPUS_FALLBACK_RATE_HZ = 48000
 
@@ -184,18 +181,17 @@ class _OggOpusEncoder(StreamEncoder):
     encoding = "OGG_OPUS"
 
     def __init__(self, sample_rate_hz: int, source_rate_hz: int) -> None:
+        opus_rate_hz = (
+            sample_rate_hz if sample_rate_hz in OPUS_ENCODER_RATES else _OPUS_FALLBACK_RATE_HZ
+        )
         try:
-            from chattts_server.audio.opus import OggOpusWriter
+            self._writer = OggOpusWriter(opus_rate_hz, input_rate_hz=sample_rate_hz)
         except ImportError as exc:
             raise EncodingUnavailable(
                 f"OGG_OPUS needs PyAV (the av package), which cannot be imported: {exc}"
             ) from exc
-        opus_rate_hz = (
-            sample_rate_hz if sample_rate_hz in _OPUS_ENCODER_RATES else _OPUS_FALLBACK_RATE_HZ
-        )
         self.sample_rate_hz = opus_rate_hz
         self._resampler = StreamResampler(source_rate_hz, opus_rate_hz)
-        self._writer = OggOpusWriter(opus_rate_hz, input_rate_hz=sample_rate_hz)
 
     def encode(self, pcm: np.ndarray) -> EncodedChunk:
         return EncodedChunk(*self._writer.write(self._resampler.process(pcm)))
@@ -206,12 +202,11 @@ class _OggOpusEncoder(StreamEncoder):
         return EncodedChunk(tail + end, num_tail + num_end)
 
 
-def make_encoder(
-    encoding: str, sample_rate_hz: int, source_rate_hz: int = MODEL_SAMPLE_RATE_HZ
-) -> StreamEncoder:
-    """A fresh encoder for one stream. `encoding` is a tts.proto AudioEncoding name and
-    `sample_rate_hz` one of SUPPORTED_SAMPLE_RATES; anything else raises ValueError, and
-    OGG_OPUS without PyAV raises EncodingUnavailable."""
+def make_encoder(encoding: str, sample_rate_hz: int, source_rate_hz: int) -> StreamEncoder:
+    """A fresh encoder for one stream, from PCM at `source_rate_hz` (the model's rate,
+    `ModelInfo.sample_rate`). `encoding` is a tts.proto AudioEncoding name and `sample_rate_hz`
+    one of SUPPORTED_SAMPLE_RATES; anything else raises ValueError, and OGG_OPUS without PyAV
+    raises EncodingUnavailable."""
     if encoding not in SUPPORTED_ENCODINGS:
         raise ValueError(f"unsupported encoding {encoding!r}; supported: {SUPPORTED_ENCODINGS}")
     if sample_rate_hz not in SUPPORTED_SAMPLE_RATES:

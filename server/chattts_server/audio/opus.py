@@ -5,6 +5,9 @@ holds back the last page or two for its end-of-stream flag (40 ms or more of add
 chunk unless flushed through an API PyAV does not expose), writes the encoder's rate into
 OpusHead, and leaves end trimming to packet durations. Here every `write` returns pages for all
 complete 20 ms frames given so far, and the last page carries the exact end granule.
+
+PyAV is imported when a writer is made, never at import time, so `OPUS_ENCODER_RATES` (and this
+module) are there on a server without PyAV, which refuses OGG_OPUS.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from __future__ import annotations
 import random
 import struct
 import zlib
+from typing import Any
 
-import av
 import numpy as np
 
 # The rates libopus encodes at. Other rates must be resampled to one of these first.
@@ -66,6 +69,9 @@ class OggOpusWriter:
         (default: `sample_rate_hz`); decoders may use it as their output rate."""
         if sample_rate_hz not in OPUS_ENCODER_RATES:
             raise ValueError(f"libopus cannot encode at {sample_rate_hz} Hz")
+        import av  # ImportError here: this server has no PyAV (the caller says so)
+
+        self._av: Any = av
         self.sample_rate_hz = sample_rate_hz
         self._granule_per_sample = _GRANULE_RATE_HZ // sample_rate_hz
 
@@ -128,7 +134,7 @@ class OggOpusWriter:
     def _encode_frames(self, samples: np.ndarray) -> list[bytes]:
         packets = []
         for start in range(0, samples.size, self._frame_size):
-            frame = av.AudioFrame.from_ndarray(
+            frame = self._av.AudioFrame.from_ndarray(
                 samples[None, start : start + self._frame_size], format="flt", layout="mono"
             )
             frame.sample_rate = self.sample_rate_hz

@@ -1,12 +1,14 @@
 """How a stream's audio is cut into chunks: the schedule the streaming decoder follows.
 
-Plain Python (no torch), so the command line can show its defaults.
+Plain Python (no torch). The defaults of the three fields a server flag or a request may set
+are `config`'s, which the command line shows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..config import FIRST_CHUNK_TOKENS, LOOKAHEAD_TOKENS, MAX_CHUNK_TOKENS
 from .types import ChunkingOptions
 
 _MAX_TOKENS = 4096  # the GPT's max_position_embeddings: no window is ever longer
@@ -16,17 +18,16 @@ _MAX_TOKENS = 4096  # the GPT's max_position_embeddings: no window is ever longe
 class ChunkingConfig:
     """How a stream is cut into chunks. Token counts are GPT steps (2 mel frames, 512 samples)."""
 
-    # New tokens in a stream's first chunk: small, for a short time to first audio.
-    first_chunk_tokens: int = 8
+    # New tokens in a stream's first chunk (config.FIRST_CHUNK_TOKENS says why this many).
+    first_chunk_tokens: int = FIRST_CHUNK_TOKENS
     # Each next chunk is this many times the previous one (1 = fixed size), up to the cap.
     growth: float = 2.0
-    # Cap on new tokens per chunk; bounds the per-chunk cost and the gap between chunks.
-    max_chunk_tokens: int = 32
+    # Cap on new tokens per chunk (config.MAX_CHUNK_TOKENS).
+    max_chunk_tokens: int = MAX_CHUNK_TOKENS
     # Emitted tokens re-decoded as left context; None = the receptive field (exact left seams).
     left_context_tokens: int | None = None
-    # Tokens past a chunk's end that must exist before it is decoded: latency vs accuracy
-    # (8: >= 60 dB SNR vs offline in bench/bench_lookahead.py for +171 ms to first audio).
-    lookahead_tokens: int = 8
+    # Tokens past a chunk's end that must exist before it is decoded (config.LOOKAHEAD_TOKENS).
+    lookahead_tokens: int = LOOKAHEAD_TOKENS
     # Samples crossfaded at each seam when context or lookahead is below the receptive field.
     crossfade_samples: int = 256
 

@@ -1,21 +1,21 @@
 """`EngineCore`: the engine's step loop, synchronous and single-threaded.
 
 One `step()`: expire deadlines -> `scheduler.schedule()` -> `runner.execute(plan)` ->
-`scheduler.update_from_output(plan, output)` -> start next passes, flush finished utterances
--> per-request outputs. No threads and no asyncio here: `ChatTTSEngine` wraps the core in a
-thread with queues, and tests drive it directly.
+`scheduler.update_from_output(plan, output)` -> per-request outputs. No threads and no asyncio
+here: `ChatTTSEngine` wraps the core in a thread with queues, and tests drive it directly.
 
 A request's path: `add_request` (the runner prepares its prompt, the scheduler queues it) ->
 `schedule` gives it a slot and prefill chunks -> decode steps, each sampling one token and
-streaming audio -> the scheduler sees the end code or the budget and finishes it ->
-`runner.finish` flushes the last audio -> a `RequestOutput` with `done`.
+streaming audio -> the scheduler sees the end code or the budget -> the next plan has the runner
+flush the last audio (or, after the refine pass, build the audio-code prompt) -> a
+`RequestOutput` with `done`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from ..config import EngineConfig
 from .request import EngineRequest
-from .scheduler import Scheduler, StepDecisions
+from .scheduler import Scheduler
 from .step_io import FinishedAudio, ModelOutput, PreparedPrompt, SchedulerOutput
 from .types import (
     EngineError,
@@ -48,11 +48,7 @@ class Runner(Protocol):
 
     def prepare(self, request_id: str, params: UtteranceRequest) -> PreparedPrompt: ...
 
-    def start_code_pass(self, slot_id: int) -> PreparedPrompt: ...
-
     def execute(self, plan: SchedulerOutput) -> ModelOutput: ...
-
-    def finish(self, slot_ids: list[int]) -> dict[int, FinishedAudio]: ...
 
 
 @dataclass
@@ -121,8 +117,7 @@ class EngineCore:
             raise InvalidRequestError("request_id", f"{params.request_id!r} is already running")
         prepared = self.runner.prepare(params.request_id, params)
         request = EngineRequest(params.request_id, time.monotonic(), params.deadline)
-        self.scheduler.begin_pass(request, prepared)
-        self.scheduler.add(request)
+        self.scheduler.add(request, prepared)
         self._requests[params.request_id] = request
         return request
 
@@ -154,33 +149,29 @@ class EngineCore:
         self._expire_deadlines()
         plan = self.scheduler.schedule(lambda r: self.is_paused(r.request_id))
         self.ran_model = plan.has_model_work
-        # The slots computed this step, mapped before the scheduler frees any of them.
-        by_slot = {slot_id: self.scheduler.running[slot_id] for slot_id in plan.slot_ids}
-        output = self._execute(plan, by_slot.values())
+        output = self._execute(plan)
         if output is not None:
             decisions = self.scheduler.update_from_output(plan, output)
             now = time.monotonic()
-            for slot_id, chunks in output.audio.items():
-                self._emit_audio(by_slot[slot_id], chunks, now)
-            for request, reason in decisions.failed:
-                self._fail(request, EngineError(reason))
-            self._start_next_passes(decisions)
-            self._finish(decisions.finished, now)
+            for request, chunks in decisions.audio:
+                self._emit_audio(request, chunks, now)
+            for request, error in decisions.failed:
+                self._drop(request, error)
+            for request, end in decisions.finished:
+                self._finish(request, end, now)
         return list(self._outputs.values())
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _execute(
-        self, plan: SchedulerOutput, requests: Iterable[EngineRequest]
-    ) -> ModelOutput | None:
-        """The runner's step, guarded: on an exception the step's requests fail (None)."""
+    def _execute(self, plan: SchedulerOutput) -> ModelOutput | None:
+        """The runner's step, guarded: on an exception the plan's requests fail (None)."""
         try:
             output = self.runner.execute(plan)
         except Exception:
             self.consecutive_failures += 1
             log.exception("engine step failed (%d in a row)", self.consecutive_failures)
-            for request in requests:
-                self._fail(request, EngineError("internal error during generation"))
+            for request in self.scheduler.abandon(plan):
+                self._drop(request, EngineError("internal error during generation"))
             if self.consecutive_failures >= MAX_CONSECUTIVE_STEP_FAILURES:
                 raise
             return None
@@ -188,43 +179,18 @@ class EngineCore:
         self.tokens_generated += len(output.sampled)
         return output
 
-    def _start_next_passes(self, decisions: StepDecisions) -> None:
-        """Refine passes that ended: the audio-code pass starts on the same slot."""
-        for request in decisions.next_pass:
-            assert request.slot_id is not None
-            try:
-                self.scheduler.begin_pass(request, self.runner.start_code_pass(request.slot_id))
-            except InvalidRequestError as exc:
-                self._fail(request, exc)
-            except Exception:
-                log.exception("request %s: the audio-code prompt failed", request.request_id)
-                self._fail(request, EngineError("could not prepare the audio-code prompt"))
-
-    def _finish(self, requests: list[EngineRequest], now: float) -> None:
-        """Utterances complete: their last audio (the decoders flushed together), then done."""
-        if not requests:
-            return
-        try:
-            ends = self.runner.finish([r.slot_id for r in requests])  # type: ignore[misc]
-        except Exception:
-            log.exception("flushing the last audio of %d requests failed", len(requests))
-            for request in requests:
-                self._requests.pop(request.request_id, None)
-                self._output(request).error = EngineError("internal error at the end")
-            return
-        for request in requests:
-            assert request.slot_id is not None
-            end = ends[request.slot_id]
-            self._emit_audio(request, [end.pcm], now)
-            out = self._output(request)
-            out.done, out.codes = request.utterance_done(now, end), end.codes
-            self._requests.pop(request.request_id, None)
-            if request.finish_reason == "max_tokens":
-                log.warning(
-                    "request %s reached its token cap (%d): the sentence may be cut",
-                    request.request_id,
-                    request.max_new_tokens,
-                )
+    def _finish(self, request: EngineRequest, end: FinishedAudio, now: float) -> None:
+        """An utterance is complete: its last audio, then done."""
+        self._emit_audio(request, [end.pcm], now)
+        out = self._output(request)
+        out.done, out.codes = request.utterance_done(now, end), end.codes
+        self._requests.pop(request.request_id, None)
+        if request.finish_reason == "max_tokens":
+            log.warning(
+                "request %s reached its token cap (%d): the sentence may be cut",
+                request.request_id,
+                request.max_new_tokens,
+            )
 
     def _output(self, request: EngineRequest) -> RequestOutput:
         return self._outputs.setdefault(request.request_id, RequestOutput(request.request_id))
@@ -237,8 +203,8 @@ class EngineCore:
             request.record_audio(len(pcm), now)
         self._output(request).audio.extend(chunks)
 
-    def _fail(self, request: EngineRequest, error: BaseException) -> None:
-        self.scheduler.fail(request)
+    def _drop(self, request: EngineRequest, error: BaseException) -> None:
+        """A request ends with `error` (the scheduler has freed it); no more outputs follow."""
         self._requests.pop(request.request_id, None)
         self._output(request).error = error
 
@@ -247,4 +213,5 @@ class EngineCore:
         now = time.monotonic()
         for request in list(self._requests.values()):
             if request.deadline is not None and now > request.deadline:
-                self._fail(request, TimeoutError("deadline exceeded"))
+                self.scheduler.fail(request)
+                self._drop(request, TimeoutError("deadline exceeded"))

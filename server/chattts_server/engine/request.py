@@ -34,7 +34,7 @@ class EngineRequest:
     deadline: float | None = None
     """time.monotonic() past which the request fails with DEADLINE_EXCEEDED."""
     prompt_len: int = 0
-    """Tokens of the current pass's prompt (`Scheduler.begin_pass`)."""
+    """Tokens of the current pass's prompt (`Scheduler.budget_pass`)."""
     max_new_tokens: int = 0
     """Token budget of the current pass (clamped to the slot's room)."""
     final_pass: bool = True
@@ -46,7 +46,11 @@ class EngineRequest:
     num_prefilled: int = 0
     """Prompt tokens of the current pass already in the KV cache."""
     num_generated: int = 0
-    """Tokens sampled in the current pass (the first comes from the prefill's last hidden)."""
+    """Tokens sampled in the current pass (the first comes from the prefill's last hidden):
+    the one count of them, handed to the runner in each `DecodeRow`."""
+    pass_end: str | None = None
+    """How the current pass ended, 'eos' or 'max_tokens', once the step that sampled its last
+    token is read; the next plan then flushes the utterance or asks for its next prompt."""
     num_samples: int = 0
     """PCM samples produced so far."""
     first_audio_at: float | None = None

@@ -1,10 +1,11 @@
 """The model runner: owns every tensor (weights, the slot KV cache, per-slot sampling and
 decode state) and executes the scheduler's `SchedulerOutput` on the engine thread.
 
-Per step: drop released slots, move new requests' prompts into their slots, one GPT forward
-over every prompt chunk and every decoding slot, the heads, per-row sampling, the next input
-embeddings, and the streaming Decoder+vocoder for the slots whose next audio chunk is ready.
-It reports what it sampled (`ModelOutput`); it never decides that a request stops.
+Per step, in the plan's order: drop released slots, flush the utterances that ended, build the
+audio-code prompts of refine passes that ended, seat new requests' prompts in their slots, one
+GPT forward over every prompt chunk and every decoding slot, the heads, per-row sampling, the
+next input embeddings, and the streaming Decoder+vocoder for the slots whose next audio chunk
+is ready. It reports what it did (`ModelOutput`); it never decides that a request stops.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import enum
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from ..config import EngineConfig, ModelConfig
+from ..model.audio_constants import FRAMES_PER_TOKEN
 from ..model.autotune import autotune
 from ..model.cuda_graphs import DecodeGraphs, length_buckets
 from ..model.errors import ModelLoadError
@@ -26,7 +28,6 @@ from ..model.hifigan import HiFiGANVocoder
 from ..model.kv_cache import SlotKVCache
 from ..model.llama import DecodeBatch, LlamaDecoder, PromptRun
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
-from ..model.receptive_field import FRAMES_PER_TOKEN
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
 from .chunking import ChunkingConfig
@@ -40,7 +41,16 @@ from .step_io import (
     SchedulerOutput,
 )
 from .streaming_decode import DecodeStream, StreamingDecoder
-from .types import REFINE_SAMPLING, ChunkingOptions, ModelInfo, UtteranceRequest, VoiceSpec
+from .types import (
+    REFINE_SAMPLING,
+    ChunkingOptions,
+    EngineError,
+    InvalidRequestError,
+    ModelInfo,
+    SamplingParams,
+    UtteranceRequest,
+    VoiceSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +78,14 @@ class Phase(enum.Enum):
     """Audio codes: the audio heads, with every hidden state streamed to the Decoder."""
 
 
+def _pass_sampling(params: UtteranceRequest, phase: Phase) -> SamplingParams:
+    """How a pass samples. The audio pass speaks at least one token: never a silent sentence
+    (upstream regenerates instead); the refine pass keeps only the request's seed."""
+    if phase is Phase.REFINE:
+        return replace(REFINE_SAMPLING, seed=params.sampling.seed)
+    return replace(params.sampling, min_new_tokens=max(1, params.sampling.min_new_tokens))
+
+
 @dataclass
 class _SlotState:
     """What the request in one slot (or waiting for one) asks and has made: the runner's
@@ -78,6 +96,8 @@ class _SlotState:
     prompt: torch.Tensor
     """(L, D) prompt embeddings of the current pass, in the GPT dtype."""
     text: str
+    sampling: SamplingParams
+    """The current pass's sampling (`_pass_sampling`)."""
     next_embed: torch.Tensor | None = None
     """(D,) input embedding of the next decode step (the last sampled token)."""
     text_tokens: list[int] = field(default_factory=list)
@@ -86,6 +106,16 @@ class _SlotState:
     """Audio-code pass: the streaming decoder's state."""
     codes: list[list[int]] = field(default_factory=list)
     """Audio codes generated so far (num_vq each)."""
+
+
+class _Row(NamedTuple):
+    """One row that samples this step."""
+
+    slot_id: int
+    num_generated: int
+    """Tokens its pass sampled before this one (the plan's count)."""
+    hidden: torch.Tensor
+    """(D,) its last hidden state."""
 
 
 class ModelRunner:
@@ -197,16 +227,18 @@ class ModelRunner:
 
     @property
     def info(self) -> ModelInfo:
-        """What the loaded model is; the linear modes are final after `warmup`."""
-        shapes = self.modules.shapes
+        """What the loaded model is; the linear modes are final after `warmup`. The audio
+        figures are the vocoder's in use (a HiFi-GAN checkpoint has its own rate and hop)."""
+        vocoder = self.audio.vocoder
+        config = self.config
         return ModelInfo(
-            sample_rate=shapes.vocos.sample_rate,
-            samples_per_token=FRAMES_PER_TOKEN * self.audio.hop_length,
-            speaker_dim=shapes.gpt.hidden_size,
+            sample_rate=vocoder.sample_rate,
+            samples_per_token=FRAMES_PER_TOKEN * vocoder.hop_length,
+            speaker_dim=self.modules.shapes.gpt.hidden_size,
             num_vq=self.num_vq,
             num_audio_codes=self.num_audio_tokens,
-            max_new_tokens=self.config.max_new_tokens,
-            max_tokens=self.config.max_tokens,
+            max_new_tokens=config.max_new_tokens,
+            max_tokens=config.max_tokens,
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
             linear_modes=self.llama.mode_table,
@@ -214,6 +246,9 @@ class ModelRunner:
                 "off" if self.graphs is None else "cuda" if self.graphs.capture else "eager"
             ),
             decode_graphs_error=self.graphs_error,
+            chunking=ChunkingOptions(
+                config.first_chunk_tokens, config.max_chunk_tokens, config.lookahead_tokens
+            ),
         )
 
     @classmethod
@@ -249,33 +284,53 @@ class ModelRunner:
         text = self.prompts.normalize(params.text)
         if params.refine.enabled:
             prompt = self.prompts.refine_prompt(text, params.refine.prompt())
-            state = _SlotState(params, Phase.REFINE, prompt.embeds.to(self.dtype), text)
+            phase = Phase.REFINE
         else:
             prompt = self.prompts.code_prompt(text, params.voice, params.speed)
-            state = _SlotState(params, Phase.CODES, prompt.embeds.to(self.dtype), text)
+            phase = Phase.CODES
+        state = _SlotState(
+            params, phase, prompt.embeds.to(self.dtype), text, _pass_sampling(params, phase)
+        )
         self._pending[request_id] = state
-        return self._prepared(state)
-
-    def start_code_pass(self, slot_id: int) -> PreparedPrompt:
-        """After the refine pass: the audio-code prompt from the refined text, same slot."""
-        state = self._slots[slot_id]
-        refined = self.prompts.refined_text(state.text_tokens) or state.text
-        p = state.params
-        prompt = self.prompts.code_prompt(refined, p.voice, p.speed)
-        state.phase, state.text, state.text_tokens = Phase.CODES, refined, []
-        state.prompt = prompt.embeds.to(self.dtype)
         return self._prepared(state)
 
     @staticmethod
     def _prepared(state: _SlotState) -> PreparedPrompt:
+        s = state.sampling
         prompt_len = int(state.prompt.shape[0])
-        if state.phase is Phase.REFINE:
-            return PreparedPrompt(prompt_len, REFINE_SAMPLING.max_new_tokens, final=False)
-        s = state.params.sampling
-        return PreparedPrompt(prompt_len, s.max_new_tokens, s.min_new_tokens)
+        return PreparedPrompt(
+            prompt_len, s.max_new_tokens, s.min_new_tokens, final=state.phase is Phase.CODES
+        )
 
-    def finish(self, slot_ids: list[int]) -> dict[int, FinishedAudio]:
+    # -- one engine step ---------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def execute(self, plan: SchedulerOutput) -> ModelOutput:
+        """Do the whole plan (`SchedulerOutput`, in its field order)."""
+        for slot_id in plan.released:
+            self._slots.pop(slot_id, None)
+        for request_id in plan.discarded:
+            self._pending.pop(request_id, None)
+        output = ModelOutput(finished=self._flush(plan.finished))
+        for slot_id in plan.next_pass:
+            self._start_code_pass(slot_id, output)
+        for new in plan.new_slots:
+            self._seat(new.slot_id, self._pending.pop(new.request_id))
+
+        rows = self._finite_rows(self._forward(plan), output)
+        code_rows = [r for r in rows if self._slots[r.slot_id].phase is Phase.CODES]
+        text_rows = [r for r in rows if self._slots[r.slot_id].phase is Phase.REFINE]
+        if code_rows:
+            self._code_step(code_rows, output)
+        if text_rows:
+            self._text_step(text_rows, output)
+        self._decode_audio([r.slot_id for r in code_rows], output)
+        return output
+
+    def _flush(self, slot_ids: list[int]) -> dict[int, FinishedAudio]:
         """End the utterances in `slot_ids`: flush their decoders (batched), drop their state."""
+        if not slot_ids:
+            return {}
         states = {slot_id: self._slots.pop(slot_id) for slot_id in slot_ids}
         tails = self.audio.finish(
             {slot_id: s.stream for slot_id, s in states.items() if s.stream is not None}
@@ -290,45 +345,46 @@ class ModelRunner:
             for slot_id, state in states.items()
         }
 
-    def _begin_pass(self, slot_id: int, state: _SlotState) -> None:
-        """Set up sampling (and audio streaming) when a pass's prefill completes."""
+    def _start_code_pass(self, slot_id: int, output: ModelOutput) -> None:
+        """After the refine pass: the audio-code prompt from the refined text, on the same slot
+        (into `output.prepared`), or the request's failure (into `output.failed`)."""
+        state = self._slots[slot_id]
+        refined = self.prompts.refined_text(state.text_tokens) or state.text
         p = state.params
+        try:
+            prompt = self.prompts.code_prompt(refined, p.voice, p.speed)
+        except InvalidRequestError as exc:
+            output.failed[slot_id] = exc
+            return
+        except Exception:
+            log.exception("slot %d: the audio-code prompt failed", slot_id)
+            output.failed[slot_id] = EngineError("could not prepare the audio-code prompt")
+            return
+        state.phase, state.text, state.text_tokens = Phase.CODES, refined, []
+        state.prompt = prompt.embeds.to(self.dtype)
+        state.sampling = _pass_sampling(p, Phase.CODES)
+        self._seat(slot_id, state)
+        output.prepared[slot_id] = self._prepared(state)
+
+    def _seat(self, slot_id: int, state: _SlotState) -> None:
+        """A pass's prompt takes its slot: the slot's sampler row, and for the audio pass the
+        stream that turns its hidden states into audio."""
+        self._slots[slot_id] = state
         if state.phase is Phase.CODES:
-            # At least one audio token: never a silent sentence (upstream regenerates instead).
-            sampling = replace(p.sampling, min_new_tokens=max(1, p.sampling.min_new_tokens))
-            self.code_sampler.set_row(slot_id, sampling)
-            state.stream = self.audio.open(self.audio.default_config.with_options(p.chunking))
+            self.code_sampler.set_row(slot_id, state.sampling)
+            state.stream = self.audio.open(
+                self.audio.default_config.with_options(state.params.chunking)
+            )
         else:
-            self.text_sampler.set_row(slot_id, replace(REFINE_SAMPLING, seed=p.sampling.seed))
+            self.text_sampler.set_row(slot_id, state.sampling)
 
-    # -- one engine step ---------------------------------------------------------------------
-
-    @torch.inference_mode()
-    def execute(self, plan: SchedulerOutput) -> ModelOutput:
-        for slot_id in plan.released:
-            self._slots.pop(slot_id, None)
-        for request_id in plan.discarded:
-            self._pending.pop(request_id, None)
-        for new in plan.new_slots:
-            self._slots[new.slot_id] = self._pending.pop(new.request_id)
-
-        rows = self._forward(plan)
-        output = ModelOutput()
-        rows = self._finite_rows(rows, output)
-        code_rows = [(s, h) for s, h in rows if self._slots[s].phase is Phase.CODES]
-        text_rows = [(s, h) for s, h in rows if self._slots[s].phase is Phase.REFINE]
-        if code_rows:
-            self._code_step(code_rows, output)
-        if text_rows:
-            self._text_step(text_rows, output)
-        self._decode_audio([s for s, _ in code_rows], output)
-        return output
-
-    def _forward(self, plan: SchedulerOutput) -> list[tuple[int, torch.Tensor]]:
+    def _forward(self, plan: SchedulerOutput) -> list[_Row]:
         """The step's GPT work in one forward: every prompt chunk and the decode batch share
         the weight reads, so new prompts never queue behind each other or behind decoding
-        (with CUDA graphs the decode batch replays its graph apart). Returns (slot, hidden
-        state) for each row that samples: prompts completed this step, then the decode rows."""
+        (with CUDA graphs the decode batch replays its graph apart). Returns the rows that
+        sample: prompts completed this step (their pass's first token), then the decode rows."""
+        if not (plan.prefill or plan.decode):
+            return []
         prompts = [
             PromptRun(
                 c.slot_id, self._slots[c.slot_id].prompt[c.start : c.start + c.length], c.start
@@ -345,13 +401,16 @@ class ModelRunner:
             )
         else:
             prompt_hidden, decode_hidden = self.llama.forward_batch(prompts, decode, self.cache)
-        rows: list[tuple[int, torch.Tensor]] = []
-        for chunk, hidden in zip(plan.prefill, prompt_hidden, strict=True):
-            if chunk.completes_prompt:
-                self._begin_pass(chunk.slot_id, self._slots[chunk.slot_id])
-                rows.append((chunk.slot_id, hidden[-1]))
+        rows = [
+            _Row(chunk.slot_id, 0, hidden[-1])
+            for chunk, hidden in zip(plan.prefill, prompt_hidden, strict=True)
+            if chunk.completes_prompt
+        ]
         if decode_hidden is not None:
-            rows.extend(zip([r.slot_id for r in plan.decode], decode_hidden, strict=True))
+            rows += [
+                _Row(r.slot_id, r.num_generated, h)
+                for r, h in zip(plan.decode, decode_hidden, strict=True)
+            ]
         return rows
 
     def _decode_batch(self, plan: SchedulerOutput) -> DecodeBatch:
@@ -367,25 +426,25 @@ class ModelRunner:
         )
 
     @staticmethod
-    def _finite_rows(
-        rows: list[tuple[int, torch.Tensor]], output: ModelOutput
-    ) -> list[tuple[int, torch.Tensor]]:
+    def _finite_rows(rows: list[_Row], output: ModelOutput) -> list[_Row]:
         """Rows whose hidden state is finite; a NaN or inf (a broken prompt or speaker, an
         overflow in half precision) fails that request alone, not the step."""
         if not rows:
             return rows
-        finite = torch.isfinite(torch.stack([h for _, h in rows])).all(dim=1).tolist()
-        for (slot_id, _), ok in zip(rows, finite, strict=True):
+        finite = torch.isfinite(torch.stack([r.hidden for r in rows])).all(dim=1).tolist()
+        for row, ok in zip(rows, finite, strict=True):
             if not ok:
-                log.error("slot %d: the model produced a non-finite hidden state", slot_id)
-                output.failed[slot_id] = "the model produced a non-finite hidden state"
+                log.error("slot %d: the model produced a non-finite hidden state", row.slot_id)
+                output.failed[row.slot_id] = EngineError(
+                    "the model produced a non-finite hidden state"
+                )
         return [row for row, ok in zip(rows, finite, strict=True) if ok]
 
-    def _code_step(self, rows: list[tuple[int, torch.Tensor]], output: ModelOutput) -> None:
-        slots = [s for s, _ in rows]
-        hidden = torch.stack([h for _, h in rows]).float()  # (B, D)
+    def _code_step(self, rows: list[_Row], output: ModelOutput) -> None:
+        slots, counts = [r.slot_id for r in rows], [r.num_generated for r in rows]
+        hidden = torch.stack([r.hidden for r in rows]).float()  # (B, D)
         logits = torch.einsum("bd,qvd->bqv", hidden, self.head_code)  # (B, num_vq, V)
-        codes = self.code_sampler.sample(slots, logits)  # (B, num_vq)
+        codes = self.code_sampler.sample(slots, logits, counts)  # (B, num_vq)
         # Next input: the sum of the codebooks' embeddings of the sampled codes, (B, D).
         codebooks = torch.arange(self.num_vq, device=self.device)
         next_embeds = self.emb_code[codebooks, codes].sum(1)
@@ -403,13 +462,15 @@ class ModelRunner:
             state.stream.push(hidden[i : i + 1])
             state.next_embed = next_embeds[i]
         if kept:
-            self.code_sampler.append([slots[i] for i in kept], codes[kept])
+            self.code_sampler.append(
+                [slots[i] for i in kept], codes[kept], [counts[i] for i in kept]
+            )
 
-    def _text_step(self, rows: list[tuple[int, torch.Tensor]], output: ModelOutput) -> None:
-        slots = [s for s, _ in rows]
-        hidden = torch.stack([h for _, h in rows]).float()
+    def _text_step(self, rows: list[_Row], output: ModelOutput) -> None:
+        slots, counts = [r.slot_id for r in rows], [r.num_generated for r in rows]
+        hidden = torch.stack([r.hidden for r in rows]).float()
         logits = (hidden @ self.head_text.T)[:, None, :]  # (B, 1, V_text)
-        tokens = self.text_sampler.sample(slots, logits)[:, 0]
+        tokens = self.text_sampler.sample(slots, logits, counts)[:, 0]
         for i, slot_id in enumerate(slots):
             token = int(tokens[i])
             is_end = token == self.text_eos
@@ -417,7 +478,7 @@ class ModelRunner:
             if not is_end:
                 state = self._slots[slot_id]
                 state.text_tokens.append(token)
-                self.text_sampler.append([slot_id], tokens[i : i + 1, None])
+                self.text_sampler.append([slot_id], tokens[i : i + 1, None], [counts[i]])
                 state.next_embed = self.emb_text[token]
 
     def _decode_audio(self, slot_ids: list[int], output: ModelOutput) -> None:

@@ -120,7 +120,8 @@ class TokenHistory:
     """The last ``window`` tokens of every slot, per codebook, for the repetition penalty.
 
     Allocated once for all slots (a ring buffer; order within the window does not matter to a
-    frequency count). ``-1`` marks an empty entry.
+    frequency count). ``-1`` marks an empty entry. The token counts that place each token in
+    the ring are the caller's (the scheduler keeps the one count of a pass's tokens).
     """
 
     def __init__(
@@ -128,22 +129,19 @@ class TokenHistory:
     ) -> None:
         self.window = window
         self.tokens = torch.full((num_slots, num_vq, window), -1, dtype=torch.long, device=device)
-        self.num_generated = torch.zeros(num_slots, dtype=torch.long, device=device)  # (slots,)
 
     def reset(self, slot_id: int) -> None:
         """Forget a slot's tokens; call when a request takes the slot."""
         self.tokens[slot_id] = -1
-        self.num_generated[slot_id] = 0
 
-    def append(self, slot_ids: Tensor, tokens: Tensor) -> None:
-        """Record one new token per row: ``tokens`` (B, num_vq) for ``slot_ids`` (B,)."""
-        column = self.num_generated[slot_ids] % self.window
-        self.tokens[slot_ids, :, column] = tokens
-        self.num_generated[slot_ids] += 1
+    def append(self, slot_ids: Tensor, tokens: Tensor, num_generated: Tensor) -> None:
+        """Record one new token per row: ``tokens`` (B, num_vq) for ``slot_ids`` (B,), each
+        the ``num_generated`` (B,)-th of its pass (0 for the first)."""
+        self.tokens[slot_ids, :, num_generated % self.window] = tokens
 
-    def gather(self, slot_ids: Tensor) -> tuple[Tensor, Tensor]:
-        """(B, num_vq, window) tokens and (B,) generated counts of ``slot_ids``."""
-        return self.tokens[slot_ids], self.num_generated[slot_ids]
+    def gather(self, slot_ids: Tensor) -> Tensor:
+        """(B, num_vq, window) tokens of ``slot_ids``."""
+        return self.tokens[slot_ids]
 
 
 def apply_repetition_penalty(logits: Tensor, history: Tensor, penalty: Tensor) -> Tensor:

@@ -3,7 +3,10 @@ every decision about a request's life (when a pass ends, when it stops, which sl
 
 Plain Python, no tensors: the scheduler owns slot ids and `EngineRequest`s; the model runner
 owns the tensors those ids index. Each step: `schedule()` plans (`SchedulerOutput`), the
-runner executes, `update_from_output()` reads the `ModelOutput` and decides.
+runner executes all of it in one call, `update_from_output()` reads the `ModelOutput`, decides
+which passes ended, and hands the core what each request produced (`StepDecisions`). A pass
+that ended is acted on by the next plan: its utterance is flushed there (the slot is free from
+that plan on) or, after the refine pass, its audio-code prompt is built there.
 """
 
 from __future__ import annotations
@@ -13,30 +16,32 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .request import EngineRequest, RequestStatus
 from .step_io import (
     DecodeRow,
+    FinishedAudio,
     ModelOutput,
     NewSlot,
     PrefillChunk,
     PreparedPrompt,
     SchedulerOutput,
 )
-from .types import InvalidRequestError
+from .types import EngineError, InvalidRequestError
 
 
 @dataclass
 class StepDecisions:
-    """What `update_from_output` decided for the requests of one step."""
+    """What one step's `ModelOutput` means for the step's requests, in the order the core
+    reports it: audio, failures, finished utterances."""
 
-    finished: list[EngineRequest] = field(default_factory=list)
-    """Utterances complete ('eos' or 'max_tokens'); their slots are free, their audio tail is
-    still in the runner (flush it with `ModelRunner.finish`)."""
-    next_pass: list[EngineRequest] = field(default_factory=list)
-    """Passes that ended but not the utterance (refine): they keep their slot and need their
-    next prompt (`ModelRunner.start_code_pass`, then `Scheduler.begin_pass`)."""
-    failed: list[tuple[EngineRequest, str]] = field(default_factory=list)
-    """Requests whose work failed alone in the runner, with its reason; their slots are free."""
+    audio: list[tuple[EngineRequest, list[np.ndarray]]] = field(default_factory=list)
+    """PCM chunks that became ready, per request, in order."""
+    failed: list[tuple[EngineRequest, EngineError]] = field(default_factory=list)
+    """Requests whose work failed alone, with the error they end with; their slots are free."""
+    finished: list[tuple[EngineRequest, FinishedAudio]] = field(default_factory=list)
+    """Utterances the runner flushed this step ('eos' or 'max_tokens'): their last audio."""
 
 
 class Scheduler:
@@ -60,6 +65,9 @@ class Scheduler:
         self.running: dict[int, EngineRequest] = {}
         self._released: list[int] = []
         self._discarded: list[str] = []
+        self._flushing: dict[int, EngineRequest] = {}
+        """The utterances the current plan flushes, by the slot they held (free already: the
+        same plan may give it to a new request)."""
 
     @property
     def num_free_slots(self) -> int:
@@ -71,32 +79,25 @@ class Scheduler:
 
     # -- requests in ---------------------------------------------------------------------
 
-    def begin_pass(self, request: EngineRequest, prepared: PreparedPrompt) -> None:
-        """Set up a pass (the first, or the next on the slot the request holds): its prompt
-        length and its token budget, clamped to the room the slot has after the prompt.
-        Raises InvalidRequestError when the prompt leaves too little room."""
-        room = self.max_tokens - prepared.prompt_len
-        need = max(1, prepared.min_new_tokens)
-        if room < need:
-            raise InvalidRequestError(
-                "text",
-                f"the prompt takes {prepared.prompt_len} of the {self.max_tokens} positions of a "
-                f"KV slot (--max-tokens), leaving too few for {need} tokens",
-            )
-        request.max_new_tokens = min(prepared.max_new_tokens or self.max_new_tokens, room)
-        request.prompt_len = prepared.prompt_len
-        request.final_pass = prepared.final
-        request.num_prefilled = 0
-        request.num_generated = 0
-
-    def add(self, request: EngineRequest) -> None:
-        """Queue a request whose first pass has begun (`begin_pass`)."""
+    def add(self, request: EngineRequest, prepared: PreparedPrompt) -> None:
+        """Queue a new request with its first pass (`ModelRunner.prepare`). Raises
+        InvalidRequestError when that prompt leaves its slot too little room; the runner then
+        drops the prepared prompt at the next step."""
+        try:
+            self._budget_pass(request, prepared)
+        except InvalidRequestError:
+            self._discarded.append(request.request_id)
+            raise
         request.status = RequestStatus.WAITING
         self.waiting.append(request)
 
     def cancel(self, request: EngineRequest) -> None:
         """Mark for release; the slot is freed at the next `schedule()`, before any more work."""
         request.cancelled = True
+
+    def fail(self, request: EngineRequest) -> None:
+        """End a request that failed on its own; its slot's state is dropped next step."""
+        self._finish(request, "error")
 
     # -- one step ------------------------------------------------------------------------
 
@@ -111,59 +112,123 @@ class Scheduler:
             self._finish(request, "cancelled")
         plan = SchedulerOutput(released=self._released, discarded=self._discarded)
         self._released, self._discarded = [], []
-
+        self._act_on_ended_passes(plan)
         while self.waiting and self._free_slots:
             request = self.waiting.popleft()
             request.slot_id = heapq.heappop(self._free_slots)
             request.status = RequestStatus.RUNNING
             self.running[request.slot_id] = request
             plan.new_slots.append(NewSlot(request.request_id, request.slot_id))
+        self._plan_rows(plan, is_paused)
+        return plan
 
+    def update_from_output(self, plan: SchedulerOutput, output: ModelOutput) -> StepDecisions:
+        """Advance the step's requests, decide which passes ended, and say what each request
+        produced."""
+        decisions = StepDecisions()
+        flushed, self._flushing = self._flushing, {}
+        decisions.finished = [(flushed[slot_id], end) for slot_id, end in output.finished.items()]
+        # The request each slot of the plan computed for, before anything below frees a slot.
+        owners = {s: self.running[s] for s in [*plan.slot_ids, *plan.next_pass]}
+        for chunk in plan.prefill:
+            owners[chunk.slot_id].num_prefilled += chunk.length
+        for slot_id, error in output.failed.items():
+            self._fail_alone(owners[slot_id], error, decisions)
+        for slot_id, prepared in output.prepared.items():
+            try:
+                self._budget_pass(owners[slot_id], prepared)
+            except InvalidRequestError as exc:
+                self._fail_alone(owners[slot_id], exc, decisions)
+        for sampled in output.sampled:
+            request = owners[sampled.slot_id]
+            if request.status is not RequestStatus.RUNNING:
+                continue  # failed in this step
+            request.num_generated += 1
+            if sampled.is_end:
+                request.pass_end = "eos"
+            elif request.num_generated >= request.max_new_tokens:
+                request.pass_end = "max_tokens"
+        for slot_id, chunks in output.audio.items():
+            if owners[slot_id].status is RequestStatus.RUNNING:
+                decisions.audio.append((owners[slot_id], chunks))
+        return decisions
+
+    def abandon(self, plan: SchedulerOutput) -> list[EngineRequest]:
+        """The runner raised on `plan`: every request it was for fails (their slots' state is
+        dropped next step). Returns them."""
+        computed = [self.running[s] for s in dict.fromkeys([*plan.slot_ids, *plan.next_pass])]
+        flushed, self._flushing = list(self._flushing.values()), {}
+        for request in computed:
+            self._finish(request, "error")
+        for request in flushed:  # their slots are free already; drop what the flush left
+            assert request.slot_id is not None
+            request.finish_reason = "error"
+            self._released.append(request.slot_id)
+        return computed + flushed
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _budget_pass(self, request: EngineRequest, prepared: PreparedPrompt) -> None:
+        """Give a pass (the first, or the next on the slot the request holds) its prompt length
+        and its token budget, clamped to the room the slot has after the prompt. Raises
+        InvalidRequestError when the prompt leaves too little room."""
+        room = self.max_tokens - prepared.prompt_len
+        # Every pass samples at least the token its prompt's last position gives.
+        if room < 1 or room < prepared.min_new_tokens:
+            raise InvalidRequestError(
+                "text",
+                f"the prompt takes {prepared.prompt_len} of the {self.max_tokens} positions of a "
+                f"KV slot (--max-tokens), leaving too few for "
+                f"{max(1, prepared.min_new_tokens)} tokens",
+            )
+        request.max_new_tokens = min(prepared.max_new_tokens or self.max_new_tokens, room)
+        request.prompt_len = prepared.prompt_len
+        request.final_pass = prepared.final
+        request.num_prefilled = 0
+        request.num_generated = 0
+        request.pass_end = None
+
+    def _act_on_ended_passes(self, plan: SchedulerOutput) -> None:
+        """Passes that ended last step: a last pass's utterance is flushed in this plan and its
+        slot is free from now on; a refine pass gets its audio-code prompt built."""
+        for slot_id in sorted(self.running):
+            request = self.running[slot_id]
+            if request.pass_end is None:
+                continue
+            if request.final_pass:
+                plan.finished.append(slot_id)
+                self._flushing[slot_id] = request
+                self._finish(request, request.pass_end, release=False)
+            else:
+                plan.next_pass.append(slot_id)
+
+    def _plan_rows(self, plan: SchedulerOutput, is_paused: Callable[[EngineRequest], bool]) -> None:
+        """The step's model rows: each decoding slot's token, and prompt chunks within the
+        step's prefill budget, in slot order."""
         budget = self.prefill_chunk_tokens
         for slot_id in sorted(self.running):
             request = self.running[slot_id]
+            if request.pass_end is not None:
+                continue  # waiting for its next prompt (`next_pass`)
             if request.prefill_done:
                 if not is_paused(request):
-                    plan.decode.append(DecodeRow(slot_id, request.input_position))
+                    row = DecodeRow(slot_id, request.input_position, request.num_generated)
+                    plan.decode.append(row)
             elif budget > 0:
                 length = min(budget, request.prompt_len - request.num_prefilled)
                 completes = request.num_prefilled + length >= request.prompt_len
                 plan.prefill.append(PrefillChunk(slot_id, request.num_prefilled, length, completes))
                 budget -= length
-        return plan
 
-    def update_from_output(self, plan: SchedulerOutput, output: ModelOutput) -> StepDecisions:
-        """Advance the step's requests and decide which end, fail, or move to their next pass."""
-        decisions = StepDecisions()
-        for chunk in plan.prefill:
-            self.running[chunk.slot_id].num_prefilled += chunk.length
-        for slot_id, reason in output.failed.items():
-            request = self.running[slot_id]
-            self._finish(request, "error")
-            decisions.failed.append((request, reason))
-        for sampled in output.sampled:
-            if sampled.slot_id in output.failed:
-                continue
-            request = self.running[sampled.slot_id]
-            request.num_generated += 1
-            if not (sampled.is_end or request.num_generated >= request.max_new_tokens):
-                continue
-            if not request.final_pass:
-                decisions.next_pass.append(request)
-            else:
-                self._finish(request, "eos" if sampled.is_end else "max_tokens", release=False)
-                decisions.finished.append(request)
-        return decisions
-
-    def fail(self, request: EngineRequest) -> None:
-        """End a request that failed on its own; its slot's state is dropped next step."""
+    def _fail_alone(
+        self, request: EngineRequest, error: EngineError, decisions: StepDecisions
+    ) -> None:
         self._finish(request, "error")
-
-    # -- internals -----------------------------------------------------------------------
+        decisions.failed.append((request, error))
 
     def _finish(self, request: EngineRequest, reason: str, release: bool = True) -> None:
         """Free the request's slot. `release`: the runner drops the slot's state at the next
-        step (cancel, failure); otherwise the caller flushes it now (`ModelRunner.finish`)."""
+        step (cancel, failure); otherwise the plan being built flushes it (`finished`)."""
         if request.status is RequestStatus.FINISHED:
             return
         if request.status is RequestStatus.RUNNING and request.slot_id is not None:

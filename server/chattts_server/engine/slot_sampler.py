@@ -35,8 +35,9 @@ class SlotSampler:
         self.history.reset(slot_id)
         self._version += 1
 
-    def sample(self, slot_ids: list[int], logits: Tensor) -> Tensor:
-        """logits (B, Q, V) for the rows of `slot_ids` -> tokens (B, Q) long."""
+    def sample(self, slot_ids: list[int], logits: Tensor, num_generated: list[int]) -> Tensor:
+        """logits (B, Q, V) for the rows of `slot_ids`, whose passes have sampled
+        `num_generated` tokens each so far -> tokens (B, Q) long."""
         key = (tuple(slot_ids), self._version)
         if key != self._batch_key:
             self._batch = SamplingBatch.build(
@@ -49,19 +50,19 @@ class SlotSampler:
             )
             self._batch_key = key
         assert self._batch is not None
-        slots = torch.tensor(slot_ids, dtype=torch.long, device=self.device)
-        history, num_generated = self.history.gather(slots)
         return sample(
             logits,
             self._batch,
-            history if self._batch.any_penalty else None,
-            num_generated,
+            self.history.gather(self._index(slot_ids)) if self._batch.any_penalty else None,
+            self._index(num_generated),
             self.shared_generator,
         )
 
-    def append(self, slot_ids: list[int], tokens: Tensor) -> None:
-        """Record the tokens (B, Q) that did not end their rows."""
+    def append(self, slot_ids: list[int], tokens: Tensor, num_generated: list[int]) -> None:
+        """Record the tokens (B, Q) that did not end their rows, sampled after
+        `num_generated` tokens of their passes."""
         if slot_ids:
-            self.history.append(
-                torch.tensor(slot_ids, dtype=torch.long, device=self.device), tokens
-            )
+            self.history.append(self._index(slot_ids), tokens, self._index(num_generated))
+
+    def _index(self, values: list[int]) -> Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)

@@ -1,10 +1,13 @@
 """The per-step contract between the scheduler and the model runner.
 
-`SchedulerOutput` is what the scheduler hands the runner for one step: ids, positions and
-lengths only. `ModelOutput` is what the runner hands back: what it sampled and the audio that
-became ready, keyed by slot id. Neither side reaches into the other's state: the scheduler
-never sees a tensor, the runner never sees an `EngineRequest`, and only the scheduler decides
-that a request stops or moves to its next pass.
+`SchedulerOutput` is what the scheduler hands the runner for one step: ids, positions, lengths
+and what happens to each slot, so that `ModelRunner.execute` does the whole step in one call.
+`ModelOutput` is what the runner hands back, keyed by slot id: what it sampled, the audio that
+became ready, the utterances it flushed and the prompts it built. Neither side reaches into the
+other's state: the scheduler never sees a tensor, the runner never sees an `EngineRequest`, and
+only the scheduler decides that a pass ends (it reads the end code in `Sampled`, and counts the
+budget) and what follows: the next plan carries the decision, as vLLM v1's scheduler output
+carries the requests that finished since the last step.
 """
 
 from __future__ import annotations
@@ -13,16 +16,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .types import EngineError
+
 
 @dataclass(frozen=True)
 class PreparedPrompt:
-    """A pass the runner has built a prompt for (`prepare`, `start_code_pass`): what the
+    """A pass the runner has built a prompt for (`prepare`, or a plan's `next_pass`): what the
     scheduler needs to give it a budget and to know what its end means."""
 
     prompt_len: int
     max_new_tokens: int | None
     """The pass's token cap as the request asks (None: the server's); clamped to the slot."""
     min_new_tokens: int = 0
+    """Tokens the pass samples before its end token is allowed (the audio pass: at least 1)."""
     final: bool = True
     """Its end ends the utterance; False for the refine pass (audio codes follow, same slot)."""
 
@@ -57,6 +63,9 @@ class DecodeRow:
     slot_id: int
     position: int
     """KV position of its input, the token sampled last step."""
+    num_generated: int
+    """Tokens its pass has sampled so far (the scheduler's count; the sampler masks the end
+    token by it and files the new token in the repetition window by it)."""
 
 
 @dataclass
@@ -67,18 +76,26 @@ class SchedulerOutput:
     """Slots given up since the last step (cancelled or failed): drop their state first; a
     slot here may be handed to a new request in `new_slots` of the same step."""
     discarded: list[str] = field(default_factory=list)
-    """Prepared requests cancelled before they got a slot: drop their prompts."""
+    """Prepared requests cancelled (or refused) before they got a slot: drop their prompts."""
+    finished: list[int] = field(default_factory=list)
+    """Slots whose utterance ended last step (end code or token cap): flush their decoders
+    (batched) into `ModelOutput.finished` and drop their state. These slots are free: one may
+    be handed to a new request in `new_slots` of the same step."""
+    next_pass: list[int] = field(default_factory=list)
+    """Slots whose refine pass ended last step: build each one's audio-code prompt from the
+    refined text into `ModelOutput.prepared` (or fail it in `ModelOutput.failed`). They keep
+    their slot and compute nothing else this step; their prefill is planned from the next."""
     new_slots: list[NewSlot] = field(default_factory=list)
-    """Requests that took a slot this step."""
+    """Requests that took a slot this step, with the pass `prepare` built."""
     prefill: list[PrefillChunk] = field(default_factory=list)
     """Prompt chunks to write into the KV cache, at most the scheduler's token budget; a chunk
-    that completes its prompt starts the slot's pass (the runner knows which pass it is)."""
+    that completes its prompt samples the pass's first token."""
     decode: list[DecodeRow] = field(default_factory=list)
     """Slots that decode one token, in slot order (so a packed batch is a cache view)."""
 
     @property
     def has_model_work(self) -> bool:
-        return bool(self.prefill or self.decode)
+        return bool(self.prefill or self.decode or self.finished or self.next_pass)
 
     @property
     def slot_ids(self) -> list[int]:
@@ -105,9 +122,13 @@ class ModelOutput:
     decode row."""
     audio: dict[int, list[np.ndarray]] = field(default_factory=dict)
     """PCM chunks (float32 mono at the model's rate) that became ready, in order, per slot."""
-    failed: dict[int, str] = field(default_factory=dict)
-    """Slots whose work failed alone (e.g. a non-finite hidden state), with a short reason:
-    they end with an error, the step's other slots go on."""
+    finished: dict[int, FinishedAudio] = field(default_factory=dict)
+    """The plan's `finished` slots: each utterance's last audio, text and codes."""
+    prepared: dict[int, PreparedPrompt] = field(default_factory=dict)
+    """The plan's `next_pass` slots whose audio-code prompt was built."""
+    failed: dict[int, EngineError] = field(default_factory=dict)
+    """Slots whose work failed alone (a non-finite hidden state, a refined text with nothing
+    left to say), with the error the request ends with; the step's other slots go on."""
 
 
 @dataclass(frozen=True)

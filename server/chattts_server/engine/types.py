@@ -1,13 +1,20 @@
-"""Domain types shared by the transport and the engine. Plain Python and numpy, no torch."""
+"""Domain types shared by the transport and the engine. Plain Python and numpy, no torch.
+
+The defaults here are the request's: a front door that leaves a field unset takes them from
+these types (`api/convert.py` reads `RefineOptions()`, `DEFAULT_SPEED`, `SamplingParams()`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+from ..config import CHUNK_TOKEN_BOUNDS, FIRST_CHUNK_TOKENS, LOOKAHEAD_TOKENS, MAX_CHUNK_TOKENS
 
 
 class EngineError(Exception):
@@ -106,6 +113,29 @@ class ChunkingOptions:
     lookahead_tokens: int | None = None
     """Tokens past a chunk that must exist before it is decoded."""
 
+    def check(self, below: ChunkingOptions) -> None:
+        """ValueError naming the first field that is wrong: a set field out of
+        `config.CHUNK_TOKEN_BOUNDS`, or a first chunk longer than the cap once the unset one of
+        the two is taken from `below` (the server's schedule)."""
+        for f in dataclasses.fields(self):
+            value, (low, high) = getattr(self, f.name), CHUNK_TOKEN_BOUNDS[f.name]
+            if value is not None and not low <= value <= high:
+                raise ValueError(f"{f.name} must be in [{low}, {high}], got {value}")
+        first = self.first_chunk_tokens or below.first_chunk_tokens
+        cap = self.max_chunk_tokens or below.max_chunk_tokens
+        if first is not None and cap is not None and first > cap:
+            name = "first_chunk_tokens" if self.first_chunk_tokens else "max_chunk_tokens"
+            raise ValueError(
+                f"{name} must leave first_chunk_tokens ({first}) <= max_chunk_tokens ({cap})"
+            )
+
+
+DEFAULT_CHUNKING = ChunkingOptions(FIRST_CHUNK_TOKENS, MAX_CHUNK_TOKENS, LOOKAHEAD_TOKENS)
+"""The schedule of a server started with the default flags."""
+
+DEFAULT_SPEED = 5
+"""ChatTTS's `[speed_N]` level when a request sets none (the middle of 0..9)."""
+
 
 @dataclass(frozen=True)
 class UtteranceRequest:
@@ -114,7 +144,7 @@ class UtteranceRequest:
     request_id: str
     text: str
     voice: VoiceSpec = field(default_factory=VoiceSpec)
-    speed: int = 5
+    speed: int = DEFAULT_SPEED
     """ChatTTS [speed_N] level, 0..9."""
     refine: RefineOptions = field(default_factory=RefineOptions)
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -179,6 +209,9 @@ class ModelInfo:
     (the graphs' padded static-shape path without capture) or 'off' (plain eager decode)."""
     decode_graphs_error: str = ""
     """Why CUDA graphs that were asked for are not in use: the capture error at warm-up."""
+    chunking: ChunkingOptions = DEFAULT_CHUNKING
+    """The server's chunk schedule (its flags, every field set); a request's `chunking`
+    overrides it field by field and is checked against it (`ChunkingOptions.check`)."""
 
 
 @dataclass(frozen=True)

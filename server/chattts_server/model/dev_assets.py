@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors.torch import save_file
 
+from ..config import DEV_MODEL_CACHE
+from .audio_constants import HOP_LENGTH, NUM_MELS, SAMPLE_RATE_HZ
 from .chattts_config import build_vocos, chattts_config
 from .shapes import (
     ConvStackShapes,
@@ -41,8 +43,8 @@ _SEED = 20240528
 
 
 def default_dev_cache_dir() -> Path:
-    """Where dev assets are cached unless told otherwise: ~/.cache/chattts-stream/dev-models."""
-    return Path.home() / ".cache" / "chattts-stream" / "dev-models"
+    """Where dev assets are cached unless told otherwise (config.DEV_MODEL_CACHE, expanded)."""
+    return DEV_MODEL_CACHE.expanduser()
 
 
 def _stack(idim: int, odim: int, hidden: int, bn_dim: int) -> ConvStackShapes:
@@ -58,7 +60,7 @@ def variant_shapes(variant: str, num_text_tokens: int) -> ModelShapes:
         dvae = DvaeShapes(
             512, _stack(512, 1024, 256, 128), _stack(512, 512, 256, 128), 1024, (5, 5, 5, 5), 2, 2
         )
-        vocos = VocosShapes(512, 1536, 8, 100, 1024, 256, 24000)
+        vocos = VocosShapes(512, 1536, 8, NUM_MELS, 1024, HOP_LENGTH, SAMPLE_RATE_HZ)
     elif variant == "tiny":
         gpt = GptShapes(2, 128, 4, 4, 32, 256, 4096, 10000.0, 1e-6)
         # Decoder idim is half the GPT width: it reads each hidden state as two mel frames.
@@ -66,7 +68,7 @@ def variant_shapes(variant: str, num_text_tokens: int) -> ModelShapes:
         dvae = DvaeShapes(
             64, _stack(64, 128, 64, 32), _stack(64, 64, 64, 32), 128, (5, 5, 5, 5), 2, 2
         )
-        vocos = VocosShapes(64, 192, 8, 100, 1024, 256, 24000)
+        vocos = VocosShapes(64, 192, 8, NUM_MELS, 1024, HOP_LENGTH, SAMPLE_RATE_HZ)
     else:
         raise ValueError(f"unknown dev asset variant {variant!r}; choose from {VARIANTS}")
     # 626 audio codes = 5**4 FSQ codes + EOS (625), as upstream.

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .audio_constants import NUM_MELS, SAMPLE_RATE_HZ
 from .receptive_field import ReceptiveField, chain_interval, conv_input_interval, field_of_interval
 from .vocoders import module_device_dtype
 
@@ -41,10 +42,10 @@ LRELU_SLOPE = 0.1
 class HiFiGANConfig:
     """HiFi-GAN V1 generator hyper-parameters (official config_v1.json names)."""
 
-    # Mel bands in; 100 for ChatTTS's Vocos features.
-    num_mels: int = 100
-    # Output sample rate (Hz).
-    sample_rate: int = 24000
+    # Mel bands in; ChatTTS's Vocos features have 100.
+    num_mels: int = NUM_MELS
+    # Output sample rate (Hz); ChatTTS's Vocos features are of a 24 kHz signal.
+    sample_rate: int = SAMPLE_RATE_HZ
     # Upsampling factor per stage; their product is the hop length (8*8*2*2 = 256).
     upsample_rates: tuple[int, ...] = (8, 8, 2, 2)
     # ConvTranspose1d kernel per stage (2x the rate).

@@ -76,7 +76,7 @@ class ChatTTSModules:
     decoder: torch.nn.Module  # ChatTTS DVAE without encoder: hidden states -> log-mel, fp32
     # the full ChatTTS DVAE (mel encoder + FSQ) for reference-audio speakers, fp32
     dvae: torch.nn.Module
-    vocos: torch.nn.Module  # vocos.Vocos: log-mel -> 24 kHz audio, fp32
+    vocos: torch.nn.Module  # vocos.Vocos: log-mel -> audio_constants.SAMPLE_RATE_HZ PCM, fp32
     tokenizer: Any  # ChatTTS.model.Tokenizer
     speaker: Any  # ChatTTS.model.Speaker sized to the GPT width
     normalizer: Any  # ChatTTS.norm.Normalizer with the package's homophones map

@@ -1,8 +1,7 @@
-"""What `--quantize` may choose and the quality bar a lossy mode must clear (no torch here, so
-the command line can name them)."""
+"""What `--quantize` may choose and the quality bar a lossy mode must clear, as the model code
+names them. Their home is `config` (the command line shows them and config imports nothing of
+the server); this module keeps the model's import of them in one place."""
 
-QUANTIZE_CHOICES = ("none", "bf16", "int8", "auto")
-"""Linear-mode families `--quantize` allows: lossless only, bf16, int8, or any within budget."""
-MIN_SNR_DB = 30.0
-"""A lossy mode serves under `auto` only if its hidden states are within this SNR of the
-lossless mode's (autotune at warm-up; bench/bench_quality.py reports against it)."""
+from ..config import MIN_SNR_DB, QUANTIZE_CHOICES
+
+__all__ = ["MIN_SNR_DB", "QUANTIZE_CHOICES"]

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 
 from torch import nn
 
+from .audio_constants import FRAMES_PER_TOKEN as FRAMES_PER_TOKEN  # re-exported for the decoder
+
 # A receptive field: (left, right) input frames that one output frame (or sample block) needs.
 ReceptiveField = tuple[int, int]
 
@@ -60,10 +62,6 @@ def istft_receptive_field(
     first = math.ceil((offset - win_length + 1) / hop_length)
     last = (hop_length - 1 + offset) // hop_length
     return -first, last
-
-
-# The Decoder reads each GPT hidden state as two consecutive mel-rate frames.
-FRAMES_PER_TOKEN = 2
 
 
 def frames_to_tokens(field: ReceptiveField) -> ReceptiveField:

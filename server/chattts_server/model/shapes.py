@@ -13,13 +13,13 @@ from pathlib import Path
 
 from safetensors import safe_open
 
+from .audio_constants import HOP_LENGTH, NUM_MELS, SAMPLE_RATE_HZ
 from .verify import resolve_model_dir
 
-# Not recorded in any weight file; these are ChatTTS's fixed values.
+# Not recorded in any weight file; these are ChatTTS's fixed values (the audio ones in
+# audio_constants.py).
 _DEFAULT_VQ_LEVELS = (5, 5, 5, 5)
 _DEFAULT_VQ_RESIDUALS = 2
-_DEFAULT_HOP_LENGTH = 256
-_SAMPLE_RATE = 24000
 
 
 @dataclass(frozen=True)
@@ -163,8 +163,8 @@ def _read_vocos(path: Path) -> VocosShapes:
         num_layers=_count_indexed(shapes, "backbone.convnext."),
         n_mels=n_mels,
         n_fft=window[0] if window else shapes["head.out.weight"][0] - 2,
-        hop_length=_DEFAULT_HOP_LENGTH,
-        sample_rate=_SAMPLE_RATE,
+        hop_length=HOP_LENGTH,
+        sample_rate=SAMPLE_RATE_HZ,
     )
 
 
@@ -216,7 +216,9 @@ def check_consistent(shapes: ModelShapes) -> None:
         problems.append(
             f"Decoder idim/odim {dec.idim}/{dec.odim} do not fit GPT width {gpt.hidden_size}"
         )
-    if shapes.vocos.n_mels != 100:
-        problems.append(f"Vocos takes {shapes.vocos.n_mels} mels; ChatTTS's decoders give 100")
+    if shapes.vocos.n_mels != NUM_MELS:
+        problems.append(
+            f"Vocos takes {shapes.vocos.n_mels} mels; ChatTTS's decoders give {NUM_MELS}"
+        )
     if problems:
         raise ValueError("inconsistent ChatTTS assets: " + "; ".join(problems))

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .audio_constants import SAMPLE_RATE_HZ
 from .receptive_field import ReceptiveField, istft_receptive_field, stride1_receptive_field
 from .streaming_conv import StackInput, StackState, Stage, StreamingStack
 from .vocoders import module_device_dtype
@@ -109,7 +110,7 @@ class VocosVocoder:
         istft: Any = vocos.head.istft
         self.hop_length: int = istft.hop_length
         self.n_mels: int = backbone.input_channels
-        self.sample_rate: int = 24000
+        self.sample_rate: int = SAMPLE_RATE_HZ
         feature_extractor = getattr(vocos, "feature_extractor", None)
         mel_spec = getattr(feature_extractor, "mel_spec", None)
         if mel_spec is not None:

@@ -5,7 +5,8 @@ The estimate is deliberately conservative: a piece must never reach the cap, bec
 utterance ends mid-word. ChatTTS speaks about 4-5 Chinese characters or 12-15 English characters
 (letters and spaces) a second at `[speed_5]`; we take the slow end, count a digit as the words it
 will become, add the pauses that punctuation and break tokens make, and slow down for lower speed
-levels. One second of speech is 46.875 audio tokens (24000 Hz / 256 hop / 2 frames per token).
+levels. One second of speech is 46.875 audio tokens (24000 Hz / 256 hop / 2 frames per token,
+`model/audio_constants.py`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ from __future__ import annotations
 import math
 import re
 
+from ..model.audio_constants import AUDIO_TOKENS_PER_S
 from .control_tokens import BRACKETED, is_allowed
 from .script import CJK, language
 
-AUDIO_TOKENS_PER_S = 24000 / 256 / 2
-"""Audio tokens (GPT steps) per second of speech: 46.875."""
 CJK_CHARS_PER_S = 4.0
 """Chinese characters a second: the slow end of ChatTTS's 4-5."""
 LATIN_CHARS_PER_S = 12.0
