@@ -30,7 +30,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .receptive_field import ReceptiveField, chain_interval, conv_input_interval, field_of_interval
-from .vocoders import module_device_dtype
+from .vocoders import (
+    MelWindow,
+    VocoderStreamInput,
+    WindowAudio,
+    decode_padded,
+    module_device_dtype,
+)
 
 # Slope of the leaky ReLUs inside the generator; the last one (before conv_post) uses PyTorch's
 # default 0.01 as in the official code, so official checkpoints reproduce.
@@ -189,7 +195,11 @@ def _fold_weight_norm(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 class HiFiGANVocoder:
-    """A HiFi-GAN V1 generator behind the `Vocoder` protocol (fp32, weight norm removed)."""
+    """A HiFi-GAN V1 generator behind the `Vocoder` protocol (fp32, weight norm removed).
+
+    It keeps no per-stream state: its transposed convolutions would need one per upsampling
+    phase, so the streaming decoder gives it windows of mel frames (`decode_windows`).
+    """
 
     def __init__(self, generator: HiFiGANGenerator) -> None:
         self.generator = generator.eval()
@@ -222,3 +232,13 @@ class HiFiGANVocoder:
     def decode(self, mel: Tensor) -> Tensor:
         device, dtype = module_device_dtype(self.generator)
         return self.generator(mel.to(device=device, dtype=dtype)).squeeze(1)
+
+    def decode_windows(self, windows: Sequence[MelWindow]) -> tuple[list[WindowAudio], int]:
+        return decode_padded(self, windows)
+
+    def open_stream_state(self) -> None:
+        return None
+
+    def stream(self, items: Sequence[VocoderStreamInput]) -> None:
+        if items:
+            raise ValueError("HiFi-GAN keeps no stream state: decode windows instead")
