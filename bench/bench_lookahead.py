@@ -120,7 +120,9 @@ class Row:
         return self.wait_ms + self.first_decode_ms
 
 
-def stream_once(sd: StreamingDecoder | WindowDecoder, hiddens: torch.Tensor, config: ChunkingConfig):
+def stream_once(
+    sd: StreamingDecoder | WindowDecoder, hiddens: torch.Tensor, config: ChunkingConfig
+):
     """Push one token per step; returns (audio, per-chunk decode ms, steady window tokens)."""
     stream = sd.open(config)
     parts, chunk_ms = [], []

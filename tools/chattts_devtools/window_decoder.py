@@ -22,10 +22,10 @@ import torch
 from torch import Tensor, nn
 
 from chattts_server.engine.chunked_stream import (
-    K,
     Chunk,
     ChunkedStream,
     ChunkGeometry,
+    K,
     decode_step,
     finish_streams,
 )
@@ -104,7 +104,9 @@ class WindowDecoder:
             return chunks[i].vb + dec_right <= FRAMES_PER_TOKEN * chunks[i].tb
 
         out: dict[int, MelWindow] = {}
-        for length, group in length_groups(range(len(planned)), lambda i: len(hiddens[i]), right_safe):
+        for length, group in length_groups(
+            range(len(planned)), lambda i: len(hiddens[i]), right_safe
+        ):
             first = hiddens[group[0]]
             x = first.new_zeros((len(group), length, first.shape[1]))  # (B, tokens, D)
             for row, i in enumerate(group):

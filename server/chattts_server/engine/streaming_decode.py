@@ -50,7 +50,7 @@ from torch import Tensor, nn
 from ..model.mel_decoder import decoder_receptive_field, decoder_stack
 from ..model.receptive_field import ReceptiveField
 from ..model.vocoders import MelWindow, Vocoder, VocoderStreamInput
-from .chunked_stream import K, Chunk, ChunkGeometry, decode_step, finish_streams
+from .chunked_stream import Chunk, ChunkGeometry, K, decode_step, finish_streams
 from .chunking import ChunkingConfig
 from .decode_stream import DecodeStream
 
