@@ -11,7 +11,7 @@ stream of smooth hidden states (an AR(1) random walk, speech-like rather than wh
 one token per engine step; left context is fixed at the receptive field and the lookahead swept.
 
 For each lookahead: SNR and max abs error of the streamed audio against the offline decode of
-all tokens, the largest difference from the window path (`StreamingDecoder(stateful=False)`,
+all tokens, the largest difference from the window path (`chattts_devtools.window_decoder`,
 which re-decodes the left context every chunk), time to first audio = generation wait (first
 chunk + lookahead tokens at real time, 21.3 ms per token) + decode of the first chunk, and mean
 decode ms per chunk. Then the serving load: --streams streams (default 16) of --tokens tokens
@@ -43,10 +43,11 @@ import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "client"), str(REPO / "server")]
+sys.path[:0] = [str(REPO / "client"), str(REPO / "server"), str(REPO / "tools")]
 
+from chattts_devtools.window_decoder import WindowDecoder  # noqa: E402
 from chattts_server.engine.chunking import ChunkingConfig  # noqa: E402
-from chattts_server.engine.streaming_decode import StreamingDecoder, chunk_schedule  # noqa: E402
+from chattts_server.engine.streaming_decode import StreamingDecoder  # noqa: E402
 from chattts_server.model.receptive_field import frames_to_tokens  # noqa: E402
 from chattts_server.model.vocos import VocosVocoder  # noqa: E402
 
@@ -119,7 +120,9 @@ class Row:
         return self.wait_ms + self.first_decode_ms
 
 
-def stream_once(sd: StreamingDecoder, hiddens: torch.Tensor, config: ChunkingConfig):
+def stream_once(
+    sd: StreamingDecoder | WindowDecoder, hiddens: torch.Tensor, config: ChunkingConfig
+):
     """Push one token per step; returns (audio, per-chunk decode ms, steady window tokens)."""
     stream = sd.open(config)
     parts, chunk_ms = [], []
@@ -166,7 +169,7 @@ def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, Chunki
     base = replace(ChunkingConfig(), left_context_tokens=left)
     configs = [replace(base, lookahead_tokens=lookahead) for lookahead in args.lookaheads]
     first_runs = [stream_once(sd, hiddens, config) for config in configs]  # also warms kernels
-    window_sd = StreamingDecoder(decoder, vocoder, stateful=False)
+    window_sd = WindowDecoder(decoder, vocoder)
     window_audio = [stream_once(window_sd, hiddens, config)[0] for config in configs]
     # Timed rounds go over every lookahead in turn, so load on a shared machine hits them alike;
     # per chunk, the least-disturbed round counts.
@@ -216,7 +219,7 @@ def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, Chunki
 
 
 def serving_load(
-    sd: StreamingDecoder, num_streams: int, num_tokens: int, width: int
+    sd: StreamingDecoder | WindowDecoder, num_streams: int, num_tokens: int, width: int
 ) -> tuple[float, int]:
     """Decoder + vocoder ms per token over `num_streams` streams started one step apart and
     stepped together (as the engine's runner does), and the Decoder calls made."""
@@ -239,12 +242,12 @@ def serving_load(
 
 def load_table(decoder: torch.nn.Module, vocos: torch.nn.Module, args: argparse.Namespace) -> str:
     width = 2 * decoder.decoder.conv_in[0].in_channels
-    paths = {"stateful": True, "window (before)": False}
+    paths = {"stateful": StreamingDecoder, "window (before)": WindowDecoder}
     best: dict[str, float] = {}
     calls: dict[str, int] = {}
     for _ in range(args.repeats + 1):  # the first round warms up and is not counted
-        for name, stateful in paths.items():
-            sd = StreamingDecoder(decoder, VocosVocoder(vocos), stateful=stateful)
+        for name, decoder_class in paths.items():
+            sd = decoder_class(decoder, VocosVocoder(vocos))
             ms, calls[name] = serving_load(sd, args.streams, args.tokens, width)
             if _:
                 best[name] = min(best.get(name, ms), ms)
@@ -398,7 +401,7 @@ def run(args: argparse.Namespace) -> None:
         "# Streaming decode: lookahead sweep\n\n"
         f"`python bench/bench_lookahead.py` on {os.cpu_count()} CPU threads "
         f"({args.threads} used), fp32. Weights: {weights}. {args.tokens} tokens of AR(1) hidden "
-        f"states pushed one per step; chunks {chunk_schedule(base, args.tokens)} "
+        f"states pushed one per step; chunks {base.schedule(args.tokens)} "
         f"(first {base.first_chunk_tokens}, growth {base.growth}, cap {base.max_chunk_tokens}); "
         f"left context {base.left_context_tokens} tokens (the receptive field); crossfade "
         f"{base.crossfade_samples} samples when not exact. Receptive field Decoder+Vocos: "

@@ -1,4 +1,5 @@
-"""Streaming decode against the offline decode of all tokens (ChatTTS Decoder + vocoder).
+"""Streaming decode against the offline decode of all tokens (ChatTTS Decoder + vocoder), and
+against the window path (`chattts_devtools.window_decoder`, which re-decodes every chunk's window).
 
 Tolerances: exact mode (left context and lookahead >= the receptive field) must match the
 offline decode to 1e-4 absolute in fp32 (observed ~1e-7: only summation order differs).
@@ -11,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from chattts_devtools.window_decoder import WindowDecoder, WindowStream
 from chattts_server.engine.chunking import ChunkingConfig
-from chattts_server.engine.streaming_decode import DecodeStream, StreamingDecoder, chunk_schedule
+from chattts_server.engine.streaming_decode import DecodeStream, StreamingDecoder
 from chattts_server.model.hifigan import HiFiGANVocoder
 from chattts_server.model.vocoders import Vocoder
 from chattts_server.model.vocos import VocosVocoder
@@ -48,7 +50,7 @@ def offline(decoder: torch.nn.Module, vocoder: Vocoder, hiddens: torch.Tensor) -
 
 
 def stream_all(
-    sd: StreamingDecoder,
+    sd: StreamingDecoder | WindowDecoder,
     hiddens: torch.Tensor,
     config: ChunkingConfig | None = None,
     push_sizes: tuple[int, ...] = (1,),
@@ -194,7 +196,7 @@ def test_short_lookahead_streams_in_steady_state_share_one_call(decoder) -> None
                 stream.push(hiddens[step - start : step - start + 1])
         calls = sd.num_decoder_calls, sd.num_vocoder_calls
         out = sd.step(dict(enumerate(streams)))
-        if len(out) == 3 and min(s._next_token for s in streams) > 52 + 8:
+        if len(out) == 3 and min(s.next_token for s in streams) > 52 + 8:
             steady_steps += 1
             assert (sd.num_decoder_calls, sd.num_vocoder_calls) == (calls[0] + 1, calls[1] + 1)
     assert steady_steps >= 5
@@ -202,7 +204,8 @@ def test_short_lookahead_streams_in_steady_state_share_one_call(decoder) -> None
 
 @pytest.mark.parametrize("stateful", [True, False])
 def test_flat_cost_and_bounded_memory(decoder, stateful) -> None:
-    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()), stateful=stateful)
+    decoder_class = StreamingDecoder if stateful else WindowDecoder
+    sd = decoder_class(decoder, VocosVocoder(tiny_vocos()))
     config = ChunkingConfig(
         first_chunk_tokens=4, growth=2.0, max_chunk_tokens=16, lookahead_tokens=8
     )
@@ -211,10 +214,9 @@ def test_flat_cost_and_bounded_memory(decoder, stateful) -> None:
     windows: list[tuple[int, int]] = []
     held: list[tuple[int, int]] = []
 
-    def record(stream: DecodeStream) -> None:
+    def record(stream: DecodeStream | WindowStream) -> None:
         windows.append((stream.last_window_tokens, stream.last_vocoder_frames))
-        mel = 0 if stream._mel is None else len(stream._mel)
-        held.append((stream.buffered_tokens, mel))
+        held.append((stream.buffered_tokens, stream.held_mel_frames))
 
     stream_all(sd, hidden_walk(300), config, on_step=record)
     assert len(windows) >= 15
@@ -247,7 +249,7 @@ def test_short_lookahead_keeps_length_and_has_no_seam_clicks(decoder, vocoder) -
     # Aligned and close to offline (random weights: a loose bound; see bench_lookahead.py).
     assert 10 * np.log10(np.sum(reference**2) / np.sum(error**2)) > 20
     # At seams the error may not jump: its sample-to-sample step stays far below the signal's.
-    seams = np.cumsum(chunk_schedule(config, 160))[:-1] * 2 * sd.hop_length
+    seams = np.cumsum(config.schedule(160))[:-1] * 2 * sd.hop_length
     ref_step = np.abs(np.diff(reference)).max()
     for seam in seams:
         assert np.abs(np.diff(error[seam - 600 : seam + 600])).max() <= 0.15 * ref_step
@@ -292,9 +294,7 @@ def test_config_bounds(decoder) -> None:
         sd.open(ChunkingConfig(left_context_tokens=0, lookahead_tokens=0))
     with pytest.raises(ValueError):
         sd.open(ChunkingConfig(first_chunk_tokens=1, crossfade_samples=1024))
-    assert chunk_schedule(
-        ChunkingConfig(first_chunk_tokens=8, growth=2.0, max_chunk_tokens=32), 100
-    ) == [
+    assert ChunkingConfig(first_chunk_tokens=8, growth=2.0, max_chunk_tokens=32).schedule(100) == [
         8,
         16,
         32,
@@ -326,9 +326,7 @@ def test_stateful_short_lookahead_equals_window_path(
     stateful = StreamingDecoder(decoder, vocoder)
     assert not stateful.open(config).exact
     got = stream_all(stateful, hiddens, config, push_sizes)
-    want = stream_all(
-        StreamingDecoder(decoder, vocoder, stateful=False), hiddens, config, push_sizes
-    )
+    want = stream_all(WindowDecoder(decoder, vocoder), hiddens, config, push_sizes)
     assert got.shape == want.shape
     assert np.abs(got - want).max() <= EXACT_TOL
 
@@ -382,6 +380,34 @@ def test_stateful_state_follows_the_decoder_dtype_not_the_pushed_one(decoder) ->
     vocoder = VocosVocoder(tiny_vocos())
     hiddens = hidden_walk(90, seed=5).bfloat16()
     got = stream_all(StreamingDecoder(decoder, vocoder), hiddens)
-    want = stream_all(StreamingDecoder(decoder, vocoder, stateful=False), hiddens)
+    want = stream_all(WindowDecoder(decoder, vocoder), hiddens)
     assert got.dtype == np.float32 and got.shape == want.shape
     assert np.abs(got - want).max() <= EXACT_TOL
+
+
+def test_vocoder_without_stream_state_decodes_windows(decoder) -> None:
+    # A Vocos that cannot run chunk by chunk ("same" iSTFT padding) answers that it keeps no
+    # state, as HiFi-GAN does: exact mode then decodes windows and still equals offline.
+    from vocos import Vocos
+    from vocos.feature_extractors import MelSpectrogramFeatures
+    from vocos.heads import ISTFTHead
+    from vocos.models import VocosBackbone
+
+    torch.manual_seed(1)
+    vocos = Vocos(
+        feature_extractor=MelSpectrogramFeatures(),
+        backbone=VocosBackbone(input_channels=100, dim=64, intermediate_dim=192, num_layers=8),
+        head=ISTFTHead(dim=64, n_fft=1024, hop_length=256, padding="same"),
+    ).eval()
+    vocoder = VocosVocoder(vocos)
+    assert vocoder.open_stream_state() is None
+    assert HiFiGANVocoder(tiny_hifigan()).open_stream_state() is None
+    sd = StreamingDecoder(decoder, vocoder)
+    config = ChunkingConfig(lookahead_tokens=sd.receptive_field_tokens[1])
+    assert sd.open(config).exact and not sd.open(config).keeps_vocoder_state
+    hiddens = hidden_walk(90, seed=4)
+    reference = offline(decoder, vocoder, hiddens)
+    streamed = stream_all(sd, hiddens, config, (3, 1))
+    assert streamed.shape == reference.shape
+    assert np.abs(reference).max() > 0.05
+    assert np.abs(streamed - reference).max() <= EXACT_TOL

@@ -198,7 +198,7 @@ def test_stateful_stacks_equal_offline_decode_chunk_by_chunk() -> None:
     # offline decode of the frames so far and leaves the state as if it had not happened.
     from chattts_server.model.mel_decoder import decode_mel, decoder_stack, hidden_frames
     from chattts_server.model.streaming_conv import StackInput
-    from chattts_server.model.vocos import VocosStreamInput
+    from chattts_server.model.vocoders import VocoderStreamInput
 
     decoder, vocoder = tiny_decoder(), VocosVocoder(tiny_vocos())
     hiddens = hidden_walk(60)
@@ -223,9 +223,10 @@ def test_stateful_stacks_equal_offline_decode_chunk_by_chunk() -> None:
                 mels.append(item.provisional)
             pos = end
         assert torch.allclose(torch.cat(mels), mel, atol=1e-4)
-        stream, parts, pos = vocoder.open_stream(), [], 0
+        stream, parts, pos = vocoder.open_stream_state(), [], 0
+        assert stream is not None
         for n in (3, 1, 40, 9, 67):
-            v = VocosStreamInput(stream, mel[pos : pos + n], flush=pos + n == 120)
+            v = VocoderStreamInput(stream, mel[pos : pos + n], flush=pos + n == 120)
             vocoder.stream([v])
             assert v.audio is not None and v.provisional is not None
             parts += [v.audio, v.provisional]

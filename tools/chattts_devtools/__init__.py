@@ -1,2 +1,4 @@
 """Tooling for tests and benchmarks, kept out of the runtime packages: a launcher for the server
-as a subprocess (`launcher`) and upstream ChatTTS loaded from our assets (`upstream`)."""
+as a subprocess (`launcher`), upstream ChatTTS loaded from our assets (`upstream`), replica timing
+(`sharing`) and the window-path streaming decoder, the oracle of the stateful one
+(`window_decoder`)."""

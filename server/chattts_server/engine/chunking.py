@@ -1,7 +1,8 @@
 """How a stream's audio is cut into chunks: the schedule the streaming decoder follows.
 
 Plain Python (no torch). The defaults of the three fields a server flag or a request may set
-are `config`'s, which the command line shows.
+are `config`'s, which the command line shows. The chunk sizes' growth is written once, in
+`ChunkSizes`: the decoder's planning and the benchmarks' `schedule` both read it.
 """
 
 from __future__ import annotations
@@ -53,3 +54,32 @@ class ChunkingConfig:
         """This schedule with the options' set fields (server flags or one request) applied."""
         overrides = {k: v for k, v in vars(options).items() if v is not None}
         return replace(self, **overrides) if overrides else self
+
+    def schedule(self, num_tokens: int) -> list[int]:
+        """New tokens per chunk for a stream of `num_tokens` tokens (for benchmarks and docs)."""
+        sizes, cursor, done = [], ChunkSizes(self), 0
+        while done < num_tokens:
+            size = min(cursor.next_tokens, num_tokens - done)
+            sizes.append(size)
+            done += size
+            cursor.advance()
+        return sizes
+
+
+class ChunkSizes:
+    """A stream's chunk sizes in order: `first_chunk_tokens`, then `growth` times the previous
+    one, up to `max_chunk_tokens`. A cursor, so a planner can read the next size and advance
+    only once the chunk is planned."""
+
+    def __init__(self, config: ChunkingConfig) -> None:
+        self._config = config
+        # Grown as a float and rounded per chunk, so a growth of 1.5 gives 8, 12, 18, 27, ...
+        self._size = float(config.first_chunk_tokens)
+
+    @property
+    def next_tokens(self) -> int:
+        """New tokens in the next chunk (before a stream's end cuts it short)."""
+        return round(self._size)
+
+    def advance(self) -> None:
+        self._size = min(float(self._config.max_chunk_tokens), self._size * self._config.growth)

@@ -31,7 +31,13 @@ from torch import Tensor, nn
 
 from .audio_constants import NUM_MELS, SAMPLE_RATE_HZ
 from .receptive_field import ReceptiveField, chain_interval, conv_input_interval, field_of_interval
-from .vocoders import module_device_dtype
+from .vocoders import (
+    MelWindow,
+    VocoderStreamInput,
+    WindowAudio,
+    decode_padded,
+    module_device_dtype,
+)
 
 # Slope of the leaky ReLUs inside the generator; the last one (before conv_post) uses PyTorch's
 # default 0.01 as in the official code, so official checkpoints reproduce.
@@ -190,7 +196,11 @@ def _fold_weight_norm(state_dict: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 class HiFiGANVocoder:
-    """A HiFi-GAN V1 generator behind the `Vocoder` protocol (fp32, weight norm removed)."""
+    """A HiFi-GAN V1 generator behind the `Vocoder` protocol (fp32, weight norm removed).
+
+    It keeps no per-stream state: its transposed convolutions would need one per upsampling
+    phase, so the streaming decoder gives it windows of mel frames (`decode_windows`).
+    """
 
     def __init__(self, generator: HiFiGANGenerator) -> None:
         self.generator = generator.eval()
@@ -223,3 +233,13 @@ class HiFiGANVocoder:
     def decode(self, mel: Tensor) -> Tensor:
         device, dtype = module_device_dtype(self.generator)
         return self.generator(mel.to(device=device, dtype=dtype)).squeeze(1)
+
+    def decode_windows(self, windows: Sequence[MelWindow]) -> tuple[list[WindowAudio], int]:
+        return decode_padded(self, windows)
+
+    def open_stream_state(self) -> None:
+        return None
+
+    def stream(self, items: Sequence[VocoderStreamInput]) -> None:
+        if items:
+            raise ValueError("HiFi-GAN keeps no stream state: decode windows instead")

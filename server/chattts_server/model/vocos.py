@@ -1,11 +1,12 @@
-"""Vocos, ChatTTS's vocoder (ConvNeXt backbone + iSTFT head), behind the `Vocoder` protocol,
-offline (`decode`) and chunk by chunk with per-layer state (`open_stream`, `stream`)."""
+"""Vocos, ChatTTS's vocoder (ConvNeXt backbone + iSTFT head), behind the `Vocoder` protocol:
+offline (`decode`), chunk by chunk with per-layer state (`open_stream_state`, `stream`), and by
+windows packed into one call (`decode_windows`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -13,7 +14,13 @@ from torch import Tensor, nn
 from .audio_constants import SAMPLE_RATE_HZ
 from .receptive_field import ReceptiveField, istft_receptive_field, stride1_receptive_field
 from .streaming_conv import StackInput, StackState, Stage, StreamingStack
-from .vocoders import module_device_dtype
+from .vocoders import (
+    MelWindow,
+    VocoderStreamInput,
+    WindowAudio,
+    decode_padded,
+    module_device_dtype,
+)
 
 
 @dataclass
@@ -89,17 +96,6 @@ class VocosStreamState:
     istft: _IstftState
 
 
-@dataclass
-class VocosStreamInput:
-    """One stream's share of `VocosVocoder.stream`."""
-
-    state: VocosStreamState
-    mel: Tensor  # (n, n_mels) new final mel frames, (T, C) layout
-    flush: bool  # also emit what the held-back frames give with right zero padding
-    audio: Tensor | None = None  # out: samples final for good, following the previous call's
-    provisional: Tensor | None = None  # out: flush samples after `audio` (not kept)
-
-
 class VocosVocoder:
     """The ChatTTS Vocos module (`vocos.Vocos`) behind the `Vocoder` protocol."""
 
@@ -141,22 +137,19 @@ class VocosVocoder:
         vocos: Any = self.vocos
         return vocos.head(vocos.backbone(mel.to(device=device, dtype=dtype)))
 
-    @property
-    def can_stream(self) -> bool:
-        return self._stack is not None
-
-    def open_stream(self) -> VocosStreamState:
-        """A stream's state before its first mel frame (requires `can_stream`)."""
-        assert self._stack is not None and self._istft is not None
+    def open_stream_state(self) -> VocosStreamState | None:
+        """A stream's state before its first mel frame; None where Vocos cannot stream."""
+        if self._stack is None or self._istft is None:
+            return None
         like = next(self.vocos.parameters())
         return VocosStreamState(self._stack.new_state(like), self._istft.new_state(like))
 
-    def open_window(self) -> VocosStreamState:
+    def _open_window(self) -> VocosStreamState:
         """State for a one-off decode of a window of mel frames that does not start the
         stream (`stream` it with flush=True): no left zero padding, so only outputs whose
         left context lies inside the window are computed, and the samples start
         `receptive_field[0]` frames into the window. A window at the stream's start takes
-        `open_stream` (the left padding `decode` applies)."""
+        `open_stream_state` (the left padding `decode` applies)."""
         assert self._stack is not None and self._istft is not None
         like = next(self.vocos.parameters())
         fresh = self._stack.new_state(like)
@@ -168,7 +161,30 @@ class VocosVocoder:
         istft.drop_blocks = self._istft.overlap - 1
         return VocosStreamState(backbone, istft)
 
-    def stream(self, items: Sequence[VocosStreamInput]) -> None:
+    def decode_windows(self, windows: Sequence[MelWindow]) -> tuple[list[WindowAudio], int]:
+        """Every window through one packed `stream` call (no padding, so no grouping by
+        length). A window that reaches back the full left field before the samples kept runs
+        without left padding: its first frames are only left context, so no layer computes
+        outputs for them."""
+        if self._stack is None:
+            return decode_padded(self, windows)
+        voc_left, hop = self.receptive_field[0], self.hop_length
+        items, origins = [], []
+        for window in windows:
+            first = window.first_frame
+            valid_left = first > 0 and (first + voc_left) * hop <= window.first_sample
+            state = self._open_window() if valid_left else self.open_stream_state()
+            assert state is not None
+            origins.append((first + voc_left) * hop if valid_left else first * hop)
+            items.append(VocoderStreamInput(state, window.mel, flush=True))
+        self.stream(items)
+        out = []
+        for item, origin in zip(items, origins, strict=True):
+            assert item.audio is not None and item.provisional is not None
+            out.append((torch.cat([item.audio, item.provisional]).float().cpu(), origin))
+        return out, 1
+
+    def stream(self, items: Sequence[VocoderStreamInput]) -> None:
         """Advance every item's stream by its new mel frames, batched; fills `audio` (and, at a
         flush, `provisional`). Concatenated `audio` of all calls, then the last flush's
         `provisional`, equals `decode` of all frames (float rounding aside)."""
@@ -177,7 +193,11 @@ class VocosVocoder:
             return
         device, dtype = module_device_dtype(self.vocos)
         vocos: Any = self.vocos
-        inputs = [StackInput(i.state.backbone, i.mel.to(device, dtype), i.flush) for i in items]
+        states = [cast(VocosStreamState, item.state) for item in items]
+        inputs = [
+            StackInput(state.backbone, item.mel.to(device, dtype), item.flush)
+            for state, item in zip(states, items, strict=True)
+        ]
         self._stack.run(inputs)
         parts = [p for x in inputs for p in (x.committed, x.provisional) if p is not None]
         x = vocos.head.out(vocos.backbone.final_layer_norm(torch.cat(parts)))
@@ -190,10 +210,10 @@ class VocosVocoder:
         else:  # MKL's FFT rejects an empty batch
             frames = x.new_zeros((0, self._istft.n_fft))
         start = 0
-        for item, x_in in zip(items, inputs, strict=True):
+        for item, state, x_in in zip(items, states, inputs, strict=True):
             assert x_in.committed is not None and x_in.provisional is not None
             num_com, num = len(x_in.committed), len(x_in.committed) + len(x_in.provisional)
             item.audio, item.provisional = self._istft.run(
-                item.state.istft, frames[start : start + num], num_com, item.flush
+                state.istft, frames[start : start + num], num_com, item.flush
             )
             start += num
