@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from . import control_tokens, rules_en, rules_zh
@@ -85,6 +86,13 @@ class TextNormalizer:
             # Spaces between CJK characters are an artefact of joining, not pauses.
             joined = joined.sub(_CJK_JOIN_SPACE, "")
         return joined
+
+    def spoken(self, text: Traced, chattts_normalizer: Callable[..., str]) -> Traced:
+        """What ChatTTS reads for `text`: spelled out here, then through ChatTTS's own
+        normalizer (`Chat.normalizer`: its alphabet, homophones), traced to `text`'s spans."""
+        spelled = self.traced(text)
+        lang = language(spelled.text)
+        return spelled.rewrite(str(chattts_normalizer(spelled.text, True, True, lang)))
 
     def warm_up(self) -> None:
         """Load both grammars now rather than on a first request."""
