@@ -182,6 +182,8 @@ class MarkdownReader:
         if not final and not _CONTENT_CHAR.search(stripped):
             return  # "1.", "-", "##", "|": the kind is not known yet
         if not re.search(r"\w", stripped):
+            if not final:
+                return  # "[", "(", "“": a link or a quote whose words are still to come
             line.kind = "skip"  # a rule, a table's delimiter row, a lone marker
             return
         if stripped.startswith("|"):
