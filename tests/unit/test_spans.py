@@ -120,7 +120,10 @@ CASES = [
         "In 200 m turn left.",
         [("In", "In"), ("two hundred meters", "200 m"), ("turn", "turn"), ("left", "left")],
     ),
-    ("前方500元右转", [("前", "前"), ("方", "方"), ("五百元", "500元"), ("右", "右"), ("转", "转")]),
+    (
+        "前方500元右转",
+        [("前", "前"), ("方", "方"), ("五百元", "500元"), ("右", "右"), ("转", "转")],
+    ),
     (
         "Meet at 3:45 PM today.",
         [("Meet", "Meet"), ("at", "at"), ("three forty five p m", "3:45 PM"), ("today", "today")],
@@ -195,7 +198,9 @@ def test_each_spoken_word_spans_the_word_or_number_it_came_from(
 
 def test_markup_list_numbers_and_added_periods_are_in_no_span() -> None:
     text = "## Your *route*\n\n1. Turn **left**\n2. Exit `now`"
-    covered = {i for u in utterances_traced(text, 30.0, 5) for r in u.spans.ranges if r for i in range(*r)}
+    covered = {
+        i for u in utterances_traced(text, 30.0, 5) for r in u.spans.ranges if r for i in range(*r)
+    }
     assert {text[i] for i in covered} <= set("YourouteTnlftExitw ")
     assert not covered & {i for i, c in enumerate(text) if c in "#*`12."}
 
@@ -208,15 +213,16 @@ def spans_of(words: list[list[SpokenWord]]) -> list[tuple[str, tuple[int, int] |
 def test_spans_are_in_order_disjoint_and_inside_the_reply(
     reply, normalize: TextNormalizer, chattts_normalizer
 ) -> None:
-    words = [w for u in spoken(streamed(tokens(reply.text)), normalize, chattts_normalizer) for w in u]
+    words = [
+        w for u in spoken(streamed(tokens(reply.text)), normalize, chattts_normalizer) for w in u
+    ]
     assert words
     spans = [w.span for w in words if w.span is not None]
-    assert len(spans) >= len(words) - 1  # every word of the reply is traced
-    for (a, b), (c, d) in zip(spans, spans[1:]):
+    assert len(spans) == len(words)  # every word spoken comes from the reply
+    for (a, b), (c, d) in zip(spans, spans[1:], strict=False):
         assert 0 <= a < b <= c < d <= len(reply.text)
-    for word in words:
-        assert word.span is not None, word
-        source = reply.text[word.span[0] : word.span[1]]
+    for word, (a, b) in zip(words, spans, strict=True):
+        source = reply.text[a:b]
         # A word that is not spelled as written still comes from a word or a number.
         assert re.search(r"[^\W_]", source), (word, source)
 
@@ -254,7 +260,13 @@ def texts_and_splits(draw: st.DrawFn) -> tuple[str, list[str]]:
     if draw(st.booleans(), label="reply"):
         text = draw(st.sampled_from(REPLIES), label="which").text
     else:
-        parts = draw(st.lists(st.tuples(st.sampled_from(PIECES), st.sampled_from([" ", " ", "\n"])), min_size=1, max_size=14))
+        parts = draw(
+            st.lists(
+                st.tuples(st.sampled_from(PIECES), st.sampled_from([" ", " ", "\n"])),
+                min_size=1,
+                max_size=14,
+            )
+        )
         text = "".join(p + sep for p, sep in parts)
     cuts = sorted(draw(st.sets(st.integers(1, max(1, len(text) - 1)), max_size=30), label="cuts"))
     bounds = [0, *(c for c in cuts if c < len(text)), len(text)]
@@ -271,7 +283,9 @@ _WORD = re.compile(r"[\u4e00-\u9fff]|[^\W_\u4e00-\u9fff]+")
 
 def front_end_words(utterances: list[Utterance]) -> list[tuple[str, tuple[int, int] | None]]:
     """The words of the released utterances (before normalization) and their spans."""
-    return [(m.group(), u.span(m.start(), m.end())) for u in utterances for m in _WORD.finditer(u.text)]
+    return [
+        (m.group(), u.span(m.start(), m.end())) for u in utterances for m in _WORD.finditer(u.text)
+    ]
 
 
 SPLIT_SETTINGS = settings(
@@ -320,4 +334,6 @@ def test_the_releaser_s_string_api_is_its_traced_one() -> None:
     releaser = TextReleaser(ReleasePolicy(first_words=2))
     traced = TextReleaser(ReleasePolicy(first_words=2))
     for fragment in ["One two", " three four. ", "Five"]:
-        assert releaser.feed(fragment) == [u.text for u in traced.feed_traced(Traced.source(fragment))]
+        assert releaser.feed(fragment) == [
+            u.text for u in traced.feed_traced(Traced.source(fragment))
+        ]

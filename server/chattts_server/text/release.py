@@ -201,7 +201,7 @@ class TextReleaser:
         half = [e for e in _clause_ends(text[:word_end]) if count_words(text[:e]) >= limit / 2]
         return half[-1] if half else word_end
 
-    def _release_overlong(self) -> list[str]:
+    def _release_overlong(self) -> list[Traced]:
         """A buffer past the duration budget (one endless run, or all rules off) is cut now,
         keeping its last piece, which may still grow."""
         pieces = self._pieces(self._pending)

@@ -86,7 +86,9 @@ class SpanMap:
 
     def shift(self, offset: int) -> SpanMap:
         """The same map into a source that starts `offset` characters later."""
-        return SpanMap(tuple(None if r is None else (r[0] + offset, r[1] + offset) for r in self.ranges))
+        return SpanMap(
+            tuple(None if r is None else (r[0] + offset, r[1] + offset) for r in self.ranges)
+        )
 
     def compose(self, inner: SpanMap) -> SpanMap:
         """`self` maps this text into a middle text, `inner` maps the middle text into the
@@ -182,9 +184,7 @@ class Traced:
     def rstrip(self) -> Traced:
         return self[: len(self.text.rstrip())]
 
-    def sub(
-        self, pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str]
-    ) -> Traced:
+    def sub(self, pattern: re.Pattern[str], repl: str | Callable[[re.Match[str]], str]) -> Traced:
         """`pattern.sub(repl, text)`, the same text, each replacement traced to its match's span
         as a whole (a match that comes out unchanged keeps its own spans)."""
         text, ranges = self.text, self.spans.ranges

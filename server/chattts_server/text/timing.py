@@ -91,7 +91,9 @@ def estimate_timing(
     word_s = [max(estimate_duration_s(w.text, speed), MIN_WORD_S) for w in words]
     ends = [0, *(w.end for w in words)]
     starts = [*(w.start for w in words), len(spoken_text)]
-    gap_s = [estimate_duration_s(spoken_text[a:b], speed) for a, b in zip(ends, starts, strict=True)]
+    gap_s = [
+        estimate_duration_s(spoken_text[a:b], speed) for a, b in zip(ends, starts, strict=True)
+    ]
     frames = _Frames(pcm, sample_rate) if pcm is not None else None
     if frames is None or frames.quiet is None:
         bounds = _shared(word_s, gap_s, 0.0, float(num_samples), with_ends=True)
@@ -115,21 +117,26 @@ class _Frames:
                 self.quiet = self.rms < loud * 10 ** (SILENCE_DB / 20)
 
     def pauses(self, lo: float, hi: float, min_frames: int) -> list[tuple[float, float]]:
-        """Runs of quiet frames at least `min_frames` long, in samples, clipped to [lo, hi]."""
+        """Runs of quiet frames at least `min_frames` long that reach into [lo, hi], whole (a
+        pause found near the estimate ends where it ends), in samples."""
         assert self.quiet is not None
-        first, last = max(0, int(lo // self.size)), min(len(self.quiet), int(hi // self.size) + 1)
+        quiet = self.quiet
         runs: list[tuple[float, float]] = []
-        start = None
-        for f in range(first, last + 1):
-            quiet = f < last and bool(self.quiet[f])
-            if quiet and start is None:
-                start = f
-            elif not quiet and start is not None:
-                if f - start >= min_frames:
-                    a, b = max(lo, start * self.size), min(hi, f * self.size)
-                    if b > a:
-                        runs.append((a, b))
-                start = None
+        f = max(0, int(lo // self.size))
+        last = min(len(quiet), int(np.ceil(hi / self.size)))
+        while f < last:
+            if not quiet[f]:
+                f += 1
+                continue
+            start = f
+            while start > 0 and quiet[start - 1]:
+                start -= 1
+            end = f
+            while end < len(quiet) and quiet[end]:
+                end += 1
+            if end - start >= min_frames:
+                runs.append((float(start * self.size), float(end * self.size)))
+            f = end
         return runs
 
     def quietest(self, lo: float, hi: float) -> float | None:
@@ -180,20 +187,24 @@ def _snapped(
     start = lead
     for i in range(n - 1):
         # What is left, shared anew from this word's start.
-        (_, end), (next_start, next_end) = _shared(word_s[i:], [0.0, *gap_s[i + 1 :]], start, tail, False)[:2]
-        lo = start + max(min_word, (end - start) / 2)
-        hi = min(next_start + (next_end - next_start) / 2, tail - min_word * (n - 1 - i))
+        shared = _shared(word_s[i:], [0.0, *gap_s[i + 1 :]], start, tail, with_ends=False)
+        (_, end), (next_start, next_end) = shared[:2]
+        # Each word keeps its least; the words after this one keep theirs.
+        floor, ceiling = start + min_word, tail - min_word * (n - 1 - i)
+        # The boundary may move by half a word either way.
+        lo = max(floor, start + (end - start) / 2)
+        hi = min(ceiling, next_start + (next_end - next_start) / 2)
         mid = (end + next_start) / 2
-        if lo < hi:
-            pauses = frames.pauses(lo, hi, min_pause)
-            if pauses:
-                end, next_start = min(pauses, key=lambda p: abs((p[0] + p[1]) / 2 - mid))
-            else:
-                reach = VALLEY_SHARE * min(end - start, next_end - next_start)
-                valley = frames.quietest(max(lo, mid - reach), min(hi, mid + reach))
-                if valley is not None:
-                    half_gap = min((next_start - end) / 2, valley - lo, hi - valley)
-                    end, next_start = valley - half_gap, valley + half_gap
+        pauses = frames.pauses(lo, hi, min_pause) if lo < hi else []
+        if pauses:
+            a, b = min(pauses, key=lambda p: abs((p[0] + p[1]) / 2 - mid))
+            end, next_start = max(a, floor), min(b, ceiling)
+        elif lo < hi:
+            reach = VALLEY_SHARE * min(end - start, next_end - next_start)
+            valley = frames.quietest(max(lo, mid - reach), min(hi, mid + reach))
+            if valley is not None:
+                half_gap = min((next_start - end) / 2, valley - lo, hi - valley)
+                end, next_start = valley - half_gap, valley + half_gap
         bounds.append((start, max(start, end)))
         start = max(start, next_start)
     bounds.append((start, max(start, tail)))
