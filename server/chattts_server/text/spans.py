@@ -191,8 +191,12 @@ class Traced:
         out: list[str] = []
         out_ranges: list[Span | None] = []
         last = 0
+        plain = isinstance(repl, str) and "\\" not in repl  # no group references to expand
         for m in pattern.finditer(text):
-            new = repl(m) if callable(repl) else m.expand(repl)
+            if callable(repl):
+                new = repl(m)
+            else:
+                new = repl if plain else m.expand(repl)
             if new == m.group():
                 continue
             out.append(text[last : m.start()])
