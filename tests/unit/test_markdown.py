@@ -187,3 +187,14 @@ def test_any_fragment_split_reads_as_the_reply_sent_whole(
     fragments = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
     whole = spoken_words(normalize, streamed([text]))
     assert spoken_words(normalize, streamed(fragments)) == whole
+
+
+@pytest.mark.parametrize("first", ["[", "(", "“", "!["])
+def test_a_line_whose_first_token_holds_no_word_yet_is_not_taken_for_a_rule(first: str) -> None:
+    reader = MarkdownReader()
+    rest = {"[": "the docs](https://x.org/a) now", "![": "a cat](c.png) here"}.get(
+        first, "see below) now"
+    )
+    assert reader.feed(first) == ""
+    out = reader.feed(rest + "\n")
+    assert out == strip_markdown(first + rest) + "\n" and re.search(r"[a-z]{3}", out)

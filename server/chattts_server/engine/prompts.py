@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from ..model.loader import ChatTTSModules
-from ..text.normalize import TextNormalizer, language
+from ..text.normalize import TextNormalizer
+from ..text.spans import Traced
 from .types import InvalidRequestError, VoiceKind, VoiceSpec
 
 DEFAULT_VOICE_SEED = 2
@@ -42,11 +43,15 @@ class PromptBuilder:
         self._reference_cache: dict[str, torch.Tensor] = {}
 
     def normalize(self, text: str, field_name: str = "text") -> str:
-        spelled = self.spell(text)
-        normalized = self.m.normalizer(spelled, True, True, language(spelled))
-        if not normalized.strip():
+        return self.normalize_traced(Traced.source(text), field_name).text
+
+    def normalize_traced(self, text: Traced, field_name: str = "text") -> Traced:
+        """`normalize`, each spoken character traced to the characters of `text` it came from
+        (an `Utterance` from text/stream.py: to the stream's text; text/words.py)."""
+        normalized = self.spell.spoken(text, self.m.normalizer)
+        if not normalized.text.strip():
             raise InvalidRequestError(field_name, "nothing speakable is left after normalization")
-        return str(normalized)
+        return normalized
 
     def transcript(self, voice: VoiceSpec) -> str:
         """A reference clip's transcript, normalized like the text it prompts."""

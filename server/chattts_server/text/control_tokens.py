@@ -80,17 +80,22 @@ def split_controls(text: str) -> list[tuple[str, bool]]:
     """Text cut into (piece, is_control) pairs. Allowed controls are their own pieces; forbidden
     tokens are dropped (the API has rejected them already; this is the engine's last guard);
     other bracketed text stays in the text pieces."""
-    pieces: list[tuple[str, bool]] = []
+    return [(text[start:end], is_control) for start, end, is_control in control_pieces(text)]
+
+
+def control_pieces(text: str) -> list[tuple[int, int, bool]]:
+    """`split_controls` as (start, end, is_control) offsets into text."""
+    pieces: list[tuple[int, int, bool]] = []
     start = 0
     for m in BRACKETED.finditer(text):
         token = m.group()
         if not (is_allowed(token) or is_forbidden(token)):
             continue
         if m.start() > start:
-            pieces.append((text[start : m.start()], False))
+            pieces.append((start, m.start(), False))
         if is_allowed(token):
-            pieces.append((token, True))
+            pieces.append((m.start(), m.end(), True))
         start = m.end()
     if start < len(text):
-        pieces.append((text[start:], False))
+        pieces.append((start, len(text), False))
     return pieces

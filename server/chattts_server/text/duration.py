@@ -115,17 +115,32 @@ def split_by_duration(text: str, max_s: float, speed: int = 5) -> list[str]:
     """Cut text into pieces each estimated at most max_s long: at clause stops where possible,
     else between words, else (Chinese without stops) between characters. Text that fits is
     returned whole. Pieces are stripped; none is empty."""
-    pieces: list[str] = []
-    rest = text.strip()
-    while rest and estimate_duration_s(rest, speed) > max_s:
+    return [text[start:end] for start, end in duration_pieces(text, max_s, speed)]
+
+
+def duration_pieces(text: str, max_s: float, speed: int = 5) -> list[tuple[int, int]]:
+    """`split_by_duration` as (start, end) offsets into text."""
+    pieces: list[tuple[int, int]] = []
+    start, end = _stripped(text, 0, len(text))
+    while start < end and estimate_duration_s(text[start:end], speed) > max_s:
+        rest = text[start:end]
         cut = _clause_or_word_cut(rest, max_s, speed) or _char_cut(rest, max_s, speed)
         if cut <= 0 or cut >= len(rest):
             break  # one unbreakable run (a very long word): spoken as is
-        pieces.append(rest[:cut].strip())
-        rest = rest[cut:].strip()
-    if rest:
-        pieces.append(rest)
+        pieces.append(_stripped(text, start, start + cut))
+        start, end = _stripped(text, start + cut, end)
+    if start < end:
+        pieces.append((start, end))
     return pieces
+
+
+def _stripped(text: str, start: int, end: int) -> tuple[int, int]:
+    """text[start:end].strip() as offsets."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
 
 
 def _clause_or_word_cut(text: str, max_s: float, speed: int) -> int:

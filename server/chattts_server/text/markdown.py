@@ -22,6 +22,11 @@ emphasis, code span, link or autolink before it, and renders each piece between 
 on its own. Cuts depend only on the text, never on how it was split into fragments, so a reply
 streamed in any pieces reads exactly as the same reply sent whole. An opener that stays unclosed
 for `MAX_OPEN_CHARS` is taken as a literal character, so a stray `*` holds back no more than that.
+
+Traced (`feed_traced`, `strip_markdown_traced`), each character read maps to the character of the
+caller's text it is: markup is in no span, a link reads its text and maps to the link text, a
+period added after a list item maps to none. markdown-it gives no offsets inside a line, so each
+rendered piece is found again in its source, left to right, skipping link destinations.
 """
 
 from __future__ import annotations
@@ -30,9 +35,9 @@ import re
 from dataclasses import dataclass, field
 
 from markdown_it import MarkdownIt
-from markdown_it.token import Token
 
 from .script import CJK
+from .spans import EMPTY, Span, SpanMap, Traced
 
 MAX_OPEN_CHARS = 160
 """Longest run held back behind an opener that has not closed (then it is a literal)."""
@@ -46,6 +51,8 @@ _CLOSING_HASHES = re.compile(r"\s+#+\s*$")
 _SENTENCE_END = re.compile(r"[.!?;。！？；…:：]$")
 _CJK_PUNCT = "。！？；，、：…“”‘’「」『』（）《》【】"
 _HELD_SENTENCE_END = re.compile(r"[.!?;。！？；…][\"')\]”’」』）*_`]*$")
+_CELL_SEPARATOR = re.compile(r"(?<!\\)\|")
+_NEWLINE = Traced.inserted("\n")
 
 
 @dataclass
@@ -53,6 +60,8 @@ class _Line:
     """The line being received."""
 
     raw: str = ""
+    spans: list[Span | None] = field(default_factory=list)
+    """Where each character of `raw` came from."""
     kind: str | None = None
     """None until decided; then 'paragraph', 'heading', 'item', 'quote', 'table', 'skip'."""
     start: int = 0
@@ -60,6 +69,9 @@ class _Line:
     done: int = 0
     """How much of `raw` has been rendered (an offset at a safe point)."""
     spoken: list[str] = field(default_factory=list)
+
+    def traced(self, start: int) -> Traced:
+        return Traced(self.raw[start:], SpanMap(tuple(self.spans[start:])))
 
 
 class MarkdownReader:
@@ -69,6 +81,8 @@ class MarkdownReader:
         self._line = _Line()
         self._fence: str | None = None
         """The opening fence (``` or ~~~ run) while inside a fenced code block."""
+        self._num_fed = 0
+        """Characters given to `feed` so far: what its spans count."""
 
     @property
     def pending(self) -> bool:
@@ -86,27 +100,42 @@ class MarkdownReader:
 
     def feed(self, fragment: str) -> str:
         """Add a fragment; return the plain text it completes."""
-        if (fragment[:1].isupper() or CJK.match(fragment[:1])) and self.holds_sentence_end:
-            # "Turn left." then "Then exit": a new sentence, as the releaser reads a
-            # sentence end at a fragment's end ("example." then "com" goes on).
-            fragment = " " + fragment
-        out: list[str] = []
-        while fragment:
-            head, newline, fragment = fragment.partition("\n")
-            self._line.raw += head
-            if newline:
-                out.append(self._end_line())
-            else:
-                out.append(self._advance(final=False))
-        return "".join(out)
+        offset, self._num_fed = self._num_fed, self._num_fed + len(fragment)
+        return self.feed_traced(Traced.source(fragment, offset)).text
 
     def flush(self) -> str:
         """Render everything held back (an explicit flush, an idle stream, the end)."""
-        return self._advance(final=True)
+        return self.flush_traced().text
 
     def end(self) -> str:
         """The text is complete: render what is held and end its last line (a heading, list
         item or table row gets its sentence end)."""
+        return self.end_traced().text
+
+    def feed_traced(self, fragment: Traced) -> Traced:
+        """`feed`, the text traced to the fragments' own spans (use one of the two)."""
+        first = fragment.text[:1]
+        if (first.isupper() or CJK.match(first)) and self.holds_sentence_end:
+            # "Turn left." then "Then exit": a new sentence, as the releaser reads a
+            # sentence end at a fragment's end ("example." then "com" goes on).
+            fragment = Traced.inserted(" ") + fragment
+        out: list[Traced] = []
+        while fragment:
+            cut = fragment.text.find("\n")
+            head = fragment if cut < 0 else fragment[:cut]
+            fragment = EMPTY if cut < 0 else fragment[cut + 1 :]
+            self._line.raw += head.text
+            self._line.spans += head.spans.ranges
+            if cut >= 0:
+                out.append(self._end_line())
+            else:
+                out.append(self._advance(final=False))
+        return Traced.concat(out)
+
+    def flush_traced(self) -> Traced:
+        return self._advance(final=True)
+
+    def end_traced(self) -> Traced:
         return self._end_line()[:-1]
 
     def clear(self) -> None:
@@ -116,17 +145,18 @@ class MarkdownReader:
 
     # -- lines -------------------------------------------------------------------------
 
-    def _end_line(self) -> str:
+    def _end_line(self) -> Traced:
         line = self._line
         text = self._advance(final=True)
         self._line = _Line()
         if line.kind in (None, "skip"):
-            return text + "\n"
+            return text + _NEWLINE
         if line.kind in ("heading", "item", "table"):
             spoken = "".join(line.spoken).rstrip()
             if spoken and not _SENTENCE_END.search(spoken):
-                text = text.rstrip() + ("。" if CJK.search(spoken[-1]) else ".")
-        return text + "\n"
+                end = "。" if CJK.search(spoken[-1]) else "."
+                text = text.rstrip() + Traced.inserted(end)
+        return text + _NEWLINE
 
     def _decide(self, final: bool) -> None:
         line = self._line
@@ -152,6 +182,8 @@ class MarkdownReader:
         if not final and not _CONTENT_CHAR.search(stripped):
             return  # "1.", "-", "##", "|": the kind is not known yet
         if not re.search(r"\w", stripped):
+            if not final:
+                return  # "[", "(", "“": a link or a quote whose words are still to come
             line.kind = "skip"  # a rule, a table's delimiter row, a lone marker
             return
         if stripped.startswith("|"):
@@ -178,29 +210,32 @@ class MarkdownReader:
         at = len(body) - len(content) if body.endswith(content) else body.find(content)
         line.start = line.done = offset + max(at, 0)
 
-    def _advance(self, final: bool) -> str:
+    def _advance(self, final: bool) -> Traced:
         line = self._line
         if line.kind is None:
             self._decide(final)
             if line.kind is None:
-                return ""
+                return EMPTY
         if line.kind == "skip":
             line.done = len(line.raw)
-            return ""
+            return EMPTY
         if line.kind in ("heading", "table") and not final:
-            return ""  # short lines: read whole
-        body = line.raw[line.done :]
+            return EMPTY  # short lines: read whole
+        body = line.traced(line.done)
         if line.kind == "heading" and final:
-            body = _CLOSING_HASHES.sub("", body)
+            body = body.sub(_CLOSING_HASHES, "")
         if line.kind == "table":
             text = _render_row(body)
             line.done = len(line.raw)
         else:
             before = line.raw[line.done - 1] if line.done else " "
-            pieces = _pieces(body, final, before)
-            text = "".join(_render(p) for p in pieces)
-            line.done += sum(len(p) for p in pieces)
-        line.spoken.append(text)
+            rendered, at = [], 0
+            for piece in _pieces(body.text, final, before):
+                rendered.append(_render(body[at : at + len(piece)]))
+                at += len(piece)
+            text = Traced.concat(rendered)
+            line.done += at
+        line.spoken.append(text.text)
         return text
 
 
@@ -285,30 +320,102 @@ def _run(text: str, i: int, c: str) -> int:
     return j - i
 
 
-def _render(piece: str) -> str:
-    """One piece of a line's inline content, rendered to the words it reads as."""
-    if not piece.strip():
+def _render(piece: Traced) -> Traced:
+    """One piece of a line's inline content, rendered to the words it reads as, each traced to
+    where it stands in the piece."""
+    if not piece.text.strip():
         return piece
-    tokens = _MD.parseInline(piece)
-    return "".join(_words(t) for t in tokens[0].children or [])
+    tokens = _MD.parseInline(piece.text)
+    src = piece.text
+    out: list[Traced] = []
+    at = 0  # how far into the piece the rendering has got
+    for token in tokens[0].children or []:
+        if token.type in ("text", "code_inline", "image"):
+            if token.type == "image":
+                at = _past(src, "![", at)
+            words, at = _find(piece, token.content, at)  # an image reads its alt text
+            out.append(words)
+            if token.type == "image":
+                at = _past_destination(src, at)
+        elif token.type in ("softbreak", "hardbreak"):
+            out.append(Traced.inserted(" "))
+        elif token.type == "link_open" and token.markup not in ("autolink", "linkify"):
+            at = _past(src, "[", at)
+        elif token.type == "link_close" and token.markup not in ("autolink", "linkify"):
+            at = _past_destination(src, at)  # the URL is not read
+        elif token.type == "html_inline":
+            at = _past(src, token.content, at)
+        # anything else is a marker: not read, and the next find skips over it
+    return Traced.concat(out)
 
 
-def _words(token: Token) -> str:
-    if token.type in ("text", "code_inline"):
-        return token.content
-    if token.type == "image":
-        return token.content  # the alt text
-    if token.type in ("softbreak", "hardbreak"):
-        return " "
-    return ""  # markers, html
+def _past(src: str, text: str, at: int) -> int:
+    found = src.find(text, at)
+    return at if found < 0 else found + len(text)
 
 
-def _render_row(row: str) -> str:
-    cells = [c.strip() for c in re.split(r"(?<!\\)\|", row.strip().strip("|"))]
-    return ", ".join(r for r in (_render(c).strip() for c in cells) if r)
+def _find(piece: Traced, words: str, at: int) -> tuple[Traced, int]:
+    """`words` as rendered from the piece from `at` on, and where the piece goes on after it.
+    Usually they stand there as they are; an entity or an escape is found character by
+    character, and a character not there (`&copy;` read as ©) maps to none."""
+    found = piece.text.find(words, at)
+    if found >= 0:
+        return piece[found : found + len(words)], found + len(words)
+    ranges: list[Span | None] = []
+    for c in words:
+        found = piece.text.find(c, at)
+        ranges.append(None if found < 0 else piece.spans.ranges[found])
+        at = at if found < 0 else found + 1
+    return Traced(words, SpanMap(tuple(ranges))), at
+
+
+def _past_destination(src: str, at: int) -> int:
+    """Past a link's or an image's `](destination "title")`, which is not read."""
+    start = src.find("](", at)
+    if start < 0:
+        return at
+    depth, quote, i = 1, "", start + 2
+    while i < len(src):
+        c = src[i]
+        if c == "\\":
+            i += 1
+        elif quote:
+            quote = "" if c == quote else quote
+        elif c in "\"'" and src[i - 1].isspace():
+            quote = c  # a title
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return at
+
+
+def _render_row(row: Traced) -> Traced:
+    row = row.strip()
+    start, end = 0, len(row)
+    while start < end and row.text[start] == "|":
+        start += 1
+    while end > start and row.text[end - 1] == "|":
+        end -= 1
+    inner = row[start:end]
+    cells, at = [], 0
+    for m in _CELL_SEPARATOR.finditer(inner.text):
+        cells.append(inner[at : m.start()])
+        at = m.end()
+    cells.append(inner[at:])
+    rendered = (_render(c.strip()).strip() for c in cells)
+    return Traced.join(", ", (r for r in rendered if r))
 
 
 def strip_markdown(text: str) -> str:
     """A whole text's markdown removed (unary Synthesize; the same as streaming it)."""
+    return strip_markdown_traced(text).text
+
+
+def strip_markdown_traced(text: str) -> Traced:
+    """`strip_markdown`, traced to `text`."""
     reader = MarkdownReader()
-    return reader.feed(text) + reader.end()
+    return reader.feed_traced(Traced.source(text)) + reader.end_traced()

@@ -6,6 +6,8 @@
 Read letter by letter by the number and symbol grammars, a URL comes out as "HTTPS colon slash
 slash example dot com slash docs"; people drop the scheme, the `www.` and the query string and
 say the rest. Runs before the number rules, so digits in a link are spelled like any other.
+Traced (`readable_traced`), a link's words all come from the whole link: it is one word of the
+caller's text, as a number is.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import re
 
 from .script import Language
+from .spans import Traced
 
 _WORDS = {
     "en": {".": " dot ", "/": " slash ", "@": " at ", "_": " underscore ", "-": " dash "},
@@ -56,12 +59,16 @@ def _url(m: re.Match[str], lang: Language) -> str:
 
 def readable(text: str, lang: Language) -> str:
     """text with its links, addresses, file names, handles and hashtags spelled as spoken."""
-    if not any(c in text for c in ".@#/"):
+    return readable_traced(Traced.source(text), lang).text
+
+
+def readable_traced(text: Traced, lang: Language) -> Traced:
+    """`readable`, each spelled link traced to the link."""
+    if not any(c in text.text for c in ".@#/"):
         return text
-    text = _URL.sub(lambda m: _url(m, lang), text)
-    text = _EMAIL.sub(lambda m: " " + _spoken(m.group(), lang) + " ", text)
-    text = _DOMAIN.sub(lambda m: _url(m, lang), text)
-    text = _FILE.sub(lambda m: " " + _spoken(m.group(), lang) + " ", text)
-    text = _HANDLE.sub(lambda m: " " + _spoken("@" + m.group(1), lang) + " ", text)
-    text = _HASH.sub(lambda m: " " + _HASHTAG[lang] + _spoken(m.group(1), lang) + " ", text)
-    return text
+    text = text.sub(_URL, lambda m: _url(m, lang))
+    text = text.sub(_EMAIL, lambda m: " " + _spoken(m.group(), lang) + " ")
+    text = text.sub(_DOMAIN, lambda m: _url(m, lang))
+    text = text.sub(_FILE, lambda m: " " + _spoken(m.group(), lang) + " ")
+    text = text.sub(_HANDLE, lambda m: " " + _spoken("@" + m.group(1), lang) + " ")
+    return text.sub(_HASH, lambda m: " " + _HASHTAG[lang] + _spoken(m.group(1), lang) + " ")

@@ -19,6 +19,9 @@ boundaries into pieces whose estimated speech fits the per-utterance token cap
 
 Inline control tokens (`[uv_break]`) are never split, a period inside one is no sentence end, and
 "3." at the end of the buffer waits: it may become "3.5".
+
+Each released utterance can come traced to the caller's text (`feed_traced`,
+`split_sentences_traced`, text/spans.py): cuts and squeezed whitespace keep every word's span.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ import re
 from dataclasses import dataclass
 
 from . import duration
-from .duration import split_by_duration
+from .duration import duration_pieces
 from .script import CJK_CHARS
+from .spans import EMPTY, Traced
 
 _ASCII_END = re.compile(r"[.!?;]+[\"')\]]*(?=\s|$)")
 _DECIMAL_PENDING = re.compile(r"\d\.$")
@@ -69,8 +73,12 @@ class ReleasePolicy:
             raise ValueError(f"idle_ms must be in [0, {self.MAX_IDLE_MS}]")
 
 
-def _clean(text: str) -> str:
-    return " ".join(text.split())
+_NON_SPACE = re.compile(r"\S+")
+
+
+def _clean(text: Traced) -> Traced:
+    """`" ".join(text.split())`: whitespace runs squeezed to one space, ends stripped."""
+    return Traced.join(" ", (text[m.start() : m.end()] for m in _NON_SPACE.finditer(text.text)))
 
 
 def _protected(text: str) -> list[tuple[int, int]]:
@@ -115,48 +123,63 @@ class TextReleaser:
 
     def __init__(self, policy: ReleasePolicy | None = None) -> None:
         self.policy = policy or ReleasePolicy()
-        self._pending = ""
+        self._pending = EMPTY
         self._first = True
+        self._num_fed = 0
+        """Characters given to `feed` so far: what its spans count."""
 
     @property
     def pending(self) -> str:
-        return self._pending
+        return self._pending.text
 
     @property
     def idle_pending(self) -> bool:
         """True when an idle timeout would release something."""
-        return self.policy.idle_ms > 0 and bool(self._pending.strip())
+        return self.policy.idle_ms > 0 and bool(self._pending.text.strip())
 
     def feed(self, fragment: str) -> list[str]:
         """Add a fragment; return the utterances it releases, in order."""
+        offset, self._num_fed = self._num_fed, self._num_fed + len(fragment)
+        return [u.text for u in self.feed_traced(Traced.source(fragment, offset))]
+
+    def flush(self) -> list[str]:
+        """Release everything buffered, boundary or not."""
+        return [u.text for u in self.flush_traced()]
+
+    def feed_traced(self, fragment: Traced) -> list[Traced]:
+        """`feed`, each utterance traced to the fragments' own spans (use one of the two)."""
         self._pending += fragment
-        out: list[str] = []
+        out: list[Traced] = []
         start = 0
-        for point in _sentence_ends(self._pending):
+        for point in _sentence_ends(self._pending.text):
             out += self._release(self._pending[start:point])
             start = point
         self._pending = self._pending[start:]
-        while cut := self._threshold_cut(self._pending):
+        while cut := self._threshold_cut(self._pending.text):
             out += self._release(self._pending[:cut])
             self._pending = self._pending[cut:]
         return out + self._release_overlong()
 
-    def flush(self) -> list[str]:
-        """Release everything buffered, boundary or not."""
-        text, self._pending = self._pending, ""
+    def flush_traced(self) -> list[Traced]:
+        text, self._pending = self._pending, EMPTY
         return self._release(text)
 
     def clear(self) -> None:
         """Drop buffered text; the next utterance counts as a first one again (barge-in)."""
-        self._pending = ""
+        self._pending = EMPTY
         self._first = True
 
-    def _release(self, text: str) -> list[str]:
+    def _release(self, text: Traced) -> list[Traced]:
         text = _clean(text)
         if not text:
             return []
         self._first = False
-        return split_by_duration(text, self.policy.max_segment_s, self.policy.speed)
+        return self._pieces(text)
+
+    def _pieces(self, text: Traced) -> list[Traced]:
+        """text cut to fit the duration budget (`duration.split_by_duration`)."""
+        p = self.policy
+        return [text[a:b] for a, b in duration_pieces(text.text, p.max_segment_s, p.speed)]
 
     def _threshold_cut(self, text: str) -> int:
         """Where a clause or word-count rule cuts the buffer now; 0 if none applies."""
@@ -178,10 +201,10 @@ class TextReleaser:
         half = [e for e in _clause_ends(text[:word_end]) if count_words(text[:e]) >= limit / 2]
         return half[-1] if half else word_end
 
-    def _release_overlong(self) -> list[str]:
+    def _release_overlong(self) -> list[Traced]:
         """A buffer past the duration budget (one endless run, or all rules off) is cut now,
         keeping its last piece, which may still grow."""
-        pieces = split_by_duration(self._pending, self.policy.max_segment_s, self.policy.speed)
+        pieces = self._pieces(self._pending)
         if len(pieces) <= 1:
             return []
         self._first = False
@@ -192,6 +215,13 @@ class TextReleaser:
 def split_sentences(text: str, max_s: float | None = None, speed: int = 5) -> list[str]:
     """Split a complete text into utterances (unary Synthesize): at sentence ends, then by
     duration at clause boundaries. `max_s` defaults to the budget of a 768-token cap."""
+    return [u.text for u in split_sentences_traced(Traced.source(text), max_s, speed)]
+
+
+def split_sentences_traced(
+    text: Traced, max_s: float | None = None, speed: int = 5
+) -> list[Traced]:
+    """`split_sentences`, each utterance traced to the spans of `text`."""
     policy = ReleasePolicy(
         clause_min_words=0,
         max_words=0,
@@ -200,4 +230,4 @@ def split_sentences(text: str, max_s: float | None = None, speed: int = 5) -> li
         speed=speed,
     )
     releaser = TextReleaser(policy)
-    return releaser.feed(text) + releaser.flush()
+    return releaser.feed_traced(text) + releaser.flush_traced()

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 from num2words import num2words
 
+from .spans import Traced
+
 _DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
@@ -229,9 +231,10 @@ RULES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] 
 )
 
 
-def before_library(text: str) -> str:
+def before_library(text: Traced) -> Traced:
+    """The rules in order, each replacement traced to what it replaced."""
     for pattern, repl in RULES:
-        text = pattern.sub(repl, text)
+        text = text.sub(pattern, repl)
     return text
 
 
@@ -242,13 +245,16 @@ _AFTER = (
 )
 
 
-def after_library(text: str) -> str:
+def after_library(text: Traced) -> Traced:
     for pattern, repl in _AFTER:
-        text = pattern.sub(repl, text)
+        text = text.sub(pattern, repl)
     return text
 
 
-def spell_digits(text: str) -> str:
+_DIGIT_RUN = re.compile(r"\d+")
+
+
+def spell_digits(text: Traced) -> Traced:
     """Final pass: any digit run left becomes words ('007' digit by digit, '42' as a number)."""
 
     def run(m: re.Match[str]) -> str:
@@ -256,4 +262,4 @@ def spell_digits(text: str) -> str:
         words = digits(s) if s.startswith("0") or len(s) > 9 else cardinal(s)
         return f" {words} "
 
-    return re.sub(r"\d+", run, text)
+    return text.sub(_DIGIT_RUN, run)

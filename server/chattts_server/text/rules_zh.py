@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .spans import Traced
+
 _DIGITS = "零一二三四五六七八九"
 _PHONE_DIGITS = "零幺二三四五六七八九"
 
@@ -94,12 +96,16 @@ RULES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] 
 )
 
 
-def before_library(text: str) -> str:
+def before_library(text: Traced) -> Traced:
+    """The rules in order, each replacement traced to what it replaced."""
     for pattern, repl in RULES:
-        text = pattern.sub(repl, text)
+        text = text.sub(pattern, repl)
     return text
 
 
-def spell_digits(text: str) -> str:
+_DIGIT_RUN = re.compile(r"\d+")
+
+
+def spell_digits(text: Traced) -> Traced:
     """Final pass: any digit left is read one by one."""
-    return re.sub(r"\d+", lambda m: digits(m.group()), text)
+    return text.sub(_DIGIT_RUN, lambda m: digits(m.group()))

@@ -16,6 +16,7 @@ import re
 import unicodedata
 
 from .script import CJK_CHARS, Language
+from .spans import Traced
 
 log = logging.getLogger(__name__)
 
@@ -49,40 +50,51 @@ def _strongest(m: re.Match[str], lang: Language) -> str:
 
 def without_pictographs(text: str) -> str:
     """Emoji and other pictographs removed (before the grammars, which fail on them)."""
-    if text.isascii():
+    return without_pictographs_traced(Traced.source(text)).text
+
+
+def without_pictographs_traced(text: Traced) -> Traced:
+    if text.text.isascii():
         return text
-    return "".join(
-        " " if unicodedata.category(c) == "So" and c >= "\u2190" else c
-        for c in text
-        if c not in "\u200d\ufe0f\ufe0e" and not "\U0001f3fb" <= c <= "\U0001f3ff"
-    )
+    return text.map_chars(_without_pictograph)
+
+
+def _without_pictograph(c: str) -> str:
+    if c in "\u200d\ufe0f\ufe0e" or "\U0001f3fb" <= c <= "\U0001f3ff":
+        return ""
+    return " " if unicodedata.category(c) == "So" and c >= "\u2190" else c
 
 
 def speakable(text: str, lang: Language) -> str:
     """text in ChatTTS's alphabet, its sentence and clause breaks kept (see module docstring)."""
-    original = text
+    return speakable_traced(Traced.source(text), lang).text
+
+
+def speakable_traced(text: Traced, lang: Language) -> Traced:
+    """`speakable`, each character traced to the one it replaced."""
+    original = text.text
     # Wi-Fi, and/or, it's: inside a word, a space (or nothing for an apostrophe).
-    text = _INSIDE_WORD.sub(lambda m: "" if m.group() in "'’" else " ", text)
-    out = []
-    for c in text:
-        if not _ALLOWED.match(c):
-            out.append(c)
-        elif c in _ENDS:
-            out.append(_SENTENCE[lang])
-        elif c in _BREAKS:
-            out.append(_CLAUSE[lang])
-        elif c in _SPACE or c.isspace():
-            out.append(" ")
-        else:
-            folded = unicodedata.normalize("NFKD", c).encode("ascii", "ignore").decode()
-            out.append(folded if folded.isalpha() else "")
-    text = "".join(out)
+    text = text.sub(_INSIDE_WORD, lambda m: "" if m.group() in "'’" else " ")
+    text = text.map_chars(lambda c: _speakable_char(c, lang))
     for pattern, repl in _RUNS[lang]:
         if repl is None:
-            text = pattern.sub(lambda m: _strongest(m, lang), text)
+            text = text.sub(pattern, lambda m: _strongest(m, lang))
         else:
-            text = pattern.sub(repl, text)
+            text = text.sub(pattern, repl)
     text = text.strip()
-    if text != original:
-        log.debug("speakable: %r -> %r", original[:80], text[:80])
+    if text.text != original:
+        log.debug("speakable: %r -> %r", original[:80], text.text[:80])
     return text
+
+
+def _speakable_char(c: str, lang: Language) -> str:
+    if not _ALLOWED.match(c):
+        return c
+    if c in _ENDS:
+        return _SENTENCE[lang]
+    if c in _BREAKS:
+        return _CLAUSE[lang]
+    if c in _SPACE or c.isspace():
+        return " "
+    folded = unicodedata.normalize("NFKD", c).encode("ascii", "ignore").decode()
+    return folded if folded.isalpha() else ""
