@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chattts_server.model import shapes
+from chattts_server.model.audio_constants import SAMPLE_RATE_HZ
 from chattts_server.text.normalize import TextNormalizer
 from chattts_server.text.spans import Traced
 from chattts_server.text.stream import utterances_traced
 from chattts_server.text.timing import ESTIMATE, UtteranceTiming, estimate_timing
 from chattts_server.text.words import SpokenWord, spoken_words
 
-SAMPLE_RATE = shapes._SAMPLE_RATE
+SAMPLE_RATE = SAMPLE_RATE_HZ
 """The rate ChatTTS's vocoder writes (`VocosShapes.sample_rate`); the estimate takes any."""
 
 
