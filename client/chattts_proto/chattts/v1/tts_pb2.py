@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63hattts/v1/tts.proto\x12\nchattts.v1\"\x81\x01\n\x05Voice\x12\x0e\n\x04seed\x18\x01 \x01(\rH\x00\x12\x1b\n\x11speaker_embedding\x18\x02 \x01(\tH\x00\x12\x10\n\x06preset\x18\x03 \x01(\tH\x00\x12/\n\treference\x18\x04 \x01(\x0b\x32\x1a.chattts.v1.ReferenceVoiceH\x00\x42\x08\n\x06source\"3\n\x0eReferenceVoice\x12\r\n\x05\x61udio\x18\x01 \x01(\x0c\x12\x12\n\ntranscript\x18\x02 \x01(\t\"R\n\x0b\x41udioFormat\x12+\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32\x19.chattts.v1.AudioEncoding\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\r\"\xa0\x01\n\x07Prosody\x12\x12\n\x05speed\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x13\n\x0brefine_text\x18\x02 \x01(\x08\x12\x11\n\x04oral\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x12\n\x05laugh\x18\x04 \x01(\rH\x02\x88\x01\x01\x12\x18\n\x0b\x62reak_level\x18\x05 \x01(\rH\x03\x88\x01\x01\x42\x08\n\x06_speedB\x07\n\x05_oralB\x08\n\x06_laughB\x0e\n\x0c_break_level\"\xa4\x02\n\x08Sampling\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_k\x18\x03 \x01(\rH\x02\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x04 \x01(\x02H\x03\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x04\x88\x01\x01\x12\x1b\n\x0emax_new_tokens\x18\x06 \x01(\rH\x05\x88\x01\x01\x12\x1b\n\x0emin_new_tokens\x18\x07 \x01(\rH\x06\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x15\n\x13_repetition_penaltyB\x07\n\x05_seedB\x11\n\x0f_max_new_tokensB\x11\n\x0f_min_new_tokens\"\xb9\x01\n\x11TextReleasePolicy\x12\x1d\n\x10\x63lause_min_words\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x16\n\tmax_words\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x14\n\x07idle_ms\x18\x03 \x01(\rH\x02\x88\x01\x01\x12\x18\n\x0b\x66irst_words\x18\x04 \x01(\rH\x03\x88\x01\x01\x42\x13\n\x11_clause_min_wordsB\x0c\n\n_max_wordsB\n\n\x08_idle_msB\x0e\n\x0c_first_words\"\xaa\x01\n\x08\x43hunking\x12\x1f\n\x12\x66irst_chunk_tokens\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x1d\n\x10max_chunk_tokens\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x1d\n\x10lookahead_tokens\x18\x03 \x01(\rH\x02\x88\x01\x01\x42\x15\n\x13_first_chunk_tokensB\x13\n\x11_max_chunk_tokensB\x13\n\x11_lookahead_tokens\"\xba\x02\n\x0fSynthesisConfig\x12 \n\x05voice\x18\x01 \x01(\x0b\x32\x11.chattts.v1.Voice\x12-\n\x0c\x61udio_format\x18\x02 \x01(\x0b\x32\x17.chattts.v1.AudioFormat\x12$\n\x07prosody\x18\x03 \x01(\x0b\x32\x13.chattts.v1.Prosody\x12&\n\x08sampling\x18\x04 \x01(\x0b\x32\x14.chattts.v1.Sampling\x12\x33\n\x0ctext_release\x18\x05 \x01(\x0b\x32\x1d.chattts.v1.TextReleasePolicy\x12+\n\x0btext_format\x18\x06 \x01(\x0e\x32\x16.chattts.v1.TextFormat\x12&\n\x08\x63hunking\x18\x07 \x01(\x0b\x32\x14.chattts.v1.Chunking\"7\n\tTextInput\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05\x66lush\x18\x02 \x01(\x08\x12\r\n\x05\x63lear\x18\x03 \x01(\x08\"}\n\x1aStreamingSynthesizeRequest\x12-\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1b.chattts.v1.SynthesisConfigH\x00\x12%\n\x04text\x18\x02 \x01(\x0b\x32\x15.chattts.v1.TextInputH\x00\x42\t\n\x07request\"\xa5\x01\n\nAudioChunk\x12\r\n\x05\x61udio\x18\x01 \x01(\x0c\x12\x15\n\rsample_offset\x18\x02 \x01(\x04\x12\x13\n\x0bnum_samples\x18\x03 \x01(\r\x12\x17\n\x0futterance_index\x18\x04 \x01(\r\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\r\x12+\n\x08\x65ncoding\x18\x06 \x01(\x0e\x32\x19.chattts.v1.AudioEncoding\"\xb4\x01\n\x0cUtteranceEnd\x12\x17\n\x0futterance_index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x18\n\x10\x61udio_duration_s\x18\x03 \x01(\x01\x12\x1d\n\x15time_to_first_audio_s\x18\x04 \x01(\x01\x12\x19\n\x11generation_time_s\x18\x05 \x01(\x01\x12\x12\n\nnum_tokens\x18\x06 \x01(\r\x12\x15\n\rfinish_reason\x18\x07 \x01(\t\"\x85\x01\n\x1bStreamingSynthesizeResponse\x12\'\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x16.chattts.v1.AudioChunkH\x00\x12\x31\n\rutterance_end\x18\x02 \x01(\x0b\x32\x18.chattts.v1.UtteranceEndH\x00\x42\n\n\x08response\"N\n\x11SynthesizeRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12+\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1b.chattts.v1.SynthesisConfig\"|\n\x12SynthesizeResponse\x12\'\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x16.chattts.v1.AudioChunkH\x00\x12\x31\n\rutterance_end\x18\x02 \x01(\x0b\x32\x18.chattts.v1.UtteranceEndH\x00\x42\n\n\x08response\"\x13\n\x11ListVoicesRequest\".\n\tVoiceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\";\n\x12ListVoicesResponse\x12%\n\x06voices\x18\x01 \x03(\x0b\x32\x15.chattts.v1.VoiceInfo*m\n\rAudioEncoding\x12\x1e\n\x1a\x41UDIO_ENCODING_UNSPECIFIED\x10\x00\x12\x0c\n\x08LINEAR16\x10\x01\x12\t\n\x05MULAW\x10\x02\x12\x08\n\x04\x41LAW\x10\x03\x12\x0c\n\x08OGG_OPUS\x10\x04\x12\x0b\n\x07\x46LOAT32\x10\x05*B\n\nTextFormat\x12\x1b\n\x17TEXT_FORMAT_UNSPECIFIED\x10\x00\x12\x0c\n\x08MARKDOWN\x10\x01\x12\t\n\x05PLAIN\x10\x02\x32\x96\x02\n\x0cTextToSpeech\x12j\n\x13StreamingSynthesize\x12&.chattts.v1.StreamingSynthesizeRequest\x1a\'.chattts.v1.StreamingSynthesizeResponse(\x01\x30\x01\x12M\n\nSynthesize\x12\x1d.chattts.v1.SynthesizeRequest\x1a\x1e.chattts.v1.SynthesizeResponse0\x01\x12K\n\nListVoices\x12\x1d.chattts.v1.ListVoicesRequest\x1a\x1e.chattts.v1.ListVoicesResponseB#\n\rio.chattts.v1P\x01Z\x10\x63hattts/v1;ttsv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x63hattts/v1/tts.proto\x12\nchattts.v1\"\x81\x01\n\x05Voice\x12\x0e\n\x04seed\x18\x01 \x01(\rH\x00\x12\x1b\n\x11speaker_embedding\x18\x02 \x01(\tH\x00\x12\x10\n\x06preset\x18\x03 \x01(\tH\x00\x12/\n\treference\x18\x04 \x01(\x0b\x32\x1a.chattts.v1.ReferenceVoiceH\x00\x42\x08\n\x06source\"3\n\x0eReferenceVoice\x12\r\n\x05\x61udio\x18\x01 \x01(\x0c\x12\x12\n\ntranscript\x18\x02 \x01(\t\"R\n\x0b\x41udioFormat\x12+\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32\x19.chattts.v1.AudioEncoding\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\r\"\xa0\x01\n\x07Prosody\x12\x12\n\x05speed\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x13\n\x0brefine_text\x18\x02 \x01(\x08\x12\x11\n\x04oral\x18\x03 \x01(\rH\x01\x88\x01\x01\x12\x12\n\x05laugh\x18\x04 \x01(\rH\x02\x88\x01\x01\x12\x18\n\x0b\x62reak_level\x18\x05 \x01(\rH\x03\x88\x01\x01\x42\x08\n\x06_speedB\x07\n\x05_oralB\x08\n\x06_laughB\x0e\n\x0c_break_level\"\xa4\x02\n\x08Sampling\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_k\x18\x03 \x01(\rH\x02\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x04 \x01(\x02H\x03\x88\x01\x01\x12\x11\n\x04seed\x18\x05 \x01(\x04H\x04\x88\x01\x01\x12\x1b\n\x0emax_new_tokens\x18\x06 \x01(\rH\x05\x88\x01\x01\x12\x1b\n\x0emin_new_tokens\x18\x07 \x01(\rH\x06\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x15\n\x13_repetition_penaltyB\x07\n\x05_seedB\x11\n\x0f_max_new_tokensB\x11\n\x0f_min_new_tokens\"\xb9\x01\n\x11TextReleasePolicy\x12\x1d\n\x10\x63lause_min_words\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x16\n\tmax_words\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x14\n\x07idle_ms\x18\x03 \x01(\rH\x02\x88\x01\x01\x12\x18\n\x0b\x66irst_words\x18\x04 \x01(\rH\x03\x88\x01\x01\x42\x13\n\x11_clause_min_wordsB\x0c\n\n_max_wordsB\n\n\x08_idle_msB\x0e\n\x0c_first_words\"\xaa\x01\n\x08\x43hunking\x12\x1f\n\x12\x66irst_chunk_tokens\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x1d\n\x10max_chunk_tokens\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x1d\n\x10lookahead_tokens\x18\x03 \x01(\rH\x02\x88\x01\x01\x42\x15\n\x13_first_chunk_tokensB\x13\n\x11_max_chunk_tokensB\x13\n\x11_lookahead_tokens\"\x9d\x03\n\x0fSynthesisConfig\x12 \n\x05voice\x18\x01 \x01(\x0b\x32\x11.chattts.v1.Voice\x12-\n\x0c\x61udio_format\x18\x02 \x01(\x0b\x32\x17.chattts.v1.AudioFormat\x12$\n\x07prosody\x18\x03 \x01(\x0b\x32\x13.chattts.v1.Prosody\x12&\n\x08sampling\x18\x04 \x01(\x0b\x32\x14.chattts.v1.Sampling\x12\x33\n\x0ctext_release\x18\x05 \x01(\x0b\x32\x1d.chattts.v1.TextReleasePolicy\x12+\n\x0btext_format\x18\x06 \x01(\x0e\x32\x16.chattts.v1.TextFormat\x12&\n\x08\x63hunking\x18\x07 \x01(\x0b\x32\x14.chattts.v1.Chunking\x12\x13\n\x0bword_timing\x18\x08 \x01(\x08\x12&\n\x08priority\x18\t \x01(\x0e\x32\x14.chattts.v1.Priority\x12$\n\x1cssml_ignore_unknown_elements\x18\n \x01(\x08\"E\n\tTextInput\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\r\n\x05\x66lush\x18\x02 \x01(\x08\x12\r\n\x05\x63lear\x18\x03 \x01(\x08\x12\x0c\n\x04mark\x18\x04 \x01(\t\"}\n\x1aStreamingSynthesizeRequest\x12-\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x1b.chattts.v1.SynthesisConfigH\x00\x12%\n\x04text\x18\x02 \x01(\x0b\x32\x15.chattts.v1.TextInputH\x00\x42\t\n\x07request\"\xa5\x01\n\nAudioChunk\x12\r\n\x05\x61udio\x18\x01 \x01(\x0c\x12\x15\n\rsample_offset\x18\x02 \x01(\x04\x12\x13\n\x0bnum_samples\x18\x03 \x01(\r\x12\x17\n\x0futterance_index\x18\x04 \x01(\r\x12\x16\n\x0esample_rate_hz\x18\x05 \x01(\r\x12+\n\x08\x65ncoding\x18\x06 \x01(\x0e\x32\x19.chattts.v1.AudioEncoding\"\x9f\x02\n\x0cUtteranceEnd\x12\x17\n\x0futterance_index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x18\n\x10\x61udio_duration_s\x18\x03 \x01(\x01\x12\x1d\n\x15time_to_first_audio_s\x18\x04 \x01(\x01\x12\x19\n\x11generation_time_s\x18\x05 \x01(\x01\x12\x12\n\nnum_tokens\x18\x06 \x01(\r\x12\x15\n\rfinish_reason\x18\x07 \x01(\t\x12\x15\n\rsample_offset\x18\x08 \x01(\x04\x12\x13\n\x0bnum_samples\x18\t \x01(\x04\x12\x13\n\x0bsource_text\x18\n \x01(\t\x12\x14\n\x0csource_start\x18\x0b \x01(\r\x12\x12\n\nsource_end\x18\x0c \x01(\r\"N\n\x04Mark\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rsample_offset\x18\x02 \x01(\x04\x12\x10\n\x08offset_s\x18\x03 \x01(\x01\x12\x0f\n\x07\x64ropped\x18\x04 \x01(\x08\"\xb7\x01\n\nWordTiming\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x14\n\x0cstart_sample\x18\x02 \x01(\x04\x12\x12\n\nend_sample\x18\x03 \x01(\x04\x12\x0f\n\x07start_s\x18\x04 \x01(\x01\x12\r\n\x05\x65nd_s\x18\x05 \x01(\x01\x12\x14\n\x0csource_start\x18\x06 \x01(\r\x12\x12\n\nsource_end\x18\x07 \x01(\r\x12\x13\n\x0bsource_text\x18\x08 \x01(\t\x12\x12\n\nhas_source\x18\t \x01(\x08\"w\n\x0bWordTimings\x12\x17\n\x0futterance_index\x18\x01 \x01(\r\x12%\n\x05words\x18\x02 \x03(\x0b\x32\x16.chattts.v1.WordTiming\x12(\n\x06source\x18\x03 \x01(\x0e\x32\x18.chattts.v1.TimingSource\"\xd8\x01\n\x1bStreamingSynthesizeResponse\x12\'\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x16.chattts.v1.AudioChunkH\x00\x12\x31\n\rutterance_end\x18\x02 \x01(\x0b\x32\x18.chattts.v1.UtteranceEndH\x00\x12 \n\x04mark\x18\x03 \x01(\x0b\x32\x10.chattts.v1.MarkH\x00\x12/\n\x0cword_timings\x18\x04 \x01(\x0b\x32\x17.chattts.v1.WordTimingsH\x00\x42\n\n\x08response\"N\n\x11SynthesizeRequest\x12\x0c\n\x04text\x18\x01 \x01(\t\x12+\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1b.chattts.v1.SynthesisConfig\"\xcf\x01\n\x12SynthesizeResponse\x12\'\n\x05\x61udio\x18\x01 \x01(\x0b\x32\x16.chattts.v1.AudioChunkH\x00\x12\x31\n\rutterance_end\x18\x02 \x01(\x0b\x32\x18.chattts.v1.UtteranceEndH\x00\x12 \n\x04mark\x18\x03 \x01(\x0b\x32\x10.chattts.v1.MarkH\x00\x12/\n\x0cword_timings\x18\x04 \x01(\x0b\x32\x17.chattts.v1.WordTimingsH\x00\x42\n\n\x08response\"\x13\n\x11ListVoicesRequest\".\n\tVoiceInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\";\n\x12ListVoicesResponse\x12%\n\x06voices\x18\x01 \x03(\x0b\x32\x15.chattts.v1.VoiceInfo*m\n\rAudioEncoding\x12\x1e\n\x1a\x41UDIO_ENCODING_UNSPECIFIED\x10\x00\x12\x0c\n\x08LINEAR16\x10\x01\x12\t\n\x05MULAW\x10\x02\x12\x08\n\x04\x41LAW\x10\x03\x12\x0c\n\x08OGG_OPUS\x10\x04\x12\x0b\n\x07\x46LOAT32\x10\x05*g\n\x08Priority\x12\x18\n\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n\x14PRIORITY_INTERACTIVE\x10\x01\x12\x14\n\x10PRIORITY_DEFAULT\x10\x02\x12\x11\n\rPRIORITY_BULK\x10\x03*L\n\nTextFormat\x12\x1b\n\x17TEXT_FORMAT_UNSPECIFIED\x10\x00\x12\x0c\n\x08MARKDOWN\x10\x01\x12\t\n\x05PLAIN\x10\x02\x12\x08\n\x04SSML\x10\x03*^\n\x0cTimingSource\x12\x1d\n\x19TIMING_SOURCE_UNSPECIFIED\x10\x00\x12\x13\n\x0fTIMING_ESTIMATE\x10\x01\x12\x1a\n\x16TIMING_MODEL_ATTENTION\x10\x02\x32\x96\x02\n\x0cTextToSpeech\x12j\n\x13StreamingSynthesize\x12&.chattts.v1.StreamingSynthesizeRequest\x1a\'.chattts.v1.StreamingSynthesizeResponse(\x01\x30\x01\x12M\n\nSynthesize\x12\x1d.chattts.v1.SynthesizeRequest\x1a\x1e.chattts.v1.SynthesizeResponse0\x01\x12K\n\nListVoices\x12\x1d.chattts.v1.ListVoicesRequest\x1a\x1e.chattts.v1.ListVoicesResponseB#\n\rio.chattts.v1P\x01Z\x10\x63hattts/v1;ttsv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,10 +32,14 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'chattts.v1.tts_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\rio.chattts.v1P\001Z\020chattts/v1;ttsv1'
-  _globals['_AUDIOENCODING']._serialized_start=2448
-  _globals['_AUDIOENCODING']._serialized_end=2557
-  _globals['_TEXTFORMAT']._serialized_start=2559
-  _globals['_TEXTFORMAT']._serialized_end=2625
+  _globals['_AUDIOENCODING']._serialized_start=3222
+  _globals['_AUDIOENCODING']._serialized_end=3331
+  _globals['_PRIORITY']._serialized_start=3333
+  _globals['_PRIORITY']._serialized_end=3436
+  _globals['_TEXTFORMAT']._serialized_start=3438
+  _globals['_TEXTFORMAT']._serialized_end=3514
+  _globals['_TIMINGSOURCE']._serialized_start=3516
+  _globals['_TIMINGSOURCE']._serialized_end=3610
   _globals['_VOICE']._serialized_start=37
   _globals['_VOICE']._serialized_end=166
   _globals['_REFERENCEVOICE']._serialized_start=168
@@ -51,27 +55,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHUNKING']._serialized_start=952
   _globals['_CHUNKING']._serialized_end=1122
   _globals['_SYNTHESISCONFIG']._serialized_start=1125
-  _globals['_SYNTHESISCONFIG']._serialized_end=1439
-  _globals['_TEXTINPUT']._serialized_start=1441
-  _globals['_TEXTINPUT']._serialized_end=1496
-  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_start=1498
-  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_end=1623
-  _globals['_AUDIOCHUNK']._serialized_start=1626
-  _globals['_AUDIOCHUNK']._serialized_end=1791
-  _globals['_UTTERANCEEND']._serialized_start=1794
-  _globals['_UTTERANCEEND']._serialized_end=1974
-  _globals['_STREAMINGSYNTHESIZERESPONSE']._serialized_start=1977
-  _globals['_STREAMINGSYNTHESIZERESPONSE']._serialized_end=2110
-  _globals['_SYNTHESIZEREQUEST']._serialized_start=2112
-  _globals['_SYNTHESIZEREQUEST']._serialized_end=2190
-  _globals['_SYNTHESIZERESPONSE']._serialized_start=2192
-  _globals['_SYNTHESIZERESPONSE']._serialized_end=2316
-  _globals['_LISTVOICESREQUEST']._serialized_start=2318
-  _globals['_LISTVOICESREQUEST']._serialized_end=2337
-  _globals['_VOICEINFO']._serialized_start=2339
-  _globals['_VOICEINFO']._serialized_end=2385
-  _globals['_LISTVOICESRESPONSE']._serialized_start=2387
-  _globals['_LISTVOICESRESPONSE']._serialized_end=2446
-  _globals['_TEXTTOSPEECH']._serialized_start=2628
-  _globals['_TEXTTOSPEECH']._serialized_end=2906
+  _globals['_SYNTHESISCONFIG']._serialized_end=1538
+  _globals['_TEXTINPUT']._serialized_start=1540
+  _globals['_TEXTINPUT']._serialized_end=1609
+  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_start=1611
+  _globals['_STREAMINGSYNTHESIZEREQUEST']._serialized_end=1736
+  _globals['_AUDIOCHUNK']._serialized_start=1739
+  _globals['_AUDIOCHUNK']._serialized_end=1904
+  _globals['_UTTERANCEEND']._serialized_start=1907
+  _globals['_UTTERANCEEND']._serialized_end=2194
+  _globals['_MARK']._serialized_start=2196
+  _globals['_MARK']._serialized_end=2274
+  _globals['_WORDTIMING']._serialized_start=2277
+  _globals['_WORDTIMING']._serialized_end=2460
+  _globals['_WORDTIMINGS']._serialized_start=2462
+  _globals['_WORDTIMINGS']._serialized_end=2581
+  _globals['_STREAMINGSYNTHESIZERESPONSE']._serialized_start=2584
+  _globals['_STREAMINGSYNTHESIZERESPONSE']._serialized_end=2800
+  _globals['_SYNTHESIZEREQUEST']._serialized_start=2802
+  _globals['_SYNTHESIZEREQUEST']._serialized_end=2880
+  _globals['_SYNTHESIZERESPONSE']._serialized_start=2883
+  _globals['_SYNTHESIZERESPONSE']._serialized_end=3090
+  _globals['_LISTVOICESREQUEST']._serialized_start=3092
+  _globals['_LISTVOICESREQUEST']._serialized_end=3111
+  _globals['_VOICEINFO']._serialized_start=3113
+  _globals['_VOICEINFO']._serialized_end=3159
+  _globals['_LISTVOICESRESPONSE']._serialized_start=3161
+  _globals['_LISTVOICESRESPONSE']._serialized_end=3220
+  _globals['_TEXTTOSPEECH']._serialized_start=3613
+  _globals['_TEXTTOSPEECH']._serialized_end=3891
 # @@protoc_insertion_point(module_scope)

@@ -16,20 +16,42 @@ class AudioEncoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OGG_OPUS: _ClassVar[AudioEncoding]
     FLOAT32: _ClassVar[AudioEncoding]
 
+class Priority(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRIORITY_UNSPECIFIED: _ClassVar[Priority]
+    PRIORITY_INTERACTIVE: _ClassVar[Priority]
+    PRIORITY_DEFAULT: _ClassVar[Priority]
+    PRIORITY_BULK: _ClassVar[Priority]
+
 class TextFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TEXT_FORMAT_UNSPECIFIED: _ClassVar[TextFormat]
     MARKDOWN: _ClassVar[TextFormat]
     PLAIN: _ClassVar[TextFormat]
+    SSML: _ClassVar[TextFormat]
+
+class TimingSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TIMING_SOURCE_UNSPECIFIED: _ClassVar[TimingSource]
+    TIMING_ESTIMATE: _ClassVar[TimingSource]
+    TIMING_MODEL_ATTENTION: _ClassVar[TimingSource]
 AUDIO_ENCODING_UNSPECIFIED: AudioEncoding
 LINEAR16: AudioEncoding
 MULAW: AudioEncoding
 ALAW: AudioEncoding
 OGG_OPUS: AudioEncoding
 FLOAT32: AudioEncoding
+PRIORITY_UNSPECIFIED: Priority
+PRIORITY_INTERACTIVE: Priority
+PRIORITY_DEFAULT: Priority
+PRIORITY_BULK: Priority
 TEXT_FORMAT_UNSPECIFIED: TextFormat
 MARKDOWN: TextFormat
 PLAIN: TextFormat
+SSML: TextFormat
+TIMING_SOURCE_UNSPECIFIED: TimingSource
+TIMING_ESTIMATE: TimingSource
+TIMING_MODEL_ATTENTION: TimingSource
 
 class Voice(_message.Message):
     __slots__ = ("seed", "speaker_embedding", "preset", "reference")
@@ -114,7 +136,7 @@ class Chunking(_message.Message):
     def __init__(self, first_chunk_tokens: _Optional[int] = ..., max_chunk_tokens: _Optional[int] = ..., lookahead_tokens: _Optional[int] = ...) -> None: ...
 
 class SynthesisConfig(_message.Message):
-    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release", "text_format", "chunking")
+    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release", "text_format", "chunking", "word_timing", "priority", "ssml_ignore_unknown_elements")
     VOICE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     PROSODY_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +144,9 @@ class SynthesisConfig(_message.Message):
     TEXT_RELEASE_FIELD_NUMBER: _ClassVar[int]
     TEXT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     CHUNKING_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMING_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    SSML_IGNORE_UNKNOWN_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
     voice: Voice
     audio_format: AudioFormat
     prosody: Prosody
@@ -129,17 +154,22 @@ class SynthesisConfig(_message.Message):
     text_release: TextReleasePolicy
     text_format: TextFormat
     chunking: Chunking
-    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ..., text_format: _Optional[_Union[TextFormat, str]] = ..., chunking: _Optional[_Union[Chunking, _Mapping]] = ...) -> None: ...
+    word_timing: bool
+    priority: Priority
+    ssml_ignore_unknown_elements: bool
+    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ..., text_format: _Optional[_Union[TextFormat, str]] = ..., chunking: _Optional[_Union[Chunking, _Mapping]] = ..., word_timing: bool = ..., priority: _Optional[_Union[Priority, str]] = ..., ssml_ignore_unknown_elements: bool = ...) -> None: ...
 
 class TextInput(_message.Message):
-    __slots__ = ("text", "flush", "clear")
+    __slots__ = ("text", "flush", "clear", "mark")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     FLUSH_FIELD_NUMBER: _ClassVar[int]
     CLEAR_FIELD_NUMBER: _ClassVar[int]
+    MARK_FIELD_NUMBER: _ClassVar[int]
     text: str
     flush: bool
     clear: bool
-    def __init__(self, text: _Optional[str] = ..., flush: bool = ..., clear: bool = ...) -> None: ...
+    mark: str
+    def __init__(self, text: _Optional[str] = ..., flush: bool = ..., clear: bool = ..., mark: _Optional[str] = ...) -> None: ...
 
 class StreamingSynthesizeRequest(_message.Message):
     __slots__ = ("config", "text")
@@ -166,7 +196,7 @@ class AudioChunk(_message.Message):
     def __init__(self, audio: _Optional[bytes] = ..., sample_offset: _Optional[int] = ..., num_samples: _Optional[int] = ..., utterance_index: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ...) -> None: ...
 
 class UtteranceEnd(_message.Message):
-    __slots__ = ("utterance_index", "text", "audio_duration_s", "time_to_first_audio_s", "generation_time_s", "num_tokens", "finish_reason")
+    __slots__ = ("utterance_index", "text", "audio_duration_s", "time_to_first_audio_s", "generation_time_s", "num_tokens", "finish_reason", "sample_offset", "num_samples", "source_text", "source_start", "source_end")
     UTTERANCE_INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     AUDIO_DURATION_S_FIELD_NUMBER: _ClassVar[int]
@@ -174,6 +204,11 @@ class UtteranceEnd(_message.Message):
     GENERATION_TIME_S_FIELD_NUMBER: _ClassVar[int]
     NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_START_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_END_FIELD_NUMBER: _ClassVar[int]
     utterance_index: int
     text: str
     audio_duration_s: float
@@ -181,15 +216,68 @@ class UtteranceEnd(_message.Message):
     generation_time_s: float
     num_tokens: int
     finish_reason: str
-    def __init__(self, utterance_index: _Optional[int] = ..., text: _Optional[str] = ..., audio_duration_s: _Optional[float] = ..., time_to_first_audio_s: _Optional[float] = ..., generation_time_s: _Optional[float] = ..., num_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ...) -> None: ...
+    sample_offset: int
+    num_samples: int
+    source_text: str
+    source_start: int
+    source_end: int
+    def __init__(self, utterance_index: _Optional[int] = ..., text: _Optional[str] = ..., audio_duration_s: _Optional[float] = ..., time_to_first_audio_s: _Optional[float] = ..., generation_time_s: _Optional[float] = ..., num_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ..., sample_offset: _Optional[int] = ..., num_samples: _Optional[int] = ..., source_text: _Optional[str] = ..., source_start: _Optional[int] = ..., source_end: _Optional[int] = ...) -> None: ...
+
+class Mark(_message.Message):
+    __slots__ = ("name", "sample_offset", "offset_s", "dropped")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_S_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    sample_offset: int
+    offset_s: float
+    dropped: bool
+    def __init__(self, name: _Optional[str] = ..., sample_offset: _Optional[int] = ..., offset_s: _Optional[float] = ..., dropped: bool = ...) -> None: ...
+
+class WordTiming(_message.Message):
+    __slots__ = ("text", "start_sample", "end_sample", "start_s", "end_s", "source_start", "source_end", "source_text", "has_source")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    START_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    END_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    START_S_FIELD_NUMBER: _ClassVar[int]
+    END_S_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_START_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_END_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    HAS_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    start_sample: int
+    end_sample: int
+    start_s: float
+    end_s: float
+    source_start: int
+    source_end: int
+    source_text: str
+    has_source: bool
+    def __init__(self, text: _Optional[str] = ..., start_sample: _Optional[int] = ..., end_sample: _Optional[int] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., source_start: _Optional[int] = ..., source_end: _Optional[int] = ..., source_text: _Optional[str] = ..., has_source: bool = ...) -> None: ...
+
+class WordTimings(_message.Message):
+    __slots__ = ("utterance_index", "words", "source")
+    UTTERANCE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    utterance_index: int
+    words: _containers.RepeatedCompositeFieldContainer[WordTiming]
+    source: TimingSource
+    def __init__(self, utterance_index: _Optional[int] = ..., words: _Optional[_Iterable[_Union[WordTiming, _Mapping]]] = ..., source: _Optional[_Union[TimingSource, str]] = ...) -> None: ...
 
 class StreamingSynthesizeResponse(_message.Message):
-    __slots__ = ("audio", "utterance_end")
+    __slots__ = ("audio", "utterance_end", "mark", "word_timings")
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_END_FIELD_NUMBER: _ClassVar[int]
+    MARK_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMINGS_FIELD_NUMBER: _ClassVar[int]
     audio: AudioChunk
     utterance_end: UtteranceEnd
-    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., utterance_end: _Optional[_Union[UtteranceEnd, _Mapping]] = ...) -> None: ...
+    mark: Mark
+    word_timings: WordTimings
+    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., utterance_end: _Optional[_Union[UtteranceEnd, _Mapping]] = ..., mark: _Optional[_Union[Mark, _Mapping]] = ..., word_timings: _Optional[_Union[WordTimings, _Mapping]] = ...) -> None: ...
 
 class SynthesizeRequest(_message.Message):
     __slots__ = ("text", "config")
@@ -200,12 +288,16 @@ class SynthesizeRequest(_message.Message):
     def __init__(self, text: _Optional[str] = ..., config: _Optional[_Union[SynthesisConfig, _Mapping]] = ...) -> None: ...
 
 class SynthesizeResponse(_message.Message):
-    __slots__ = ("audio", "utterance_end")
+    __slots__ = ("audio", "utterance_end", "mark", "word_timings")
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_END_FIELD_NUMBER: _ClassVar[int]
+    MARK_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMINGS_FIELD_NUMBER: _ClassVar[int]
     audio: AudioChunk
     utterance_end: UtteranceEnd
-    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., utterance_end: _Optional[_Union[UtteranceEnd, _Mapping]] = ...) -> None: ...
+    mark: Mark
+    word_timings: WordTimings
+    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., utterance_end: _Optional[_Union[UtteranceEnd, _Mapping]] = ..., mark: _Optional[_Union[Mark, _Mapping]] = ..., word_timings: _Optional[_Union[WordTimings, _Mapping]] = ...) -> None: ...
 
 class ListVoicesRequest(_message.Message):
     __slots__ = ()
