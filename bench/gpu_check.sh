@@ -41,7 +41,7 @@ REPORT=$OUT/gpu.md
 MAX_BUDGET_S=300  # 15 min of device time = 2 x (machine start ~2 min + this + transfers)
 BUDGET_S=${BUDGET_S:-$MAX_BUDGET_S}
 CAP_INSTALL=30 CAP_IMPORTS=30 CAP_TEST=35 CAP_BENCH=130
-TEST_FILES=(tests/unit/test_cuda.py tests/unit/test_llama_parity.py tests/unit/test_generation_parity.py)
+TEST_FILES=(tests/model/test_cuda.py tests/model/test_llama_parity.py tests/model/test_generation_parity.py)
 MAX_OUT_FILES=6    # 8 files come back from $OUT; 2 spare for a step killed mid-write
 MAX_OUT_MIB=16     # per file
 MAX_CARRY_MIB=60   # the tree plus .whl/; the device's limit is 64 MiB

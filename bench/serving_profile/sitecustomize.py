@@ -5,7 +5,8 @@ server's PYTHONPATH and sets it). Python imports `sitecustomize` at start-up, be
 `chattts_server.main`; the timers go in right after the server has sized its thread pools
 (importing torch earlier would defeat that). Each timer wraps a method at class level and adds
 its wall time (seconds) and call count to a dict that a daemon thread writes as JSON every
-0.2 s; the benchmark reads it before and after each load level and takes the difference.
+0.2 s; the benchmark reads it before and after each load level and takes the difference. Code in
+the profiled process itself (the tests) calls `write_profile()` for a snapshot taken now.
 Methods that do not exist (the engine changed) are skipped and show as absent.
 
 The GPT step has these entries: `LlamaDecoder.forward_batch` (the engine step's one forward:
@@ -21,6 +22,20 @@ from __future__ import annotations
 import os
 
 _OUT = os.environ.get("CHATTTS_PROFILE_OUT")
+_TOTALS: dict[str, list[float]] = {}
+"""label -> [seconds, calls], filled by the installed timers."""
+
+
+def write_profile() -> None:
+    """Write the totals so far to CHATTTS_PROFILE_OUT, atomically."""
+    import json
+
+    assert _OUT is not None, "CHATTTS_PROFILE_OUT is not set"
+    tmp = f"{_OUT}.tmp"
+    with open(tmp, "w") as f:
+        json.dump({k: list(v) for k, v in _TOTALS.items()}, f)
+    os.replace(tmp, _OUT)
+
 
 # label -> (module, class, method)
 _TIMERS = {
@@ -43,13 +58,12 @@ _TIMERS = {
 
 def _install() -> None:
     import importlib
-    import json
     import threading
     import time
 
     import torch
 
-    totals: dict[str, list[float]] = {}
+    totals = _TOTALS
 
     def sync() -> None:
         if torch.cuda.is_initialized():
@@ -102,11 +116,8 @@ def _install() -> None:
     llama_decoder.forward_batch = count_decode_rows
 
     def dump() -> None:
-        tmp = f"{_OUT}.tmp"
         while True:
-            with open(tmp, "w") as f:
-                json.dump({k: list(v) for k, v in totals.items()}, f)
-            os.replace(tmp, _OUT)
+            write_profile()
             time.sleep(0.2)
 
     threading.Thread(target=dump, name="bench-profile", daemon=True).start()

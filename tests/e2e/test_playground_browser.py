@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from httputil import TOKEN, engine_idle, http_server, http_url, wait_until
+from httputil import TOKEN, engine_idle, http_server, http_url
+from polling import wait_until
 from serverutil import REPO
 
 sys.path.insert(0, str(REPO / "tools"))

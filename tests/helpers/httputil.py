@@ -6,7 +6,6 @@ import gc
 import io
 import json
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -29,15 +28,6 @@ def samples_for(num_tokens: int) -> int:
 def fixed(num_tokens: int, seed: int = 7) -> dict[str, object]:
     """The `chattts` extension fixing the audio tokens (and so the length) of every sentence."""
     return {"sampling": {"seed": seed, "min_new_tokens": num_tokens, "max_new_tokens": num_tokens}}
-
-
-def wait_until(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def engine_idle(srv: InProcessServer) -> bool:

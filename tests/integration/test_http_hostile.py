@@ -15,16 +15,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from httputil import (
-    TOKEN,
-    LogRecorder,
-    engine_idle,
-    fixed,
-    http_server,
-    http_url,
-    streams_total,
-    wait_until,
-)
+from httputil import TOKEN, LogRecorder, engine_idle, fixed, http_server, http_url, streams_total
+from polling import wait_until
 from serverutil import FaultyRunner
 
 LIMITS = {"max_body_bytes": 64 << 10, "max_header_bytes": 8 << 10, "max_ws_message_bytes": 64 << 10}

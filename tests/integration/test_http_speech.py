@@ -27,8 +27,8 @@ from httputil import (
     http_url,
     samples_for,
     streams_total,
-    wait_until,
 )
+from polling import wait_until
 
 N = 24  # audio tokens per sentence: (2 * 24 - 1) * 256 = 12032 samples
 TEXT = "Turn left in two hundred meters."

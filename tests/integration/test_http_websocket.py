@@ -11,7 +11,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from httputil import TOKEN, engine_idle, fixed, http_server, samples_for, streams_total, wait_until
+from httputil import TOKEN, engine_idle, fixed, http_server, samples_for, streams_total
+from polling import wait_until
 
 N = 24
 

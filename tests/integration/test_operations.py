@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import grpc
 import pytest
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from polling import wait_for
 from serverutil import ServerProcess, launch, wait_serving
 
 MAX_STREAMS = 2
@@ -147,10 +147,9 @@ def _request_log_lines(ops_server: ServerProcess) -> list[str]:
 def test_one_log_line_per_request(ops_server: ServerProcess, stub) -> None:
     already = len(_request_log_lines(ops_server))
     _synthesize(stub, "Log me.", fixed(10))
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and len(_request_log_lines(ops_server)) <= already:
-        time.sleep(0.05)
-    lines = _request_log_lines(ops_server)
+    lines = wait_for(
+        lambda: _request_log_lines(ops_server), lambda ls: len(ls) > already, 5, "the log line"
+    )
     assert len(lines) == already + 1, ops_server.log_text()[-2000:]
     line = lines[-1]
     assert re.search(r"ttfa_ms=\d+ ", line) and re.search(r"rtf=\d+\.\d+", line), line
@@ -177,11 +176,7 @@ def test_voice_presets_list_synthesize_and_reload_on_sighup(
 
     _write_preset(ops_server.voices, "carol", "added later", 99)
     ops_server.proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 10
-    names = _voice_names(stub)
-    while time.monotonic() < deadline and "carol" not in names:
-        time.sleep(0.05)
-        names = _voice_names(stub)
+    names = wait_for(lambda: _voice_names(stub), lambda n: "carol" in n, 10, "the reload")
     assert names == {"anna": "calm, female", "bob": "news reader", "carol": "added later"}
     chunks, _ = _synthesize(stub, "New voice.", fixed(8, voice=tts_pb2.Voice(preset="carol")))
     assert chunks

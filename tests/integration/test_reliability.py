@@ -18,6 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from polling import wait_until
 from serverutil import (
     DEV_MODEL_CACHE,
     REPO,
@@ -54,15 +55,6 @@ def assert_healthy(target: str) -> None:
             .status
         )
         assert status == health_pb2.HealthCheckResponse.SERVING
-
-
-def wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 class Streamer(threading.Thread):

@@ -24,7 +24,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from httputil import TOKEN, LogRecorder, engine_idle, http_server, wait_until
+from httputil import TOKEN, LogRecorder, engine_idle, http_server
+from polling import wait_until
 
 STALL_S = 2.0
 RATE = 48000  # FLOAT32 at 48 kHz: 192 kB a second, so the windows fill at once

@@ -1,5 +1,5 @@
 """The window path: the streaming decode as it was before per-layer state, kept as the oracle the
-stateful `StreamingDecoder` is tested and timed against (tests/unit/test_streaming_decode.py,
+stateful `StreamingDecoder` is tested and timed against (tests/model/test_streaming_decode.py,
 bench/bench_lookahead.py).
 
 Each chunk re-decodes its window [t0 - left_context, t1 + lookahead) of hidden states through

@@ -114,7 +114,7 @@ class Validator:
             options.check(self.model.chunking)
         except ValueError as exc:
             name, _, description = str(exc).partition(" ")
-            raise FieldError(f"{path}.{name}", description) from None
+            raise InvalidRequestError(f"{path}.{name}", description) from None
         return options
 
     @staticmethod

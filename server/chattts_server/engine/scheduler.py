@@ -28,7 +28,7 @@ from .step_io import (
     PreparedPrompt,
     SchedulerOutput,
 )
-from .types import EngineError, InvalidRequestError
+from .types import InvalidRequestError, RequestFailure
 
 
 @dataclass
@@ -38,7 +38,7 @@ class StepDecisions:
 
     audio: list[tuple[EngineRequest, list[np.ndarray]]] = field(default_factory=list)
     """PCM chunks that became ready, per request, in order."""
-    failed: list[tuple[EngineRequest, EngineError]] = field(default_factory=list)
+    failed: list[tuple[EngineRequest, RequestFailure]] = field(default_factory=list)
     """Requests whose work failed alone, with the error they end with; their slots are free."""
     finished: list[tuple[EngineRequest, FinishedAudio]] = field(default_factory=list)
     """Utterances the runner flushed this step ('eos' or 'max_tokens'): their last audio."""
@@ -221,7 +221,7 @@ class Scheduler:
                 budget -= length
 
     def _fail_alone(
-        self, request: EngineRequest, error: EngineError, decisions: StepDecisions
+        self, request: EngineRequest, error: RequestFailure, decisions: StepDecisions
     ) -> None:
         self._finish(request, "error")
         decisions.failed.append((request, error))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .types import EngineError
+from .types import RequestFailure
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class ModelOutput:
     """The plan's `finished` slots: each utterance's last audio, text and codes."""
     prepared: dict[int, PreparedPrompt] = field(default_factory=dict)
     """The plan's `next_pass` slots whose audio-code prompt was built."""
-    failed: dict[int, EngineError] = field(default_factory=dict)
+    failed: dict[int, RequestFailure] = field(default_factory=dict)
     """Slots whose work failed alone (a non-finite hidden state, a refined text with nothing
     left to say), with the error the request ends with; the step's other slots go on."""
 

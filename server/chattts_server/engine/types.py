@@ -32,6 +32,10 @@ class InvalidRequestError(ValueError):
         self.description = description
 
 
+RequestFailure = EngineError | InvalidRequestError
+"""What one request alone can fail with inside the engine (the step's other requests go on)."""
+
+
 class EngineUnavailableError(EngineError):
     """The engine is not ready, draining, or broken."""
 

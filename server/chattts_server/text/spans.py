@@ -193,10 +193,7 @@ class Traced:
         last = 0
         plain = isinstance(repl, str) and "\\" not in repl  # no group references to expand
         for m in pattern.finditer(text):
-            if callable(repl):
-                new = repl(m)
-            else:
-                new = repl if plain else m.expand(repl)
+            new = repl(m) if callable(repl) else repl if plain else m.expand(repl)
             if new == m.group():
                 continue
             out.append(text[last : m.start()])
