@@ -62,6 +62,12 @@ def _stalled(srv, method: str) -> float:
     return value or 0.0
 
 
+FREED_WITHIN_S = STALL_S + 2
+"""From the client's last read, the slot must be free within the stall timeout, plus the time
+the server takes to fill the transport's buffers (its writes only wait once they are full), plus
+the poll: 2.2-2.6 s measured on a quiet 2-core machine, 3.1-3.2 s with eight other jobs on it."""
+
+
 def _freed_within(srv, stopped_at: float) -> float:
     """Seconds from the client's last read until the one slot is free (and the engine idle)."""
     wait_until(lambda: engine_idle(srv), STALL_S + 10, "the stalled stream's slot to be freed")
@@ -107,7 +113,7 @@ def test_grpc_stalled_reader_is_cut_and_its_slot_freed(srv, log):
         call = tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(request, timeout=60, metadata=MD)
         assert next(call).HasField("audio")
         stopped_at = time.monotonic()  # and reads nothing more
-        assert _freed_within(srv, stopped_at) < STALL_S + 1
+        assert _freed_within(srv, stopped_at) < FREED_WITHIN_S
         _short_synthesis_works(srv)
         with pytest.raises(grpc.RpcError) as info:
             for _ in call:  # reading again: what was sent, then the status that says why
@@ -138,7 +144,7 @@ def test_http_stalled_reader_gets_a_cut_body_and_its_slot_freed(srv, log):
         received = s.recv(4096)
         assert received.startswith(b"HTTP/1.1 200")
         stopped_at = time.monotonic()
-        assert _freed_within(srv, stopped_at) < STALL_S + 1
+        assert _freed_within(srv, stopped_at) < FREED_WITHIN_S
         _short_synthesis_works(srv)
         s.settimeout(10)
         try:
@@ -162,7 +168,7 @@ def test_websocket_stalled_reader_gets_1008_and_its_slot_freed(srv, log):
         ws.send(json.dumps({"type": "text", "text": LONG_TEXT, "flush": True}))
         assert isinstance(ws.recv(timeout=30), bytes)
         stopped_at = time.monotonic()
-        assert _freed_within(srv, stopped_at) < STALL_S + 1
+        assert _freed_within(srv, stopped_at) < FREED_WITHIN_S
         with pytest.raises(ConnectionClosed):
             while True:
                 ws.recv(timeout=10)
