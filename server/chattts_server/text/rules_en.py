@@ -237,6 +237,11 @@ def _street(m: re.Match[str]) -> str:
     return word + ("." if ends else "")
 
 
+def street_words(text: Traced) -> Traced:
+    """Only the street-word rule: for English street names inside Chinese text."""
+    return text.sub(_STREET, _street)
+
+
 # +1 555 123 4567, (555) 123-4567, 0800 123 456, 555-1234: digits one by one, a pause per group.
 _PHONE = re.compile(
     r"(?<![\w.,+-])(?P<num>(?:\+\d{1,3}[\s.-]?)?(?:\(\d{2,5}\)\s?)?\d{2,5}(?:[\s.-]\d{2,5}){1,4})(?![\w.-]?\d)"

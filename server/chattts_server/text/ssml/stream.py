@@ -1,0 +1,110 @@
+"""SSML documents into what a stream speaks: utterances at their speed, silences, marks.
+
+    text = SsmlStream(ReleasePolicy(), field_name="text.text")
+    text.feed('<speak>Turn left.<break time="5')   # [SpeechItem('Turn left.', 5)]
+    text.feed('00ms"/> Then keep right.')          # [Break(0.5), SpeechItem('Then keep right.', 5)]
+    text.end()                                     # InvalidRequestError: <speak> is not closed
+
+The document's text goes through the stream's release policy like any other text (sentence
+ends, clause and word rules, the duration budget); a `<break>`, a `<mark>` and a change of
+`<prosody rate>` each end the text before them, so a silence or a mark always falls between
+utterances and an utterance has one speed. Cuts come only from the document (tags are read
+when whole, a `<say-as>` or `<sub>` when closed), so a document sent in any pieces speaks the
+same words, silences and marks, in the same order, as the document sent whole.
+
+A barge-in (`clear`) drops what is buffered and starts a new document: the text after it is
+a `<speak>` of its own. Spans count everything the stream was sent, cleared text included.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from ..release import ReleasePolicy, TextReleaser
+from ..spans import Traced
+from .elements import SsmlDocument
+from .parts import Item, Part, SpeechItem, SpokenText
+
+_HAS_WORD = re.compile(r"[^\W_]")
+
+
+class SsmlStream:
+    """Fragments of one SSML document in, `Item`s out; no clock, like `StreamText`."""
+
+    def __init__(
+        self, policy: ReleasePolicy, field_name: str = "text", ignore_unknown: bool = False
+    ) -> None:
+        self.policy = policy
+        self._field = field_name
+        self._ignore_unknown = ignore_unknown
+        self._num_sent = 0
+        self._document = self._new_document()
+        self._releaser = TextReleaser(policy)
+
+    def _new_document(self) -> SsmlDocument:
+        return SsmlDocument(self._field, self.policy.speed, self._ignore_unknown, self._num_sent)
+
+    @property
+    def speed(self) -> int:
+        """The speed of the text buffered now."""
+        return self._releaser.policy.speed
+
+    def quiet_deadline_ms(self) -> int | None:
+        """After how many quiet milliseconds `on_quiet` would release something; None: never."""
+        return self.policy.idle_ms if self._releaser.idle_pending else None
+
+    def on_quiet(self, quiet_ms: float) -> list[Item]:
+        if self.policy.idle_ms > 0 and quiet_ms + 2 >= self.policy.idle_ms:
+            return self.flush()
+        return []
+
+    def feed(self, fragment: str) -> list[Item]:
+        parts = self._document.feed(fragment)
+        self._num_sent += len(fragment)
+        return self._items(parts)
+
+    def flush(self) -> list[Item]:
+        """Release the buffered text (a `<say-as>` or tag not yet whole stays held)."""
+        return self._speech(self._releaser.flush_traced())
+
+    def end(self) -> list[Item]:
+        """The stream is over: the document must be complete (InvalidRequestError if not)."""
+        return self._items(self._document.close()) + self.flush()
+
+    def clear(self) -> None:
+        """Barge-in: drop what is buffered; the text after this is a new document."""
+        self._releaser.clear()
+        self._document = self._new_document()
+
+    def _items(self, parts: list[Part]) -> list[Item]:
+        out: list[Item] = []
+        for part in parts:
+            if isinstance(part, SpokenText):
+                if part.speed != self.speed:
+                    out += self.flush()
+                    self._releaser.policy = replace(self._releaser.policy, speed=part.speed)
+                out += self._speech(self._releaser.feed_traced(part.text))
+            else:  # a break or a mark: the text before it is spoken first
+                out += self.flush()
+                out.append(part)
+        return out
+
+    def _speech(self, utterances: list[Traced]) -> list[Item]:
+        return [SpeechItem(u, self.speed) for u in utterances if _HAS_WORD.search(u.text)]
+
+
+def ssml_items(
+    document: str,
+    max_s: float,
+    speed: int,
+    ignore_unknown: bool = False,
+    field_name: str = "text",
+) -> list[Item]:
+    """A whole document (Synthesize, POST) as items: utterances cut at sentence ends and, where
+    too long for `max_s`, at clause boundaries."""
+    policy = ReleasePolicy(
+        clause_min_words=0, max_words=0, first_words=0, max_segment_s=max_s, speed=speed
+    )
+    stream = SsmlStream(policy, field_name, ignore_unknown)
+    return stream.feed(document) + stream.end()
