@@ -36,6 +36,8 @@ class Speak:
     source: str
     """The caller's text over `text.span()` (markup inside included; "" when no span): the text
     the utterance's and its words' `source_text` are cut from."""
+    speed: int | None = None
+    """Its `[speed_N]` level when it has its own (SSML `<prosody rate>`); None: the stream's."""
 
     @classmethod
     def of(cls, text: Traced, caller_text: str, offset: int = 0) -> Speak:
