@@ -446,3 +446,35 @@ def test_flush_and_idle_release_buffered_text_but_not_an_open_tag() -> None:
     assert stream.quiet_deadline_ms() is None
     assert readout(stream.feed("2</say-as></speak>")) == []
     assert readout(stream.end()) == [("four two", 5)]
+
+
+# -- as the timeline's stream items (api/ssml_text.py) --------------------------------------
+
+
+def test_stream_items_carry_speed_silence_marks_and_the_callers_own_text() -> None:
+    from chattts_server.api.ssml_text import SsmlText, ssml_stream_items
+    from chattts_server.api.stream_items import MarkAt, Silence, Speak
+
+    doc = (
+        '<speak>In <say-as interpret-as="cardinal">200</say-as> m, turn left.<break time="1s"/>'
+        '<prosody rate="slow">Keep right.</prosody><mark name="kept"/></speak>'
+    )
+    whole = ssml_stream_items(doc, 30.0, 5, False, "text")
+    assert [type(i) for i in whole] == [Speak, Silence, Speak, MarkAt]
+    first, silence, second, mark = whole
+    assert isinstance(first, Speak) and first.speed == 5
+    assert first.source == 'In <say-as interpret-as="cardinal">200</say-as> m, turn left.'
+    assert silence == Silence(1.0)
+    assert isinstance(second, Speak) and (second.text.text, second.source) == ("Keep right.",) * 2
+    assert second.speed == 3
+    assert mark == MarkAt("kept")
+    streamed = SsmlText(ReleasePolicy(), "text.text", False)
+    out = [item for k in range(0, len(doc), 9) for item in streamed.feed(doc[k : k + 9])]
+    out += streamed.end()
+    assert [i.source if isinstance(i, Speak) else i for i in out] == [
+        'In <say-as interpret-as="cardinal">200</say-as> m,',
+        "turn left.",
+        Silence(1.0),
+        "Keep right.",
+        MarkAt("kept"),
+    ]
