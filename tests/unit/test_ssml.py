@@ -257,11 +257,12 @@ def test_audio_is_refused() -> None:
         ("<speak>\n  Turn <s>left", r"line 2, column 15: no element found, inside <s>"),
         ("<speak>Turn & left</speak>", r"line 1, column 1\d: not well-formed .*inside <speak>"),
         ("<speak a=b>x</speak>", r"line 1, column \d+: not well-formed"),
-        ("Turn left", r"line 1, column 1: syntax error"),
-        ("", r"the document is empty or has no root element"),
+        ("Turn left", r"line 1, column 1: text outside any element: an SSML document is <speak>"),
+        ("<!-- a comment -->", r"no root element: an SSML document is <speak>"),
         ("<s>Turn left</s>", r"the root element must be <speak>, not <s>"),
         ("<speak><speak>x</speak></speak>", r"<speak> may only be the root element"),
-        ("<speak>x</speak> more", r"junk after document element"),
+        ("<speak>x</speak> more", r"line 1, column 18: text outside any element"),
+        ("<speak>x</speak>\n <speak>y", r"line 2, column 10: no element found, inside <speak>"),
         ('<speak><break time="fast"/></speak>', r'<break> time="fast" is not a duration'),
         ('<speak><break time="11s"/></speak>', r"longer than 10 s"),
         ('<speak><break strength="huge"/></speak>', r'strength="huge" is not one of'),
@@ -427,6 +428,19 @@ def test_any_split_of_a_document_reads_as_the_document_sent_whole(
     whole = reading(normalize, items(doc))
     assert reading(normalize, streamed([doc])) == whole
     assert reading(normalize, streamed(fragments)) == whole
+
+
+def test_a_stream_may_send_one_document_after_another() -> None:
+    first, second = "<speak>Turn left.</speak>\n", '<speak><mark name="b"/>Keep right.</speak>'
+    sent = first + second
+    whole = streamed([sent])
+    assert readout(whole) == [("Turn left.", 5), MarkPart("b"), ("Keep right.", 5)]
+    assert readout(streamed([sent[:20], sent[20:31], sent[31:]])) == readout(whole)
+    last = whole[-1]
+    assert isinstance(last, SpeechItem)
+    span = last.text.span()
+    assert span is not None and sent[span[0] : span[1]] == "Keep right."
+    assert streamed([]) == [] and streamed(["  \n"]) == []
 
 
 def test_a_stream_speaks_each_sentence_as_soon_as_it_is_whole() -> None:

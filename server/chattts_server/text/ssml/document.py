@@ -12,12 +12,14 @@ how the document was split (the handler still sees text in different pieces). Ea
 text comes traced to the caller's document in code points (`Traced`): expat counts UTF-8 bytes,
 the reader converts. A character or entity reference (`&amp;`, `&#233;`) maps to the whole
 reference. Every error is an InvalidRequestError naming the line and column (both from 1) and
-the element it is in.
+the element it is in, as lines and columns of everything the caller sent (`Origin`: a stream
+may send one document after another).
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 from xml.etree.ElementTree import ParseError, TreeBuilder
@@ -46,6 +48,20 @@ class Position:
     """Code points from the start of everything the caller sent."""
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where a document starts in everything the caller sent (a stream may send several)."""
+
+    offset: int = 0
+    """Code points before it."""
+    line: int = 1
+    column: int = 1
+
+
+START = Origin()
+"""A document that is all the caller sent, or its first."""
+
+
 class DocumentHandler(Protocol):
     def start(self, name: str, attrs: dict[str, str], at: Position) -> None: ...
 
@@ -54,21 +70,18 @@ class DocumentHandler(Protocol):
     def text(self, text: Traced) -> None: ...
 
 
-def ssml_error(
-    field_name: str, at: Position | tuple[int, int], message: str
-) -> InvalidRequestError:
-    line, column = (at.line, at.column) if isinstance(at, Position) else at
-    return InvalidRequestError(field_name, f"SSML line {line}, column {column}: {message}")
+def ssml_error(field_name: str, at: Position, message: str) -> InvalidRequestError:
+    return InvalidRequestError(field_name, f"SSML line {at.line}, column {at.column}: {message}")
 
 
 class SafeXmlReader:
     """Feeds one document to expat and its events to a `DocumentHandler`."""
 
-    def __init__(self, handler: DocumentHandler, field_name: str, offset: int = 0) -> None:
+    def __init__(self, handler: DocumentHandler, field_name: str, origin: Origin = START) -> None:
         self._handler = handler
         self._field = field_name
-        self._offset = offset
-        """Where the document starts in everything the caller sent (code points)."""
+        self._origin = origin
+        self._offset = origin.offset
         self._doc = ""
         self._num_bytes = 0
         self._wide_ends: list[int] = []
@@ -90,9 +103,19 @@ class SafeXmlReader:
     def open_elements(self) -> tuple[str, ...]:
         return tuple(self._open)
 
-    def feed(self, fragment: str) -> None:
+    @property
+    def blank(self) -> bool:
+        """Nothing but whitespace was fed (a stream that sent no further document)."""
+        return not self._doc.strip()
+
+    def feed(self, fragment: str) -> str | None:
+        """Parse a fragment; once the root element closes, the text after it (None before)."""
         self._append(fragment)
-        self._parse(lambda: self._xml.feed(fragment))
+        try:
+            self._parse(lambda: self._xml.feed(fragment))
+        except _RootClosed as closed:
+            return self._doc[closed.end :]
+        return None
 
     def close(self) -> None:
         """The document is complete: InvalidRequestError if it is not."""
@@ -126,7 +149,13 @@ class SafeXmlReader:
     def _position(self, byte_index: int, line: int) -> Position:
         at = self._code_point(byte_index)
         line_start = self._doc.rfind("\n", 0, at) + 1
-        return Position(line, at - line_start + 1, self._offset + at)
+        return self._in_caller_text(line, at - line_start + 1, at)
+
+    def _in_caller_text(self, line: int, column: int, at: int) -> Position:
+        """A line and column of this document as lines and columns of the caller's text."""
+        if line == 1:
+            column += self._origin.column - 1
+        return Position(line + self._origin.line - 1, column, self._offset + at)
 
     # -- expat's events ----------------------------------------------------------------------
 
@@ -148,6 +177,9 @@ class SafeXmlReader:
         at = self._here()
         self._open.pop()
         self._handler.end(_local_name(qualified_name), at)
+        if not self._open:
+            # The document is whole: what follows is the next one (expat would refuse it).
+            raise _RootClosed(self._doc.find(">", at.offset - self._offset) + 1)
 
     def _text(self, data: str) -> None:
         start = self._code_point(self._expat.CurrentByteIndex)
@@ -160,9 +192,9 @@ class SafeXmlReader:
             traced = Traced(data, SpanMap.run(len(data), span))
         self._handler.text(traced)
 
-    def _parse(self, step: object) -> None:
+    def _parse(self, step: Callable[[], object]) -> None:
         try:
-            step()  # type: ignore[operator]
+            step()
         except ParseError as exc:
             raise self._syntax_error(exc) from None
         except DefusedXmlException as exc:
@@ -177,19 +209,30 @@ class SafeXmlReader:
         message = str(exc).split(": line ")[0]
         e = self._expat
         if e.ErrorByteIndex >= 0:
-            here = self._position(e.ErrorByteIndex, e.ErrorLineNumber)
-            at: Position | tuple[int, int] = here
-            tag = _tag_at(self._doc, here.offset - self._offset)
+            at = self._position(e.ErrorByteIndex, e.ErrorLineNumber)
+            tag = _tag_at(self._doc, at.offset - self._offset)
         else:
             line, column = exc.position
-            at, tag = (line, column + 1), ""
+            at, tag = self._in_caller_text(line, column + 1, len(self._doc)), ""
         if tag:
             message += f" at {tag}"
         if self._open:
             message += f", inside <{self._open[-1]}>"
-        elif message == "no element found":
-            message = "the document is empty or has no root element: an SSML document is <speak>...</speak>"
+        elif message in ("no element found", "syntax error") and not self._num_elements:
+            what = (
+                "no root element" if message == "no element found" else "text outside any element"
+            )
+            message = f"{what}: an SSML document is <speak>...</speak>"
         return ssml_error(self._field, at, message)
+
+
+class _RootClosed(Exception):  # noqa: N818 (a signal, not an error)
+    """Raised from expat's end handler to stop at the end of the root element."""
+
+    def __init__(self, end: int) -> None:
+        super().__init__(end)
+        self.end = end
+        """Code points of the document up to the end of its root's end tag."""
 
 
 SSML_NAMESPACE = "http://www.w3.org/2001/10/synthesis"

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ...engine.types import InvalidRequestError
 from ..script import CJK, Language
 from ..spans import EMPTY, SpanMap, Traced
 from .attributes import break_seconds, language_hint, rate_level, speed_level
-from .document import Position, SafeXmlReader, ssml_error
+from .document import START, Origin, Position, SafeXmlReader, ssml_error
 from .parts import Break, MarkPart, Part, SpokenText
 from .say_as import INTERPRETATIONS, say_as
 
@@ -73,14 +74,14 @@ class SsmlDocument:
     """One SSML document, fed in fragments (any split), read into parts as it arrives."""
 
     def __init__(
-        self, field_name: str, speed: int, ignore_unknown: bool = False, offset: int = 0
+        self, field_name: str, speed: int, ignore_unknown: bool = False, origin: Origin = START
     ) -> None:
         """`field_name`: what errors name (`text`, `input`); `speed`: the stream's level;
-        `offset`: where the document starts in everything the caller sent (for spans)."""
+        `origin`: where the document starts in everything the caller sent (spans, errors)."""
         self._field = field_name
         self._speed = speed
         self._ignore_unknown = ignore_unknown
-        self._reader = SafeXmlReader(self, field_name, offset)
+        self._reader = SafeXmlReader(self, field_name, origin)
         self._frames: list[_Frame] = []
         self._held: _Held | None = None
         self._parts: list[Part] = []
@@ -90,13 +91,17 @@ class SsmlDocument:
         self.ended = False
         """The root element has closed."""
 
-    def feed(self, fragment: str) -> list[Part]:
-        self._reader.feed(fragment)
-        return self._take()
+    def feed(self, fragment: str) -> tuple[list[Part], str | None]:
+        """The parts a fragment completes and, once the root element has closed, the text
+        after it (None while the document is open)."""
+        rest = self._reader.feed(fragment)
+        return self._take(), rest
 
     def close(self) -> list[Part]:
-        """The document is complete: InvalidRequestError if it is not."""
-        self._reader.close()
+        """The caller's text is over: InvalidRequestError if the document is not complete. A
+        document that was sent nothing but whitespace is no document: nothing happens."""
+        if not self._reader.blank:
+            self._reader.close()
         return self._take()
 
     def _take(self) -> list[Part]:
@@ -214,6 +219,12 @@ class SsmlDocument:
 def parse_ssml(
     document: str, field_name: str = "text", speed: int = 5, ignore_unknown: bool = False
 ) -> list[Part]:
-    """A whole document's parts (InvalidRequestError naming line, column and element)."""
+    """A whole document's parts (InvalidRequestError naming line, column and element); one
+    document only: text after its root is refused."""
     doc = SsmlDocument(field_name, speed, ignore_unknown)
-    return doc.feed(document) + doc.close()
+    parts, rest = doc.feed(document)
+    if rest is None:
+        return parts + doc.close()
+    if rest.strip():
+        raise InvalidRequestError(field_name, "SSML: text after the document's </speak>")
+    return parts

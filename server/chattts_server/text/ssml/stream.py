@@ -12,8 +12,10 @@ utterances and an utterance has one speed. Cuts come only from the document (tag
 when whole, a `<say-as>` or `<sub>` when closed), so a document sent in any pieces speaks the
 same words, silences and marks, in the same order, as the document sent whole.
 
-A barge-in (`clear`) drops what is buffered and starts a new document: the text after it is
-a `<speak>` of its own. Spans count everything the stream was sent, cleared text included.
+A stream may send one document after another (a voice agent's turns): text after a `</speak>`
+starts the next. A barge-in (`clear`) drops what is buffered and starts a new document: the
+text after it is a `<speak>` of its own. Spans, lines and columns count everything the stream
+was sent, cleared text included.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import replace
 
 from ..release import ReleasePolicy, TextReleaser
 from ..spans import Traced
+from .document import Origin
 from .elements import SsmlDocument
 from .parts import Item, Part, SpeechItem, SpokenText
 
@@ -38,12 +41,16 @@ class SsmlStream:
         self.policy = policy
         self._field = field_name
         self._ignore_unknown = ignore_unknown
-        self._num_sent = 0
-        self._document = self._new_document()
+        self._sent = ""
+        """Everything the caller sent: where each document starts (offset, line, column)."""
+        self._document = self._new_document(0)
         self._releaser = TextReleaser(policy)
 
-    def _new_document(self) -> SsmlDocument:
-        return SsmlDocument(self._field, self.policy.speed, self._ignore_unknown, self._num_sent)
+    def _new_document(self, at: int) -> SsmlDocument:
+        """A document starting at `at` of the caller's text."""
+        line_start = self._sent.rfind("\n", 0, at) + 1
+        origin = Origin(at, self._sent.count("\n", 0, at) + 1, at - line_start + 1)
+        return SsmlDocument(self._field, self.policy.speed, self._ignore_unknown, origin)
 
     @property
     def speed(self) -> int:
@@ -60,9 +67,19 @@ class SsmlStream:
         return []
 
     def feed(self, fragment: str) -> list[Item]:
-        parts = self._document.feed(fragment)
-        self._num_sent += len(fragment)
-        return self._items(parts)
+        """The items a fragment completes. A document that ends (`</speak>`) may be followed
+        by the next one, in the same fragment or a later one (a voice agent's next turn)."""
+        self._sent += fragment
+        out: list[Item] = []
+        while True:
+            parts, rest = self._document.feed(fragment)
+            out += self._items(parts)
+            if rest is None:
+                return out
+            self._document = self._new_document(len(self._sent) - len(rest))
+            if not rest:
+                return out
+            fragment = rest
 
     def flush(self) -> list[Item]:
         """Release the buffered text (a `<say-as>` or tag not yet whole stays held)."""
@@ -75,7 +92,7 @@ class SsmlStream:
     def clear(self) -> None:
         """Barge-in: drop what is buffered; the text after this is a new document."""
         self._releaser.clear()
-        self._document = self._new_document()
+        self._document = self._new_document(len(self._sent))
 
     def _items(self, parts: list[Part]) -> list[Item]:
         out: list[Item] = []
