@@ -68,6 +68,8 @@ class StreamSettings:
     """SSML: read an element outside the table as its text instead of refusing it."""
     markdown: bool = True
     """Read the text as markdown (markup not spoken); False reads every character as text."""
+    word_timing: bool = False
+    """Send each utterance's word timings (WordTimings) before its end."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ class Validator:
             ssml=config.text_format == tts_pb2.SSML,
             ssml_ignore_unknown=config.ssml_ignore_unknown_elements,
             markdown=self._markdown(config.text_format, f"{prefix}.text_format"),
+            word_timing=config.word_timing,
         )
 
     def _chunking(self, pb: tts_pb2.Chunking, path: str) -> ChunkingOptions:

@@ -9,9 +9,13 @@ the caller's own text of it, cut from the document.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..text.release import ReleasePolicy
+from ..text.spans import Span
 from ..text.ssml import Break, Item, MarkPart, SpeechItem, SsmlStream, ssml_items
 from .stream_items import MarkAt, Silence, Speak, StreamItem
+from .text_front_end import CallerText
 
 
 class SsmlText:
@@ -19,8 +23,7 @@ class SsmlText:
 
     def __init__(self, policy: ReleasePolicy, field_name: str, ignore_unknown: bool) -> None:
         self._ssml = SsmlStream(policy, field_name, ignore_unknown)
-        self._sent: list[str] = []
-        self._text = ""
+        self._caller = CallerText()
 
     def quiet_deadline_ms(self) -> int | None:
         return self._ssml.quiet_deadline_ms()
@@ -29,7 +32,7 @@ class SsmlText:
         return self._stream_items(self._ssml.on_quiet(quiet_ms))
 
     def feed(self, fragment: str) -> list[StreamItem]:
-        self._text += fragment
+        self._caller.append(fragment)
         return self._stream_items(self._ssml.feed(fragment))
 
     def flush(self) -> list[StreamItem]:
@@ -44,16 +47,14 @@ class SsmlText:
         self._ssml.clear()
 
     def _stream_items(self, items: list[Item]) -> list[StreamItem]:
-        return [stream_item(item, self._text) for item in items]
+        return [stream_item(item, self._caller.cut) for item in items]
 
 
-def stream_item(item: Item, caller_text: str) -> StreamItem:
-    """One text/ssml item as the timeline's; a `Speak` with its own text cut from `caller_text`
-    (everything the caller sent)."""
+def stream_item(item: Item, cut: Callable[[Span | None], str]) -> StreamItem:
+    """One text/ssml item as the timeline's; a `Speak` with its own text `cut` from what the
+    caller sent."""
     if isinstance(item, SpeechItem):
-        span = item.text.span()
-        source = caller_text[span[0] : span[1]] if span is not None else ""
-        return Speak(item.text, source, speed=item.speed)
+        return Speak(item.text, cut(item.text.span()), speed=item.speed)
     if isinstance(item, Break):
         return Silence(item.duration_s)
     assert isinstance(item, MarkPart)
@@ -66,4 +67,7 @@ def ssml_stream_items(
     """A whole document as stream items (InvalidRequestError naming `field_name`, the line,
     the column and the element when it is not one)."""
     items = ssml_items(document, max_s, speed, ignore_unknown, field_name)
-    return [stream_item(item, document) for item in items]
+    return [
+        stream_item(item, lambda span: document[span[0] : span[1]] if span else "")
+        for item in items
+    ]
