@@ -34,7 +34,9 @@ FLAGS = {
     "--allow-unverified": False,
     "--device": "auto",
     "--dtype": "auto",
-    "--quantize": "none",
+    "--quantize": "auto",  # "none" until issue 29
+    "--autotune-cache": "on",
+    "--autotune-cache-dir": None,
     "--threads": 0,
     "--adaptive-threads": "on",
     "--voices-dir": None,
