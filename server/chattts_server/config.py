@@ -216,6 +216,12 @@ class AdmissionConfig:
         "streams that may wait for a slot; beyond, RESOURCE_EXHAUSTED at once",
         bounds=(0, 100_000),
     )
+    reserved_slots: int = option(
+        0,
+        "of --max-streams, places only PRIORITY_INTERACTIVE streams may take (navigation "
+        "prompts find one while a backlog holds the rest); must be < --max-streams",
+        bounds=(0, 1023),
+    )
     retry_pushback_ms: int = option(
         500, "grpc-retry-pushback-ms sent with RESOURCE_EXHAUSTED", bounds=(0, 600_000)
     )
@@ -351,6 +357,12 @@ class ServerConfig:
         "INFO", "Python logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
 
+    def check(self) -> None:
+        _check(
+            self.admission.reserved_slots < self.engine.max_streams,
+            "--reserved-slots must be < --max-streams",
+        )
+
     def validate(self) -> ServerConfig:
         """Every field's bounds and choices, then the rules between fields; raises ConfigError."""
         for part in self._sections():
@@ -363,7 +375,8 @@ class ServerConfig:
         return self
 
     def _sections(self) -> list[Any]:
-        return [self, *(getattr(self, name) for name, _ in SECTIONS)]
+        # The top level last: its rules between sections assume each section's own bounds.
+        return [*(getattr(self, name) for name, _ in SECTIONS), self]
 
 
 SECTIONS = (
