@@ -184,3 +184,23 @@ def test_the_format_comes_from_the_extension() -> None:
     assert to_webvtt([]) == "WEBVTT\n" and to_srt([]) == ""
     # A cue of no length still ends after it starts, as both formats need.
     assert "00:00:01.000 --> 00:00:01.001" in to_webvtt([Cue(1.0, 1.0, "x")])
+
+
+def test_a_cleared_utterance_shows_only_what_was_spoken() -> None:
+    text = "In 200 m, turn left onto Main Street."
+    words = [("In", "In"), ("two", "200 m"), ("hundred", "200 m"), ("meters", "200 m")]
+    words += [
+        ("turn", "turn"),
+        ("left", "left"),
+        ("onto", "onto"),
+        ("Main", "Main"),
+        ("Street", "Street"),
+    ]
+    timeline = Timeline(text)
+    cut = 6 * 7200
+    for event in utterance(
+        text, words, index=0, start_sample=0, spoken_until=cut, finish_reason="cleared"
+    ):
+        timeline.observe(event)
+    assert timeline.utterances[0].end.source_end == len(text)  # the utterance's whole text...
+    assert [c.text for c in cues(timeline)] == ["In 200 m, turn left"]  # ...but not its words
