@@ -4,14 +4,11 @@ heard after a barge-in, from the library."""
 
 from __future__ import annotations
 
-import html
 import io
 import threading
 
 import pytest
 import soundfile as sf
-import srt
-import webvtt
 
 from chattts_client import (
     AudioChunkEvent,
@@ -23,9 +20,11 @@ from chattts_client import (
     make_config,
 )
 from chattts_client.cli import main
+from subtitle_files import read_cues
 
 TEXT = "In 200 m, turn left. Then keep right at the fork."
-MAX_NEW_TOKENS = "60"  # per sentence: the random-weight model would otherwise speak to the cap
+# Audio tokens per sentence, exactly: the random-weight model would otherwise stop anywhere.
+TOKENS = ["--min-new-tokens", "40", "--max-new-tokens", "40"]
 CALL_TIMEOUT_S = 60.0
 WORD_TIMING = pytest.mark.xfail(
     strict=True, reason="the server's word timings and marks land with branch wt-timeline"
@@ -39,26 +38,14 @@ def test_voices_on_a_server_with_no_presets_says_so(server, capsys) -> None:  # 
     assert "no presets on this server" in captured.err
 
 
-def _cue_texts_and_times(path) -> list[tuple[float, float, str]]:  # type: ignore[no-untyped-def]
-    if path.suffix == ".vtt":
-        return [
-            (c.start_in_seconds, c.end_in_seconds, html.unescape(c.text))
-            for c in webvtt.read(str(path)).captions
-        ]
-    return [
-        (s.start.total_seconds(), s.end.total_seconds(), s.content)
-        for s in srt.parse(path.read_text(encoding="utf-8"))
-    ]
-
-
 @WORD_TIMING
 @pytest.mark.parametrize("suffix", [".vtt", ".srt"])
 def test_say_writes_captions_in_the_callers_text(server, tmp_path, capsys, suffix) -> None:  # type: ignore[no-untyped-def]
     wav, captions = tmp_path / "turn.wav", tmp_path / f"turn{suffix}"
     argv = ["say", TEXT, "-o", str(wav), "--subtitles", str(captions), "--server", server.target]
-    assert main([*argv, "--max-new-tokens", MAX_NEW_TOKENS, "--seed", "3"]) == 0
+    assert main([*argv, *TOKENS, "--seed", "3"]) == 0
     assert "word timing: TIMING_ESTIMATE" in capsys.readouterr().err
-    cues = _cue_texts_and_times(captions)
+    cues = read_cues(captions)
     # Written as sent ("200 m", not "two hundred meters"), every word once, in order.
     assert " ".join(text for _, _, text in cues) == TEXT
     audio_s = sf.info(str(wav)).duration
@@ -71,11 +58,8 @@ def test_say_stdin_captions_each_line(server, tmp_path, monkeypatch, capsys) -> 
     monkeypatch.setattr("sys.stdin", io.StringIO("In 200 m, turn left.\n\nThen keep right.\n"))
     wav, captions = tmp_path / "lines.wav", tmp_path / "lines.srt"
     argv = ["say", "--stdin", "-o", str(wav), "--subtitles", str(captions)]
-    assert (
-        main([*argv, "--server", server.target, "--max-new-tokens", MAX_NEW_TOKENS, "--seed", "3"])
-        == 0
-    )
-    texts = [text for _, _, text in _cue_texts_and_times(captions)]
+    assert main([*argv, "--server", server.target, *TOKENS, "--seed", "3"]) == 0
+    texts = [text for _, _, text in read_cues(captions)]
     assert " ".join(texts) == "In 200 m, turn left. Then keep right."
     assert "subtitles: " in capsys.readouterr().err
 
