@@ -63,7 +63,6 @@ def _plays_at_ms(chunks: list[dict], position_s: float) -> float:
     return chunks[-1]["playEndMs"]
 
 
-@pytest.mark.xfail(strict=True, reason="the server's word timings land with branch wt-timeline")
 def test_playground_highlights_each_word_in_order_as_it_plays(srv):
     """Word timings over the WebSocket, on the audio clock: the highlighted word only moves
     forward, each while its own audio plays, and it is the caller's text of that word."""

@@ -26,9 +26,6 @@ TEXT = "In 200 m, turn left. Then keep right at the fork."
 # Audio tokens per sentence, exactly: the random-weight model would otherwise stop anywhere.
 TOKENS = ["--min-new-tokens", "40", "--max-new-tokens", "40"]
 CALL_TIMEOUT_S = 60.0
-WORD_TIMING = pytest.mark.xfail(
-    strict=True, reason="the server's word timings and marks land with branch wt-timeline"
-)
 
 
 def test_voices_on_a_server_with_no_presets_says_so(server, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -38,7 +35,6 @@ def test_voices_on_a_server_with_no_presets_says_so(server, capsys) -> None:  # 
     assert "no presets on this server" in captured.err
 
 
-@WORD_TIMING
 @pytest.mark.parametrize("suffix", [".vtt", ".srt"])
 def test_say_writes_captions_in_the_callers_text(server, tmp_path, capsys, suffix) -> None:  # type: ignore[no-untyped-def]
     wav, captions = tmp_path / "turn.wav", tmp_path / f"turn{suffix}"
@@ -53,7 +49,6 @@ def test_say_writes_captions_in_the_callers_text(server, tmp_path, capsys, suffi
     assert all(b[0] >= a[1] for a, b in zip(cues, cues[1:], strict=False))
 
 
-@WORD_TIMING
 def test_say_stdin_captions_each_line(server, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr("sys.stdin", io.StringIO("In 200 m, turn left.\n\nThen keep right.\n"))
     wav, captions = tmp_path / "lines.wav", tmp_path / "lines.srt"
@@ -74,7 +69,6 @@ def test_a_subtitles_name_without_a_known_extension_is_a_usage_error(
     assert not out.exists()  # refused before anything was spoken
 
 
-@WORD_TIMING
 def test_heard_text_after_a_barge_in_on_a_real_stream(server) -> None:  # type: ignore[no-untyped-def]
     """Clear while the first text plays, then a mark after the new text: at the mark (all audio
     played) the text heard ends with the new text, and cut at each word's end it ends with that

@@ -74,6 +74,8 @@ class StreamSettings:
     """Read the text as markdown (markup not spoken); False reads every character as text."""
     priority: Priority = Priority.DEFAULT
     """The stream's class: admission order, reserved slots, the engine's prefill order."""
+    word_timing: bool = False
+    """Send each utterance's word timings (WordTimings) before its end."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class Validator:
             text_release=self._text_release(config, prefix),
             markdown=self._markdown(config.text_format, f"{prefix}.text_format"),
             priority=self._priority(config.priority, f"{prefix}.priority"),
+            word_timing=config.word_timing,
         )
 
     @staticmethod
