@@ -59,6 +59,7 @@ def run_playground(
     text: str,
     *,
     route: str = "ws",
+    stream_format: str = "audio",
     word_by_word: bool = True,
     token: str = "",
     max_tokens: int | None = None,
@@ -87,6 +88,8 @@ def run_playground(
         box.clear()
         box.send_keys(text)
         Select(driver.find_element(By.ID, "route")).select_by_value(route)
+        if route == "post":  # the WebSocket route has no stream format
+            Select(driver.find_element(By.ID, "streamFormat")).select_by_visible_text(stream_format)
         checkbox = driver.find_element(By.ID, "wordByWord")
         if checkbox.is_selected() != word_by_word:
             checkbox.click()

@@ -63,11 +63,19 @@ def _plays_at_ms(chunks: list[dict], position_s: float) -> float:
     return chunks[-1]["playEndMs"]
 
 
-def test_playground_highlights_each_word_in_order_as_it_plays(srv):
-    """Word timings over the WebSocket, on the audio clock: the highlighted word only moves
-    forward, each while its own audio plays, and it is the caller's text of that word."""
+@pytest.mark.parametrize("route", ["ws", "post"])
+def test_playground_highlights_each_word_in_order_as_it_plays(srv, route):
+    """Word timings (WebSocket messages, or POST's SSE events), on the audio clock: the
+    highlighted word only moves forward, each while its own audio plays, and it is the caller's
+    text of that word."""
     run = run_playground(
-        http_url(srv) + "/", TEXT, token=TOKEN, max_tokens=3 * MAX_TOKENS, until_played_out=True
+        http_url(srv) + "/",
+        TEXT,
+        route=route,
+        stream_format="sse",
+        token=TOKEN,
+        max_tokens=3 * MAX_TOKENS,
+        until_played_out=True,
     )
     state = run.state
     assert state["error"] is None, (state["error"], run.browser_log)
