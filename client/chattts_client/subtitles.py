@@ -155,18 +155,20 @@ def _timed(cue_list: Sequence[Cue]) -> Iterator[tuple[float, float, str]]:
 
 
 def to_webvtt(cue_list: Sequence[Cue]) -> str:
-    lines = ["WEBVTT", ""]
+    """A WebVTT file: the header, then each cue and a blank line."""
+    blocks = ["WEBVTT"]
     for start_s, end_s, text in _timed(cue_list):
         escaped = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-        lines += [f"{_timestamp(start_s, '.')} --> {_timestamp(end_s, '.')}", escaped, ""]
-    return "\n".join(lines)
+        blocks.append(f"{_timestamp(start_s, '.')} --> {_timestamp(end_s, '.')}\n{escaped}")
+    return "".join(block + "\n\n" for block in blocks)
 
 
 def to_srt(cue_list: Sequence[Cue]) -> str:
-    lines = []
-    for number, (start_s, end_s, text) in enumerate(_timed(cue_list), 1):
-        lines += [str(number), f"{_timestamp(start_s, ',')} --> {_timestamp(end_s, ',')}", text, ""]
-    return "\n".join(lines)
+    """An SRT file: each cue numbered from 1, and a blank line."""
+    return "".join(
+        f"{number}\n{_timestamp(start_s, ',')} --> {_timestamp(end_s, ',')}\n{text}\n\n"
+        for number, (start_s, end_s, text) in enumerate(_timed(cue_list), 1)
+    )
 
 
 def subtitle_format(path: str | os.PathLike[str]) -> str:

@@ -20,7 +20,7 @@ from chattts_client import (
     make_config,
 )
 from chattts_client.cli import main
-from subtitle_files import read_cues
+from subtitle_files import demux_cues, read_cues
 
 TEXT = "In 200 m, turn left. Then keep right at the fork."
 # Audio tokens per sentence, exactly: the random-weight model would otherwise stop anywhere.
@@ -44,6 +44,10 @@ def test_say_writes_captions_in_the_callers_text(server, tmp_path, capsys, suffi
     cues = read_cues(captions)
     # Written as sent ("200 m", not "two hundred meters"), every word once, in order.
     assert " ".join(text for _, _, text in cues) == TEXT
+    # ffmpeg's demuxer reads the same cues.
+    assert [(start, duration) for start, duration, _ in demux_cues(captions)] == [
+        (round(start * 1000), round(end * 1000) - round(start * 1000)) for start, end, _ in cues
+    ]
     audio_s = sf.info(str(wav)).duration
     assert all(0 <= start < end <= audio_s + 0.01 for start, end, _ in cues)
     assert all(b[0] >= a[1] for a, b in zip(cues, cues[1:], strict=False))

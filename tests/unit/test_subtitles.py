@@ -8,7 +8,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import av
 import pytest
 
 from chattts_client import (
@@ -21,7 +20,7 @@ from chattts_client import (
     write_subtitles,
 )
 from chattts_client.subtitles import MAX_CUE_CHARS, MAX_CUE_S, subtitle_format
-from subtitle_files import read_cues
+from subtitle_files import demux_cues, read_cues
 from timed_words import RATE_HZ, utterance
 
 NAVIGATION = (
@@ -116,18 +115,6 @@ def _check_against_cues(path: Path, cue_list: list[Cue]) -> None:
     assert got == want
 
 
-def _demuxed_by_ffmpeg(path: Path) -> list[tuple[int, int, str]]:
-    """(start ms, duration ms, text) of each cue as libavformat's demuxer reads the file."""
-    out = []
-    with av.open(str(path)) as container:
-        assert container.format.name == {".vtt": "webvtt", ".srt": "srt"}[path.suffix]
-        stream = container.streams.subtitles[0]
-        for packet in container.demux(stream):
-            if packet.size:
-                out.append((int(packet.pts), int(packet.duration), bytes(packet).decode()))
-    return out
-
-
 @pytest.mark.parametrize("suffix", [".vtt", ".srt"])
 def test_files_parse_with_their_libraries_and_ffmpeg(tmp_path, suffix) -> None:
     timeline = _navigation_timeline()
@@ -139,7 +126,7 @@ def test_files_parse_with_their_libraries_and_ffmpeg(tmp_path, suffix) -> None:
     want = [
         (round(c.start_s * 1000), round(c.end_s * 1000) - round(c.start_s * 1000)) for c in cue_list
     ]
-    demuxed = _demuxed_by_ffmpeg(path)
+    demuxed = demux_cues(path)
     assert [(start, duration) for start, duration, _ in demuxed] == want
     if suffix == ".srt":  # SRT carries the text as is (WebVTT's is escaped)
         assert [text for _, _, text in demuxed] == [c.text for c in cue_list]
@@ -160,13 +147,17 @@ def test_the_ffmpeg_command_converts_each_format_into_the_other(tmp_path) -> Non
         )
         # ffmpeg accepts a file it cannot read as zero cues, so compare what it wrote.
         _check_against_cues(converted, cue_list)
+        if theirs == ".srt":  # ffmpeg's SRT from our WebVTT is our SRT, byte for byte
+            assert converted.read_text(encoding="utf-8") == to_srt(cue_list)
 
 
 def test_the_format_comes_from_the_extension() -> None:
     assert subtitle_format("a/b.VTT") == "vtt" and subtitle_format("x.srt") == "srt"
     with pytest.raises(ValueError, match=r"\.vtt \(WebVTT\) or \.srt"):
         subtitle_format("captions.txt")
-    assert to_webvtt([]) == "WEBVTT\n" and to_srt([]) == ""
+    assert to_webvtt([]) == "WEBVTT\n\n" and to_srt([]) == ""
+    # Each cue ends with a blank line, the last one too (as ffmpeg writes them).
+    assert to_srt([Cue(0, 1, "a"), Cue(1, 2, "b")]).endswith("00:00:02,000\nb\n\n")
     # A cue of no length still ends after it starts, as both formats need.
     assert "00:00:01.000 --> 00:00:01.001" in to_webvtt([Cue(1.0, 1.0, "x")])
 
