@@ -36,11 +36,16 @@ from livekit.agents import (
 )
 
 from chattts_client.client import DEFAULT_TARGET, AsyncTTSClient, PathOrBytes
-from chattts_client.messages import AudioChunkEvent, Flush, StreamItem, make_config
+from chattts_client.messages import (
+    MODEL_SAMPLE_RATE_HZ,
+    AudioChunkEvent,
+    Flush,
+    StreamItem,
+    make_config,
+)
 
 __all__ = ["TTS", "api_error"]
 
-NATIVE_SAMPLE_RATE_HZ = 24000
 # HTTP statuses of the same meaning, so the framework's retry rules (4xx but 408/429/499 are
 # final) read them right.
 _HTTP_STATUS = {
@@ -98,7 +103,7 @@ class TTS(tts.TTS):
         seed: int | None = None,
         max_new_tokens: int | None = None,
         min_new_tokens: int | None = None,
-        sample_rate: int = NATIVE_SAMPLE_RATE_HZ,
+        sample_rate: int = MODEL_SAMPLE_RATE_HZ,
     ) -> None:
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=True),
