@@ -22,6 +22,8 @@ from chattts_client.messages import (
     parse_encoding,
     parse_voice,
 )
+from chattts_client.options import ClientOptions, PathOrBytes, SynthesisOptions
+from chattts_client.push_stream import PushStream
 from chattts_client.wav import WavWriter, pcm16_to_float, streaming_wav_header
 
 __all__ = [
@@ -31,10 +33,14 @@ __all__ = [
     "AsyncTTSClient",
     "AudioChunkEvent",
     "Clear",
+    "ClientOptions",
     "Event",
     "EventStream",
     "Flush",
+    "PathOrBytes",
+    "PushStream",
     "StreamItem",
+    "SynthesisOptions",
     "SynthesisStats",
     "TTSClient",
     "UtteranceEndEvent",

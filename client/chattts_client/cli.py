@@ -30,11 +30,10 @@ from chattts_client.messages import (
     UtteranceEndEvent,
     make_config,
 )
+from chattts_client.options import NATIVE_SAMPLE_RATE_HZ
 from chattts_client.wav import WavWriter
 
 _ENCODINGS = ("linear16", "mulaw", "alaw", "ogg_opus", "float32")
-# Before the first chunk tells the real rate: the model's native rate.
-_NATIVE_SAMPLE_RATE_HZ = 24000
 
 
 class _UsageError(Exception):
@@ -153,14 +152,14 @@ class _AudioSink:
         if self._writer is None:
             # The WAV header needs the rate, which the first chunk tells.
             target = self._stdout if self._output == "-" else self._output
-            self._writer = WavWriter(target, chunk.sample_rate_hz or _NATIVE_SAMPLE_RATE_HZ)
+            self._writer = WavWriter(target, chunk.sample_rate_hz or NATIVE_SAMPLE_RATE_HZ)
         self._writer.write(chunk.audio)
 
     def close(self, sample_rate_hz: int, create_empty: bool) -> None:
         """Finish the output; with no audio, write an empty one only if `create_empty`."""
         if create_empty and self._wav and self._writer is None:
             target = self._stdout if self._output == "-" else self._output
-            self._writer = WavWriter(target, sample_rate_hz or _NATIVE_SAMPLE_RATE_HZ)
+            self._writer = WavWriter(target, sample_rate_hz or NATIVE_SAMPLE_RATE_HZ)
         if create_empty and not self._wav:
             self._target()
         if self._writer is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,15 +41,10 @@ from pipecat.frames.frames import (
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 
-from chattts_client.client import DEFAULT_TARGET, AsyncEventStream, AsyncTTSClient, PathOrBytes
-from chattts_client.messages import (
-    AudioChunkEvent,
-    Clear,
-    Flush,
-    StreamItem,
-    UtteranceEndEvent,
-    make_config,
-)
+from chattts_client.client import AsyncTTSClient
+from chattts_client.messages import AudioChunkEvent, UtteranceEndEvent
+from chattts_client.options import DEFAULT_TARGET, ClientOptions, SynthesisOptions
+from chattts_client.push_stream import PushStream
 
 __all__ = ["ChatTTSTTSService"]
 
@@ -79,41 +74,32 @@ class _Turn:
 class ChatTTSTTSService(TTSService):  # type: ignore[misc]
     """Pipecat TTS service for a chattts-stream server.
 
-    Connection options are those of `chattts_client.AsyncTTSClient` (`target`, `tls`,
-    `ca_cert`, `client_cert`, `client_key`, `token`, `tls_server_name`); voice, speed and
-    sampling are those of `chattts_client.make_config`. `connect_timeout_s` bounds the check at
-    start that the server answers. `settle_s` fixes the end-of-turn window instead of deriving
-    it from the server's time to first audio.
+    `client` says where the server is (a "host:port" target, or `ClientOptions` for TLS and
+    tokens); `synthesis` the voice, speed and sampling of the conversation's stream (its
+    `sample_rate_hz`, when set, is the service's output rate; otherwise the pipeline's).
+    `connect_timeout_s` bounds the check at start that the server answers. `settle_s` fixes
+    the end-of-turn window instead of deriving it from the server's time to first audio.
+    Other keywords go to Pipecat's `TTSService`.
     """
 
     def __init__(
         self,
+        client: ClientOptions | str = DEFAULT_TARGET,
+        synthesis: SynthesisOptions | None = None,
         *,
-        target: str = DEFAULT_TARGET,
-        tls: bool = False,
-        ca_cert: PathOrBytes | None = None,
-        client_cert: PathOrBytes | None = None,
-        client_key: PathOrBytes | None = None,
-        token: str | None = None,
-        tls_server_name: str | None = None,
-        voice: str | int | None = None,
-        speed: float | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        seed: int | None = None,
-        max_new_tokens: int | None = None,
-        min_new_tokens: int | None = None,
-        sample_rate: int | None = None,
         connect_timeout_s: float = 5.0,
         settle_s: float | None = None,
         **kwargs: Any,
     ) -> None:
+        synthesis = synthesis or SynthesisOptions()
         # Pipecat ends an audio context that gets no audio for this long; our turns end by the
         # stream's events, and a loaded CPU server can take longer than the default 3 s to its
         # first audio, so the framework's timer is only a backstop here.
         kwargs.setdefault("stop_frame_timeout_s", 10.0)
+        # The pipeline's output rate, unless the options name one.
+        kwargs.setdefault("sample_rate", synthesis.sample_rate_hz or None)
         # The voice is part of the stream's config: it is fixed for the service's lifetime.
+        voice = synthesis.voice
         settings = TTSSettings(
             model="ChatTTS", voice=None if voice is None else str(voice), language=None
         )
@@ -122,37 +108,17 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         super().__init__(
             push_start_frame=True,
             push_stop_frames=True,
-            sample_rate=sample_rate,
             settings=settings,
             **kwargs,
         )
-        self._client = AsyncTTSClient(
-            target,
-            tls=tls,
-            ca_cert=ca_cert,
-            client_cert=client_cert,
-            client_key=client_key,
-            token=token,
-            tls_server_name=tls_server_name,
-        )
-        self._target = target
-        self._config_args: dict[str, Any] = dict(
-            voice=voice,
-            speed=speed,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-            min_new_tokens=min_new_tokens,
-        )
-        make_config(**self._config_args)  # bad options fail here, not at the first turn
+        self._options = ClientOptions.of(client)
+        self._client = AsyncTTSClient.from_options(self._options)
+        self._synthesis = synthesis
         self._connect_timeout_s = connect_timeout_s
         self._fixed_settle_s = settle_s
         self._max_ttfa_s = INITIAL_TTFA_S
         self._measured_ttfa = False
-        self._requests: asyncio.Queue[StreamItem | None] | None = None
-        self._stream: AsyncEventStream | None = None
+        self._stream: PushStream | None = None
         self._receive_task: asyncio.Task[None] | None = None
         self._settle_task: asyncio.Task[None] | None = None
         self._live: _Turn | None = None  # the turn whose events the stream carries
@@ -171,7 +137,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         try:
             await self._client.list_voices(timeout=self._connect_timeout_s)
         except grpc.RpcError as exc:
-            message = _describe(exc, self._target)
+            message = _describe(exc, self._options.target)
             await self.push_error(error_msg=message, exception=exc)
             await self._call_event_handler("on_connection_error", message)
             return
@@ -190,25 +156,19 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
 
     async def _open_stream(self) -> None:
         self._reset_turns()
-        requests: asyncio.Queue[StreamItem | None] = asyncio.Queue()
-        self._requests = requests
-
-        async def items() -> AsyncIterator[StreamItem]:
-            while (item := await requests.get()) is not None:
-                yield item
-
-        config = make_config(**self._config_args, sample_rate_hz=self.sample_rate)
-        self._stream = self._client.stream(items(), config=config)
+        config = self._synthesis.to_config(sample_rate_hz=self.sample_rate)
+        self._stream = self._client.open_stream(config=config)
         self._receive_task = self.create_task(self._receive(self._stream), "chattts-receive")
 
     async def _close_stream(self, cancel: bool) -> None:
         settle, self._settle_task = self._settle_task, None
         if settle is not None:
             await self.cancel_task(settle)
-        if self._requests is not None:
-            self._requests.put_nowait(None)  # half-close: the server ends the call
-        if self._stream is not None and cancel:
-            self._stream.cancel()
+        if self._stream is not None:
+            if cancel:
+                self._stream.cancel()
+            else:
+                self._stream.end_input()  # half-close: the server ends the call
         if self._receive_task is not None:
             if cancel:
                 await self.cancel_task(self._receive_task)
@@ -217,7 +177,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
                     await asyncio.wait_for(asyncio.shield(self._receive_task), 5.0)
                 except TimeoutError:
                     await self.cancel_task(self._receive_task)
-        self._requests = self._stream = self._receive_task = None
+        self._stream = self._receive_task = None
 
     def _reset_turns(self) -> None:
         self._cancel_settle()
@@ -229,7 +189,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
     # -- text in -------------------------------------------------------------------------------
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
-        if self._requests is None:
+        if self._stream is None:
             if context_id == self._failed_context:
                 yield None  # this turn's stream failed; the error was reported once
                 return
@@ -248,7 +208,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             return
         turn.flushed = True
         if turn is self._live:
-            self._send(Flush())
+            self._send_flush()
             if self._open_utterance is None:
                 self._arm_turn_end(turn)  # settle unless audio comes
 
@@ -257,7 +217,8 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         self._waiting = [t for t in self._waiting if t.context_id != context_id]
         live = self._live
         if live is not None and live.context_id == context_id:
-            self._send(Clear())
+            if self._stream is not None:
+                self._stream.clear()
             self._live = None
             self._draining = True
             logger.debug(f"{self}: barge-in, cleared turn {context_id}")
@@ -283,15 +244,16 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
     def _send_text(self, turn: _Turn, text: str) -> None:
         if text.strip():
             turn.unspoken = True
-        self._send(text)
+        if self._stream is not None:
+            self._stream.push(text)
 
-    def _send(self, item: StreamItem) -> None:
-        if self._requests is not None:
-            self._requests.put_nowait(item)
+    def _send_flush(self) -> None:
+        if self._stream is not None:
+            self._stream.flush()
 
     # -- events out ------------------------------------------------------------------------
 
-    async def _receive(self, stream: AsyncEventStream) -> None:
+    async def _receive(self, stream: PushStream) -> None:
         try:
             async for event in stream:
                 if isinstance(event, AudioChunkEvent):
@@ -299,14 +261,14 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
                 else:
                     await self._on_utterance_end(event)
         except grpc.RpcError as error:
-            if error.code() == grpc.StatusCode.CANCELLED and self._requests is None:
+            if error.code() == grpc.StatusCode.CANCELLED and self._stream is None:
                 return  # we closed it
             exc = await self._client.explain(error)
-            message = _describe(exc, self._target)
+            message = _describe(exc, self._options.target)
             await self.push_error(error_msg=message, exception=exc)
             # The next turn opens a new stream; the rest of this one is not retried token by
             # token (each would fail the same way against a server that is down).
-            self._requests = self._stream = None
+            self._stream = None
             failed = self._live
             self._failed_context = None if failed is None else failed.context_id
             if failed is not None:
@@ -405,7 +367,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             self._send_text(turn, text)
         turn.texts.clear()
         if turn.flushed:
-            self._send(Flush())
+            self._send_flush()
             self._arm_turn_end(turn)
 
 

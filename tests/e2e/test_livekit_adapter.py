@@ -27,7 +27,12 @@ from livekit.agents import (  # noqa: E402
 )
 from livekit.agents.metrics import TTSMetrics  # noqa: E402
 
-from chattts_client import AudioChunkEvent, TTSClient, make_config  # noqa: E402
+from chattts_client import (  # noqa: E402
+    AudioChunkEvent,
+    ClientOptions,
+    SynthesisOptions,
+    TTSClient,
+)
 from chattts_client.livekit import TTS  # noqa: E402
 from chattts_server.config import SecurityConfig  # noqa: E402
 from serverutil import (  # noqa: E402
@@ -41,12 +46,12 @@ from serverutil import (  # noqa: E402
 pytestmark = pytest.mark.slow
 
 NUM_TOKENS = 60  # every utterance: min_new_tokens == max_new_tokens, so its length is known
-OPTIONS = dict(voice=7, seed=5, max_new_tokens=NUM_TOKENS, min_new_tokens=NUM_TOKENS)
+OPTIONS = SynthesisOptions(voice=7, seed=5, max_new_tokens=NUM_TOKENS, min_new_tokens=NUM_TOKENS)
 
 
 def _synthesize_samples(target: str, text: str) -> int:
     """What our plain client receives for `text` through Synthesize."""
-    config = make_config(**OPTIONS)  # type: ignore[arg-type]
+    config = OPTIONS.to_config()
     with TTSClient(target) as client:
         return sum(
             e.num_samples
@@ -79,7 +84,7 @@ def test_two_segments_on_one_tts_then_synthesize(server):
     metrics: list[TTSMetrics] = []
 
     async def run() -> tuple[int, int, int]:
-        tts = TTS(target=server.target, **OPTIONS)  # type: ignore[arg-type]
+        tts = TTS(server.target, OPTIONS)
         tts.on("metrics_collected", metrics.append)
         # Each segment is two sentences, so two utterances of NUM_TOKENS each.
         first, ids_1 = await _speak(tts, ["One.", " Two", " words."])
@@ -112,7 +117,7 @@ def test_stream_closed_mid_utterance_is_cancelled_on_the_server(server, caplog):
         ]
 
     async def run() -> int:
-        tts = TTS(target=server.target, voice=7, seed=5, max_new_tokens=300, min_new_tokens=300)
+        tts = TTS(server.target, replace(OPTIONS, max_new_tokens=300, min_new_tokens=300))
         stream = tts.stream()
         stream.push_text("A long sentence that would take a while to speak. And another one.")
         stream.flush()
@@ -136,7 +141,7 @@ def test_stream_closed_mid_utterance_is_cancelled_on_the_server(server, caplog):
 
 def test_unreachable_server_is_an_api_connection_error():
     async def run() -> None:
-        tts = TTS(target=f"127.0.0.1:{free_port()}")
+        tts = TTS(f"127.0.0.1:{free_port()}")
         no_retry = APIConnectOptions(max_retry=0, timeout=2.0)
         stream = tts.stream(conn_options=no_retry)
         stream.push_text("Hello.")
@@ -170,12 +175,12 @@ def test_refusals_are_the_api_errors_the_framework_retries_right(tiny_model_dir,
             return sum([a.frame.samples_per_channel async for a in stream])
 
     async def run(target: str) -> None:
-        good = TTS(target=target, token="agent-secret", **OPTIONS)  # type: ignore[arg-type]
+        good = TTS(ClientOptions(target, token="agent-secret"), OPTIONS)
         assert await speak(good) > 0
         for token, status in ((None, 401), ("wrong", 403)):
             started = time.monotonic()
             with pytest.raises(APIStatusError) as refused:
-                bad = TTS(target=target, token=token, **OPTIONS)  # type: ignore[arg-type]
+                bad = TTS(ClientOptions(target, token=token), OPTIONS)
                 await speak(bad)  # default retries: a final error skips them
             assert refused.value.status_code == status and not refused.value.retryable
             assert time.monotonic() - started < 1.5  # not retried (2 s between retries)

@@ -44,10 +44,11 @@ from pipecat.metrics.metrics import TTFBMetricsData
 from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
+from chattts_client import ClientOptions, SynthesisOptions
 from chattts_client.pipecat import ChatTTSTTSService
 
 target, dead_target, num_tokens, second_turn = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-options = dict(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)
+options = SynthesisOptions(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)
 
 class Seen(BaseObserver):  # counts what the TTS service pushes
     def __init__(self, tts):
@@ -70,7 +71,7 @@ def tokens(text):  # an LLM's stream: words with their spaces
     return [LLMTextFrame(w + (" " if i < len(words) - 1 else "")) for i, w in enumerate(words)]
 
 async def main():
-    tts = ChatTTSTTSService(target=target, **options)
+    tts = ChatTTSTTSService(target, options)
     first = " ".join(f"Sentence number {n} of the first turn." for n in range(1, 9))
     seen = Seen(tts)
 
@@ -101,7 +102,7 @@ async def main():
                     out.append({"t": "ttfb", "value": d.value})
     errors = [f.error for f in up if isinstance(f, ErrorFrame)]
     # Unreachable server: a clear error, upstream, at start.
-    dead = ChatTTSTTSService(target=dead_target, connect_timeout_s=2.0, **options)
+    dead = ChatTTSTTSService(dead_target, options, connect_timeout_s=2.0)
     _, dead_up = await run_test(dead, frames_to_send=[SleepFrame(sleep=0.1)])
     dead_errors = [f.error for f in dead_up if isinstance(f, ErrorFrame)]
     print(json.dumps({"frames": out, "errors": errors, "dead_errors": dead_errors}))
@@ -212,10 +213,12 @@ logger.remove()
 from pipecat.frames.frames import (ErrorFrame, LLMFullResponseEndFrame, LLMFullResponseStartFrame,
                                    LLMTextFrame, TTSAudioRawFrame)
 from pipecat.tests.utils import SleepFrame, run_test
+from chattts_client import ClientOptions, SynthesisOptions
 from chattts_client.pipecat import ChatTTSTTSService
 
 async def main():
-    tts = ChatTTSTTSService(target=sys.argv[1], token=sys.argv[2], max_new_tokens=8)
+    tts = ChatTTSTTSService(ClientOptions(sys.argv[1], token=sys.argv[2]),
+                            SynthesisOptions(max_new_tokens=8))
     tokens = [LLMTextFrame(t) for t in ["One", " two", " three", " four", " five."]]
     down, up = await run_test(tts, frames_to_send=[
         LLMFullResponseStartFrame(), *tokens, LLMFullResponseEndFrame(), SleepFrame(sleep=1.0)])
