@@ -19,6 +19,7 @@ from chattts_client.messages import (
     AudioChunkEvent,
     Event,
     StreamItem,
+    UtteranceEndEvent,
     VoiceInfo,
     event_from_pb,
     text_input,
@@ -93,7 +94,7 @@ class SynthesisStats:
             self.num_chunks += 1
             self.num_audio_bytes += len(event.audio)
             self.audio_s += event.duration_s
-        else:
+        elif isinstance(event, UtteranceEndEvent):
             self.num_utterances += 1
 
     def finish(self, now: float | None = None) -> None:

@@ -34,13 +34,8 @@ from livekit.agents import (
 )
 
 from chattts_client.client import AsyncTTSClient
-from chattts_client.messages import AudioChunkEvent
-from chattts_client.options import (
-    DEFAULT_TARGET,
-    NATIVE_SAMPLE_RATE_HZ,
-    ClientOptions,
-    SynthesisOptions,
-)
+from chattts_client.messages import MODEL_SAMPLE_RATE_HZ, AudioChunkEvent
+from chattts_client.options import DEFAULT_TARGET, ClientOptions, SynthesisOptions
 
 __all__ = ["TTS", "api_error"]
 
@@ -90,7 +85,7 @@ class TTS(tts.TTS):
         synthesis: SynthesisOptions | None = None,
     ) -> None:
         synthesis = synthesis or SynthesisOptions()
-        sample_rate = synthesis.sample_rate_hz or NATIVE_SAMPLE_RATE_HZ
+        sample_rate = synthesis.sample_rate_hz or MODEL_SAMPLE_RATE_HZ
         super().__init__(
             capabilities=tts.TTSCapabilities(streaming=True),
             sample_rate=sample_rate,

@@ -18,8 +18,6 @@ from chattts_proto.chattts.v1 import tts_pb2
 
 DEFAULT_TARGET = "localhost:50051"
 DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-# The model's own output rate: what the server sends when a call asks for no other rate.
-NATIVE_SAMPLE_RATE_HZ = 24000
 
 PathOrBytes = str | os.PathLike[str] | bytes
 
@@ -60,8 +58,8 @@ class ClientOptions:
 
 @dataclass(frozen=True)
 class SynthesisOptions:
-    """Voice, speed, sampling, audio format and timing of a call: the fields of
-    `chattts_client.make_config`, plus `word_timing` (WordTimings events per utterance).
+    """Voice, speed, sampling, audio format and word timing of a call: the arguments of
+    `chattts_client.make_config`.
 
     None leaves a field to the server's default. `to_config()` builds the SynthesisConfig;
     `dataclasses.replace(options, ...)` makes a variant.
@@ -88,8 +86,4 @@ class SynthesisOptions:
     def to_config(self, **changes: Any) -> tts_pb2.SynthesisConfig:
         """The SynthesisConfig of these options, with `changes` (field=value) applied."""
         options = replace(self, **changes) if changes else self
-        values = {f.name: getattr(options, f.name) for f in fields(options)}
-        word_timing = values.pop("word_timing")
-        config = make_config(**values)
-        config.word_timing = word_timing
-        return config
+        return make_config(**{f.name: getattr(options, f.name) for f in fields(options)})

@@ -258,7 +258,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             async for event in stream:
                 if isinstance(event, AudioChunkEvent):
                     await self._on_audio(event)
-                else:
+                elif isinstance(event, UtteranceEndEvent):
                     await self._on_utterance_end(event)
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.CANCELLED and self._stream is None:

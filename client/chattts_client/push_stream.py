@@ -1,11 +1,12 @@
-"""A StreamingSynthesize call driven by method calls: `push` text as it comes, `flush`, `clear`,
-`end_input`, and iterate the events meanwhile.
+"""A StreamingSynthesize call driven by method calls: `push` text as it comes, `flush`, `mark`,
+`clear`, `end_input`, and iterate the events meanwhile.
 
 `AsyncTTSClient.stream` takes an iterable of texts, which suits a source that is itself an
 iterator (stdin, a file). A voice agent instead gets text from callbacks (an LLM token, an end
 of turn, a barge-in) while another task reads audio: this object is that shape, and what the
-LiveKit and Pipecat adapters are built on. It also keeps the text sent so far, the text that
-the server's source spans (`WordTiming.source_start` and the like) count into.
+LiveKit and Pipecat adapters are built on. It keeps the stream's `Timeline` (what was sent,
+every event received), so the caller's own text of a word timing, or what a listener heard at a
+playback position, is one call away.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
-from chattts_client.messages import Clear, Event, Flush, StreamItem
+from chattts_client.messages import Clear, Event, Flush, Mark, StreamItem
+from chattts_client.timeline import Timeline
 
 if TYPE_CHECKING:  # the client builds these streams: it imports this module
     from chattts_client.client import AsyncEventStream, SynthesisStats
@@ -34,7 +36,7 @@ class PushStream(AsyncIterator[Event]):
         self._items: asyncio.Queue[StreamItem | None] = asyncio.Queue()
         self._ended = False
         self._cancelled = False
-        self._sent: list[str] = []
+        self.timeline = Timeline()
         self._events = open_call(self._requests())
 
     async def _requests(self) -> AsyncIterator[StreamItem]:
@@ -45,16 +47,31 @@ class PushStream(AsyncIterator[Event]):
 
     def push(self, text: str) -> None:
         """Send a fragment of text; the server's release policy decides when it is spoken."""
-        self._send(text, text)
+        self._send(text)
 
     def flush(self, text: str = "") -> None:
         """Send `text`, then synthesize everything buffered now (an end of turn)."""
-        self._send(Flush(text), text)
+        self._send(Flush(text))
 
-    def clear(self, text: str = "") -> None:
+    def mark(self, name: str, text: str = "") -> None:
+        """Send `text`, then a mark: the server answers with a `MarkEvent` named `name` right
+        after the audio of everything sent before it (at once if that made no sound; with
+        `dropped` set if a clear cut that text short). A mark ends the text before it, as a
+        flush does."""
+        self._send(Mark(name, text))
+
+    def clear(self, text: str = "", mark: str = "") -> None:
         """Barge-in: drop what is buffered and stop the utterance being spoken (it ends with
-        finish_reason "cleared"), then speak `text`."""
-        self._send(Clear(text), text)
+        finish_reason "cleared"), then speak `text`. `mark` names a mark placed right at the
+        cut (before `text`): its `MarkEvent` follows every event of the text that was cleared,
+        which tells when the cleared turn's last event has come."""
+        if not mark:
+            self._send(Clear(text))
+            return
+        self._send(Clear())
+        self._send(Mark(mark))
+        if text:
+            self._send(text)
 
     def end_input(self) -> None:
         """Half-close: the server speaks what is left and ends the call. Idempotent."""
@@ -62,10 +79,10 @@ class PushStream(AsyncIterator[Event]):
             self._ended = True
             self._items.put_nowait(None)
 
-    def _send(self, item: StreamItem, text: str) -> None:
+    def _send(self, item: StreamItem) -> None:
         if self._ended:
             raise RuntimeError("the stream's input has ended")
-        self._sent.append(text)
+        self.timeline.sent(item)
         self._items.put_nowait(item)
 
     @property
@@ -75,9 +92,7 @@ class PushStream(AsyncIterator[Event]):
     @property
     def sent_text(self) -> str:
         """Everything sent so far, in order: what the server's source spans index into."""
-        if len(self._sent) > 1:
-            self._sent[:] = ["".join(self._sent)]
-        return self._sent[0] if self._sent else ""
+        return self.timeline.text
 
     # -- receiving -----------------------------------------------------------------------------
 
@@ -90,11 +105,13 @@ class PushStream(AsyncIterator[Event]):
         if self._cancelled:
             raise StopAsyncIteration
         try:
-            return await self._events.__anext__()
+            event = await self._events.__anext__()
         except asyncio.CancelledError:
             if self._cancelled and not _task_cancelling():
                 raise StopAsyncIteration from None
             raise
+        self.timeline.observe(event)
+        return event
 
     @property
     def stats(self) -> SynthesisStats:

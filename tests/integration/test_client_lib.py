@@ -21,6 +21,7 @@ from chattts_client import (
     AsyncTTSClient,
     AudioChunkEvent,
     ClientOptions,
+    MarkEvent,
     SynthesisOptions,
     TTSClient,
     UtteranceEndEvent,
@@ -98,6 +99,15 @@ class FakeServicer(tts_pb2_grpc.TextToSpeechServicer):
                     tts_pb2.StreamingSynthesizeResponse, utterance_index, request.text.text
                 )
                 utterance_index += 1
+                if request.text.mark:  # answered after the audio of the text before it
+                    offset = utterance_index * NUM_CHUNKS * CHUNK_SAMPLES
+                    yield tts_pb2.StreamingSynthesizeResponse(
+                        mark=tts_pb2.Mark(
+                            name=request.text.mark,
+                            sample_offset=offset,
+                            offset_s=offset / SAMPLE_RATE_HZ,
+                        )
+                    )
 
     def ListVoices(self, request, context):  # type: ignore[no-untyped-def]
         self.metadata.append(dict(context.invocation_metadata()))
@@ -260,8 +270,8 @@ def test_async_client_error_is_rpc_error(fake) -> None:  # type: ignore[no-untyp
 
 
 def test_push_stream_sends_each_call_as_it_is_made_and_yields_events(fake) -> None:  # type: ignore[no-untyped-def]
-    """Text pushed after audio came back (requests and responses flow at once), flush and clear
-    as the flags of their texts, end_input half-closes; the text sent so far is kept."""
+    """Text pushed after audio came back (requests and responses flow at once), a mark, a clear
+    with a mark at the cut, end_input half-closes; the timeline keeps the text and events."""
     servicer, target = fake
 
     async def run():  # type: ignore[no-untyped-def]
@@ -272,10 +282,12 @@ def test_push_stream_sends_each_call_as_it_is_made_and_yields_events(fake) -> No
             async with stream:
                 async for event in stream:
                     events.append(event)
-                    if isinstance(event, UtteranceEndEvent) and event.utterance_index == 0:
-                        stream.flush("two ")
-                    elif isinstance(event, UtteranceEndEvent) and event.utterance_index == 1:
-                        stream.clear("three")
+                    if isinstance(event, UtteranceEndEvent) and event.text == "one ":
+                        stream.mark("turn-1", "two ")
+                    elif isinstance(event, MarkEvent) and event.name == "turn-1":
+                        stream.flush()
+                        stream.clear("three", mark="cut")
+                    elif isinstance(event, UtteranceEndEvent) and event.text == "three":
                         stream.end_input()
                         stream.end_input()  # idempotent
                         with pytest.raises(RuntimeError, match="ended"):
@@ -284,17 +296,22 @@ def test_push_stream_sends_each_call_as_it_is_made_and_yields_events(fake) -> No
 
     events, stream = asyncio.run(asyncio.wait_for(run(), 2 * CALL_TIMEOUT_S))
     requests = servicer.stream_requests
-    assert [r.WhichOneof("request") for r in requests] == ["config", "text", "text", "text"]
     assert requests[0].config.voice.preset == "alice"
-    assert [(r.text.text, r.text.flush, r.text.clear) for r in requests[1:]] == [
-        ("one ", False, False),
-        ("two ", True, False),
-        ("three", False, True),
+    sent = [(r.text.text, r.text.flush, r.text.clear, r.text.mark) for r in requests[1:]]
+    assert sent == [
+        ("one ", False, False, ""),
+        ("two ", False, False, "turn-1"),
+        ("", True, False, ""),
+        ("", False, True, ""),
+        ("", False, False, "cut"),  # a mark at the cut, before the text after it
+        ("three", False, False, ""),
     ]
-    ends = [e for e in events if isinstance(e, UtteranceEndEvent)]
-    assert [e.text for e in ends] == ["one ", "two ", "three"]
+    marks = [e for e in events if isinstance(e, MarkEvent)]
+    assert [m.name for m in marks] == ["turn-1", "cut"]
+    assert marks[0].sample_offset == 2 * NUM_CHUNKS * CHUNK_SAMPLES and not marks[0].dropped
     assert stream.sent_text == "one two three" and stream.input_ended
-    assert stream.stats.num_chunks == 3 * NUM_CHUNKS and stream.stats.num_utterances == 3
+    assert stream.timeline.marks == marks  # the stream's timeline saw every event
+    assert stream.stats.num_chunks == 6 * NUM_CHUNKS and stream.stats.num_utterances == 6
     assert servicer.metadata[0]["authorization"] == f"Bearer {TOKEN}"
 
 
