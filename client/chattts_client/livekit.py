@@ -4,16 +4,23 @@ Install with `pip install "chattts-stream[livekit]"`, then `session = AgentSessi
 chattts_client.livekit.TTS("localhost:50051", SynthesisOptions(voice="seed:1234")), ...)`.
 
 `TTS.stream()` follows the framework's current model, one SynthesizeStream per segment: the
-stream opens one StreamingSynthesize call at its first text; `push_text` sends each fragment as
-it comes (the server's text release policy decides when speech starts), `flush` sends
-`TextInput.flush`, `end_input` half-closes the call, and the segment ends when the server ends
-the call. Closing the stream early (`aclose`, or the agent being interrupted) cancels the call,
-which frees the server's slot within one engine step. `TTS.synthesize()` uses Synthesize.
+stream opens one StreamingSynthesize call (a `PushStream`) at its first text; `push_text` sends
+each fragment as it comes (the server's text release policy decides when speech starts),
+`flush` sends `TextInput.flush`, `end_input` half-closes the call, and the segment ends when the
+server ends the call. Closing the stream early (`aclose`, or the agent being interrupted)
+cancels the call, which frees the server's slot within one engine step. `TTS.synthesize()` uses
+Synthesize.
+
+Aligned transcripts: every call asks for word timing, and each timed word goes to the framework
+as a `TimedString` of the caller's own text (with its punctuation), in seconds from the
+segment's start. With `AgentSession(use_tts_aligned_transcript=True)` the agent's transcript
+then follows its voice word by word, and an interrupted reply keeps only the words played.
 
 Audio is raw 16-bit PCM at `SynthesisOptions.sample_rate_hz` (the server resamples; the model's
-own rate by default). gRPC failures become the framework's API errors, so its retry and FallbackAdapter
-logic applies: UNAVAILABLE is an `APIConnectionError`, DEADLINE_EXCEEDED an `APITimeoutError`,
-the rest `APIStatusError`s with the HTTP status of the same meaning (400, 401, 403, 429, 500).
+own rate by default). gRPC failures become the framework's API errors, so its retry and
+FallbackAdapter logic applies: UNAVAILABLE is an `APIConnectionError`, DEADLINE_EXCEEDED an
+`APITimeoutError`, the rest `APIStatusError`s with the HTTP status of the same meaning (400,
+401, 403, 429, 500).
 """
 
 from __future__ import annotations
@@ -32,9 +39,11 @@ from livekit.agents import (
     tts,
     utils,
 )
+from livekit.agents.types import TimedString
 
+from chattts_client.caller_words import CallerWord, CallerWords
 from chattts_client.client import AsyncTTSClient
-from chattts_client.messages import MODEL_SAMPLE_RATE_HZ, AudioChunkEvent
+from chattts_client.messages import MODEL_SAMPLE_RATE_HZ, AudioChunkEvent, WordTimingsEvent
 from chattts_client.options import DEFAULT_TARGET, ClientOptions, SynthesisOptions
 
 __all__ = ["TTS", "api_error"]
@@ -71,6 +80,15 @@ def api_error(exc: grpc.RpcError, target: str) -> APIError:
     )
 
 
+def _push_words(emitter: tts.AudioEmitter, words: list[CallerWord]) -> None:
+    """The words as the framework's aligned transcript: the caller's text, in seconds from the
+    segment's start (a segment is one call, whose audio starts at sample 0)."""
+    if words:
+        emitter.push_timed_transcript(
+            [TimedString(w.text, start_time=w.start_s, end_time=w.end_s) for w in words]
+        )
+
+
 class TTS(tts.TTS):
     """ChatTTS for LiveKit Agents, streaming.
 
@@ -87,12 +105,13 @@ class TTS(tts.TTS):
         synthesis = synthesis or SynthesisOptions()
         sample_rate = synthesis.sample_rate_hz or MODEL_SAMPLE_RATE_HZ
         super().__init__(
-            capabilities=tts.TTSCapabilities(streaming=True),
+            # Word timing is always asked for: the agent's transcript can follow the voice.
+            capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
             sample_rate=sample_rate,
             num_channels=1,
         )
         self._options = ClientOptions.of(client)
-        self._config = synthesis.to_config(sample_rate_hz=sample_rate)
+        self._config = synthesis.to_config(sample_rate_hz=sample_rate, word_timing=True)
         # One channel per event loop: grpc.aio channels belong to the loop that made them.
         self._clients: dict[asyncio.AbstractEventLoop, AsyncTTSClient] = {}
 
@@ -147,10 +166,13 @@ class ChunkedStream(tts.ChunkedStream):
             mime_type="audio/pcm",
         )
         events = owner._client().synthesize(self.input_text, config=owner._config)
+        words = CallerWords(lambda: self.input_text)
         try:
             async for event in events:
                 if isinstance(event, AudioChunkEvent):
                     output_emitter.push(event.audio)
+                elif isinstance(event, WordTimingsEvent):
+                    _push_words(output_emitter, words.take(event))
         except grpc.RpcError as exc:
             raise api_error(await owner._client().explain(exc), owner._target) from None
         finally:
@@ -180,6 +202,7 @@ class SynthesizeStream(tts.SynthesizeStream):
         if first is None:
             return  # input ended with no text: no call, no segment
         stream = owner._client().open_stream(config=owner._config)
+        words = CallerWords(lambda: stream.timeline.text)
         stream.push(first)
         self._mark_started()  # the first text goes to the server now (TTFB counts from here)
 
@@ -197,6 +220,8 @@ class SynthesizeStream(tts.SynthesizeStream):
             async for event in stream:
                 if isinstance(event, AudioChunkEvent):
                     output_emitter.push(event.audio)
+                elif isinstance(event, WordTimingsEvent):
+                    _push_words(output_emitter, words.take(event))
         except grpc.RpcError as exc:
             raise api_error(await owner._client().explain(exc), owner._target) from None
         finally:
