@@ -118,6 +118,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         self._num_marks = 0
         self._turn_start_s = 0.0  # stream time where the oldest turn's audio begins
         self._failed_context: str | None = None  # the turn whose stream failed
+        self._interrupted: set[str] = set()  # contexts cleared: late text of theirs is dropped
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -174,6 +175,9 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
     # -- text in -------------------------------------------------------------------------------
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
+        if context_id in self._interrupted:
+            yield None  # a token of a reply that was interrupted: not spoken
+            return
         if self._stream is None:
             if context_id == self._failed_context:
                 yield None  # this turn's stream failed; the error was reported once
@@ -193,6 +197,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         await self.stop_all_metrics()
+        self._interrupted.add(context_id)
         if self._stream is not None and any(
             t.context_id == context_id and not t.cancelled for t in self._turns
         ):
