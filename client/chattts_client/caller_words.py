@@ -19,8 +19,9 @@ from chattts_client.messages import WordTiming, WordTimingsEvent
 
 # After a word: its closing punctuation, then the space before the next word.
 _TRAILING = re.compile(r"[^\w\s]*\s*")
-# Before a word: an opening mark glued to it.
-_LEADING = re.compile(r"[^\w\s]+$")
+# Before a word: an opening mark glued to it (a quote, a bracket, emphasis), never a closing
+# one, which ends text no word covered (e.g. what a clear dropped).
+_LEADING = re.compile(r"[\"'“‘(\[{«「『（¿¡*_~`]+$")
 
 
 @dataclass(frozen=True)

@@ -56,3 +56,16 @@ def test_chinese_characters_keep_their_punctuation_and_sourceless_words_are_skip
     inserted = replace(timings.words[2], has_source=False, source_text="", text="嗯")
     timings = replace(timings, words=(*timings.words[:2], inserted, *timings.words[2:]))
     assert [w.text for w in CallerWords(lambda: text).take(timings)] == ["你", "好，", "世", "界。"]
+
+
+def test_an_opening_mark_goes_with_the_next_word_a_closing_one_does_not() -> None:
+    """After a clear, the text it dropped ends the gap before the next word: its final period
+    is not that word's."""
+    text = 'Dropped text. It was cut.Next, "quoted" words.'
+    words = [("next", "Next"), ("quoted", "quoted"), ("words", "words")]
+    timings, _ = utterance(text, words, index=0, start_sample=0, search_from=25)
+    assert [w.text for w in CallerWords(lambda: text).take(timings)] == [
+        "Next, ",
+        '"quoted" ',
+        "words.",
+    ]
