@@ -58,6 +58,7 @@ class Session:
             sampling=s.sampling,
             chunking=s.chunking,
             deadline=self.deadline,
+            priority=s.priority,
         )
 
     def _audio(self, encoded: EncodedChunk, utterance_index: int) -> AudioOut:

@@ -116,7 +116,9 @@ class EngineCore:
         if params.request_id in self._requests:
             raise InvalidRequestError("request_id", f"{params.request_id!r} is already running")
         prepared = self.runner.prepare(params.request_id, params)
-        request = EngineRequest(params.request_id, time.monotonic(), params.deadline)
+        request = EngineRequest(
+            params.request_id, time.monotonic(), params.deadline, priority=params.priority
+        )
         self.scheduler.add(request, prepared)
         self._requests[params.request_id] = request
         return request
