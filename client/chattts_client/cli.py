@@ -97,7 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--top-p", type=float)
     say.add_argument("--top-k", type=int)
     say.add_argument("--seed", type=int, help="sampling seed")
-    say.add_argument("--max-new-tokens", type=int, metavar="N")
+    say.add_argument(
+        "--max-new-tokens", type=int, metavar="N", help="audio tokens per sentence, at most"
+    )
+    say.add_argument(
+        "--min-new-tokens", type=int, metavar="N", help="audio tokens per sentence, at least"
+    )
     say.add_argument("--encoding", default="linear16", choices=_ENCODINGS, type=str.lower)
     say.add_argument("--sample-rate", type=int, default=0, metavar="HZ", help="0: native")
     say.add_argument(
@@ -219,6 +224,7 @@ def _say(args: argparse.Namespace, stdin: TextIO, stdout: BinaryIO, err: TextIO)
         encoding=args.encoding,
         sample_rate_hz=args.sample_rate,
         max_new_tokens=args.max_new_tokens,
+        min_new_tokens=args.min_new_tokens,
         reference_audio=Path(args.reference).read_bytes() if args.reference else None,
         reference_transcript=args.transcript,
         word_timing=bool(args.subtitles),

@@ -80,11 +80,13 @@ class _CueText:
         parts = []
         for k in range(first, last + 1):
             unit = units[k]
-            # What follows a word up to the next (or the utterance's end): its punctuation.
-            upto = units[k + 1].source_start if k + 1 < len(units) else self._utterance_end
             parts.append(self._source(unit.source_start, unit.source_end))
-            if upto > unit.source_end:
-                parts.append(_shown(self._source(unit.source_end, upto)))
+            if k + 1 < len(units):  # what lies between two words: punctuation, spaces, markup
+                parts.append(_shown(self._source(unit.source_end, units[k + 1].source_start)))
+            elif self._utterance_end > unit.source_end:
+                # After the utterance's last word, its punctuation; not words a clear cut off.
+                after = _shown(self._source(unit.source_end, self._utterance_end))
+                parts.append(re.split(r"\w", after, maxsplit=1)[0])
         return " ".join("".join(parts).split())
 
 

@@ -39,7 +39,7 @@ def utterance(
         first_source = begin if first_source is None else first_source
         stop = sample + word_samples
         if spoken_until is not None and stop > spoken_until:
-            break
+            continue  # cut off: its text is the utterance's, its timing is not sent
         timings.append(
             WordTiming(
                 text=spoken,

@@ -4,15 +4,12 @@ the ffmpeg command where it is installed)."""
 
 from __future__ import annotations
 
-import html
 import shutil
 import subprocess
 from pathlib import Path
 
 import av
 import pytest
-import srt
-import webvtt
 
 from chattts_client import (
     Cue,
@@ -24,6 +21,7 @@ from chattts_client import (
     write_subtitles,
 )
 from chattts_client.subtitles import MAX_CUE_CHARS, MAX_CUE_S, subtitle_format
+from subtitle_files import read_cues
 from timed_words import RATE_HZ, utterance
 
 NAVIGATION = (
@@ -114,21 +112,8 @@ def test_an_utterance_without_word_timing_is_one_cue() -> None:
 def _check_against_cues(path: Path, cue_list: list[Cue]) -> None:
     """The file read back by the format's own library holds exactly these cues (to the ms)."""
     want = [(round(c.start_s, 3), round(c.end_s, 3), c.text) for c in cue_list]
-    if path.suffix == ".vtt":
-        got = [
-            (
-                c.start_in_seconds + int(c.start[-3:]) / 1000,
-                c.end_in_seconds + int(c.end[-3:]) / 1000,
-                html.unescape(c.text),
-            )
-            for c in webvtt.read(str(path)).captions
-        ]
-    else:
-        got = [
-            (s.start.total_seconds(), s.end.total_seconds(), s.content)
-            for s in srt.parse(path.read_text(encoding="utf-8"))
-        ]
-    assert [(pytest.approx(a, abs=1e-6), pytest.approx(b, abs=1e-6), t) for a, b, t in got] == want
+    got = [(round(a, 3), round(b, 3), text) for a, b, text in read_cues(path)]
+    assert got == want
 
 
 def _demuxed_by_ffmpeg(path: Path) -> list[tuple[int, int, str]]:
@@ -184,3 +169,23 @@ def test_the_format_comes_from_the_extension() -> None:
     assert to_webvtt([]) == "WEBVTT\n" and to_srt([]) == ""
     # A cue of no length still ends after it starts, as both formats need.
     assert "00:00:01.000 --> 00:00:01.001" in to_webvtt([Cue(1.0, 1.0, "x")])
+
+
+def test_a_cleared_utterance_shows_only_what_was_spoken() -> None:
+    text = "In 200 m, turn left onto Main Street."
+    words = [("In", "In"), ("two", "200 m"), ("hundred", "200 m"), ("meters", "200 m")]
+    words += [
+        ("turn", "turn"),
+        ("left", "left"),
+        ("onto", "onto"),
+        ("Main", "Main"),
+        ("Street", "Street"),
+    ]
+    timeline = Timeline(text)
+    cut = 6 * 7200
+    for event in utterance(
+        text, words, index=0, start_sample=0, spoken_until=cut, finish_reason="cleared"
+    ):
+        timeline.observe(event)
+    assert timeline.utterances[0].end.source_end == len(text)  # the utterance's whole text...
+    assert [c.text for c in cues(timeline)] == ["In 200 m, turn left"]  # ...but not its words
