@@ -179,7 +179,9 @@ def test_pipeline_with_barge_in(server, caplog):
     # Time to first byte is reported for each turn (right after its start frame), plausibly.
     ttfb = [frames[i + 1] for i, k in enumerate(kinds[:-1]) if k == "TTSStartedFrame"]
     assert [f["t"] for f in ttfb] == ["ttfb", "ttfb"], kinds
-    assert all(0 < f["value"] < 5 for f in ttfb), ttfb
+    # Plausibly: under the service's 10 s stop_frame_timeout_s, past which Pipecat would have
+    # given the context up (5 s was exceeded once, 6.3 s, with the machine at load 20).
+    assert all(0 < f["value"] < 10 for f in ttfb), ttfb
 
     assert any("unreachable" in e for e in result["dead_errors"]), result["dead_errors"]
 
