@@ -72,6 +72,8 @@ class StreamSettings:
     """When streamed text is released, and the longest utterance (by estimated duration)."""
     markdown: bool = True
     """Read the text as markdown (markup not spoken); False reads every character as text."""
+    word_timing: bool = False
+    """Send each utterance's word timings (WordTimings) before its end."""
     priority: Priority = Priority.DEFAULT
     """The stream's class: admission order, reserved slots, the engine's prefill order."""
 
@@ -114,6 +116,7 @@ class Validator:
             chunking=self._chunking(config.chunking, f"{prefix}.chunking"),
             text_release=self._text_release(config, prefix),
             markdown=self._markdown(config.text_format, f"{prefix}.text_format"),
+            word_timing=config.word_timing,
             priority=self._priority(config.priority, f"{prefix}.priority"),
         )
 

@@ -193,6 +193,7 @@ class Scheduler:
         request.max_new_tokens = min(prepared.max_new_tokens or self.max_new_tokens, room)
         request.prompt_len = prepared.prompt_len
         request.final_pass = prepared.final
+        request.spoken = prepared.spoken
         request.num_prefilled = 0
         request.num_generated = 0
         request.pass_end = None
