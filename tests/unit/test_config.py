@@ -34,7 +34,9 @@ FLAGS = {
     "--allow-unverified": False,
     "--device": "auto",
     "--dtype": "auto",
-    "--quantize": "none",
+    "--quantize": "auto",  # "none" until issue 29
+    "--autotune-cache": "on",
+    "--autotune-cache-dir": None,
     "--threads": 0,
     "--adaptive-threads": "on",
     "--voices-dir": None,
@@ -42,6 +44,7 @@ FLAGS = {
     "--max-tokens": 1536,
     "--max-new-tokens": 768,
     "--prefill-chunk-tokens": 256,
+    "--interactive-hold-tokens": 64,
     "--output-buffer-chunks": 8,
     "--no-warmup": False,
     "--first-chunk-tokens": 8,  # None (the decoder's 8, 32, 8) until config held the defaults
@@ -51,6 +54,7 @@ FLAGS = {
     "--hifigan-checkpoint": None,
     "--cuda-graphs": "on",
     "--max-queue": 16,
+    "--reserved-slots": 0,
     "--retry-pushback-ms": 500,
     "--grace-s": 30.0,
     "--max-text-chars": 4000,
@@ -110,6 +114,7 @@ def test_every_kind_of_flag_maps_back_to_its_field() -> None:
         (["--vocoder", "hifigan"], "--vocoder hifigan needs --hifigan-checkpoint"),
         (["--tls-cert", "c.pem"], "--tls-cert and --tls-key must be given together"),
         (["--http-port", "50051"], "--http-port must differ from --port"),
+        (["--reserved-slots", "16"], "--reserved-slots must be < --max-streams"),
     ],
 )
 def test_bounds_and_rules_between_fields_are_checked(argv: list[str], message: str) -> None:

@@ -413,7 +413,7 @@ def reading(normalize: TextNormalizer, found: list[Item]) -> list[object]:
 
 
 @settings(
-    max_examples=80,
+    max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -452,6 +452,14 @@ def test_a_stream_speaks_each_sentence_as_soon_as_it_is_whole() -> None:
         stream.end()
 
 
+def test_a_stream_cuts_only_where_the_document_does_not_where_a_fragment_ends() -> None:
+    """The release policy's first-words rule would cut "Heavy traffic on I-405" before "NB."
+    arrived, and "NB" would be read on its own."""
+    doc = "<speak><p>Heavy traffic on I-405 NB.</p></speak>"
+    cut = doc.index(" NB.") + 2
+    assert readout(streamed([doc[:cut], doc[cut:]])) == [("Heavy traffic on I-405 NB.", 5)]
+
+
 def test_flush_and_idle_release_buffered_text_but_not_an_open_tag() -> None:
     stream = SsmlStream(ReleasePolicy(idle_ms=600))
     assert stream.feed("<speak>Turn left <say-as interpret-as='digits'>4") == []
@@ -486,8 +494,7 @@ def test_stream_items_carry_speed_silence_marks_and_the_callers_own_text() -> No
     out = [item for k in range(0, len(doc), 9) for item in streamed.feed(doc[k : k + 9])]
     out += streamed.end()
     assert [i.source if isinstance(i, Speak) else i for i in out] == [
-        'In <say-as interpret-as="cardinal">200</say-as> m,',
-        "turn left.",
+        'In <say-as interpret-as="cardinal">200</say-as> m, turn left.',
         Silence(1.0),
         "Keep right.",
         MarkAt("kept"),

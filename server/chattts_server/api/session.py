@@ -84,6 +84,7 @@ class Session:
             chunking=s.chunking,
             deadline=self.deadline,
             source=item.text,
+            priority=s.priority,
         )
 
     def _audio(

@@ -37,7 +37,7 @@ from typing import TypeVar
 from ..audio.containers import CONTAINER_ENCODINGS
 from ..audio.encoding import SUPPORTED_ENCODINGS, available_encodings
 from ..config import AdmissionConfig, LimitsConfig
-from ..engine.types import Engine, InvalidRequestError, ModelInfo
+from ..engine.types import Engine, InvalidRequestError, ModelInfo, Priority
 from ..metrics import Metrics
 from ..text.stream import utterances_traced
 from ..text.timing import ESTIMATE
@@ -166,7 +166,7 @@ class Synthesis:
         except InvalidRequestError as exc:
             self.refused(method, exc)
             raise
-        async with self._admitted(method, queue_timeout_s) as record:
+        async with self._admitted(method, queue_timeout_s, settings.priority) as record:
             session = Session(self.engine, settings, deadline)
             await self._run(session, _items(items), record, send)
         return record
@@ -184,7 +184,7 @@ class Synthesis:
         """Streamed text: the fragments are read by the text reader (release policy, markdown,
         barge-in) while released utterances are spoken. The fragments end when the client has
         sent everything; a fragment source that raises ends the stream with that failure."""
-        async with self._admitted(method, queue_timeout_s) as record:
+        async with self._admitted(method, queue_timeout_s, settings.priority) as record:
             session = Session(self.engine, settings, deadline)
             queue: UtteranceQueue = asyncio.Queue()
             reader = asyncio.create_task(
@@ -254,13 +254,16 @@ class Synthesis:
             raise
 
     @asynccontextmanager
-    async def _admitted(self, method: str, timeout_s: float | None) -> AsyncIterator[StreamRecord]:
-        """Hold an admission place for the stream; refuse fast (AdmissionRejected) when full or
-        not serving, TimeoutError when `timeout_s` passes in the queue."""
-        record = StreamRecord(self.metrics, method)
+    async def _admitted(
+        self, method: str, timeout_s: float | None, priority: Priority
+    ) -> AsyncIterator[StreamRecord]:
+        """Hold an admission place for the stream (queued by `priority`); refuse fast
+        (AdmissionRejected) when full or not serving, TimeoutError when `timeout_s` passes in
+        the queue."""
+        record = StreamRecord(self.metrics, method, priority)
         admitted = False
         try:
-            async with self.admission.stream(timeout_s):
+            async with self.admission.stream(timeout_s, priority):
                 admitted = True
                 self.metrics.streams_started(method)
                 try:

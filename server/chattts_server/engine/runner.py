@@ -21,7 +21,7 @@ import torch
 
 from ..config import EngineConfig, ModelConfig
 from ..model.audio_constants import FRAMES_PER_TOKEN
-from ..model.autotune import autotune
+from ..model.autotune_cache import AutotuneCache, tune_or_reuse, weights_digest
 from ..model.cuda_graphs import DecodeGraphs, length_buckets
 from ..model.errors import ModelLoadError
 from ..model.hifigan import HiFiGANVocoder
@@ -129,10 +129,12 @@ class ModelRunner:
         dtype: torch.dtype,
         quantize: str = "none",
         decode_graphs: str = "off",
+        autotune_cache: AutotuneCache | None = None,
     ) -> None:
         """`decode_graphs`: 'cuda' captures the decode step as CUDA graphs at warm-up; 'eager'
         runs the same padded static-shape path without graphs (CPU tests); 'off' (the CPU
-        default) decodes with dynamic shapes, fastest where no graph can be replayed."""
+        default) decodes with dynamic shapes, fastest where no graph can be replayed.
+        `autotune_cache`: where warm-up's linear-mode choice is reused from; None measures."""
         self.modules = modules
         self.config = config
         self.device = device
@@ -147,6 +149,11 @@ class ModelRunner:
         self.llama = LlamaDecoder.from_state_dict(
             modules.gpt_config, modules.gpt_state_dict, device, dtype, quantize=quantize
         )
+        self.autotune_cache = autotune_cache if len(self.llama.modes) > 1 else None
+        self.weights_digest = (
+            weights_digest(modules.gpt_state_dict) if self.autotune_cache is not None else ""
+        )
+        """Part of the autotune cache's key: which weights the timing was made with."""
         modules.gpt_state_dict.clear()
         self._check_kv_fits(config, device, self.llama.kv_dtype)
         # Graphs pad batches with rows that write to a scratch slot past the requests' slots.
@@ -268,6 +275,7 @@ class ModelRunner:
             time.monotonic() - started,
         )
         graphs = "cuda" if device.type == "cuda" and engine_config.cuda_graphs else "off"
+        folder = model_config.autotune_folder()
         return cls(
             modules,
             engine_config,
@@ -275,6 +283,7 @@ class ModelRunner:
             dtype,
             quantize=model_config.quantize,
             decode_graphs=graphs,
+            autotune_cache=AutotuneCache(folder) if folder is not None else None,
         )
 
     # -- per request -------------------------------------------------------------------------
@@ -515,7 +524,15 @@ class ModelRunner:
         sizes = decode_batch_sizes(batch_size)
         # Which linear mode is fastest for each batch size, timed on this machine (a kernel
         # that wins on one CPU loses on another); lossy modes only within the quality budget.
-        autotune(self.llama, sizes, self.cache, probe=probe.embeds.to(self.dtype))
+        # The answer is kept per machine, weights and torch version: a restart reuses it.
+        tune_or_reuse(
+            self.llama,
+            sizes,
+            self.cache,
+            probe.embeds.to(self.dtype),
+            self.autotune_cache,
+            self.weights_digest,
+        )
         if self.graphs is not None:
             try:
                 self.graphs.capture_all()  # after autotune: each graph bakes in its size's mode

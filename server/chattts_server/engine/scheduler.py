@@ -28,7 +28,7 @@ from .step_io import (
     PreparedPrompt,
     SchedulerOutput,
 )
-from .types import InvalidRequestError, RequestFailure
+from .types import InvalidRequestError, Priority, RequestFailure
 
 
 @dataclass
@@ -51,14 +51,20 @@ class Scheduler:
         max_tokens: int,
         prefill_chunk_tokens: int,
         max_new_tokens: int | None = None,
+        interactive_hold_tokens: int = 0,
     ) -> None:
         self.num_slots = num_slots
+        self.interactive_hold_tokens = interactive_hold_tokens
+        """While an INTERACTIVE request has sent no audio and its pass has sampled fewer
+        tokens than this, less urgent requests skip decode steps (0: never)."""
         self.max_tokens = max_tokens
         """KV positions per slot: a pass's prompt plus its generated tokens must fit."""
         self.prefill_chunk_tokens = prefill_chunk_tokens
         """Prompt tokens prefilled per step at most, over all slots."""
         self.max_new_tokens = max_new_tokens or max_tokens - 1
         """Token budget of a pass whose request leaves it unset."""
+        self._num_arrivals = 0
+        """Requests added so far: each one's `arrival` number."""
         self._free_slots = list(range(num_slots))
         heapq.heapify(self._free_slots)
         self.waiting: deque[EngineRequest] = deque()
@@ -89,6 +95,8 @@ class Scheduler:
             self._discarded.append(request.request_id)
             raise
         request.status = RequestStatus.WAITING
+        request.arrival = self._num_arrivals
+        self._num_arrivals += 1
         self.waiting.append(request)
 
     def cancel(self, request: EngineRequest) -> None:
@@ -114,7 +122,8 @@ class Scheduler:
         self._released, self._discarded = [], []
         self._act_on_ended_passes(plan)
         while self.waiting and self._free_slots:
-            request = self.waiting.popleft()
+            request = min(self.waiting, key=_rank)  # the most urgent class, then arrival
+            self.waiting.remove(request)
             request.slot_id = heapq.heappop(self._free_slots)
             request.status = RequestStatus.RUNNING
             self.running[request.slot_id] = request
@@ -204,22 +213,49 @@ class Scheduler:
                 plan.next_pass.append(slot_id)
 
     def _plan_rows(self, plan: SchedulerOutput, is_paused: Callable[[EngineRequest], bool]) -> None:
-        """The step's model rows: each decoding slot's token, and prompt chunks within the
-        step's prefill budget, in slot order."""
-        budget = self.prefill_chunk_tokens
+        """The step's model rows: each decoding slot's token, in slot order, and prompt chunks
+        within the step's prefill budget, the most urgent class first, then arrival: a
+        navigation prompt's prefill is not held behind a backlog's. While an INTERACTIVE
+        request waits for its first audio (`_first_audio_hold`), less urgent requests neither
+        decode nor prefill."""
+        prefilling: list[EngineRequest] = []
+        holding = self._first_audio_hold()
         for slot_id in sorted(self.running):
             request = self.running[slot_id]
             if request.pass_end is not None:
                 continue  # waiting for its next prompt (`next_pass`)
-            if request.prefill_done:
-                if not is_paused(request):
-                    row = DecodeRow(slot_id, request.input_position, request.num_generated)
-                    plan.decode.append(row)
-            elif budget > 0:
-                length = min(budget, request.prompt_len - request.num_prefilled)
-                completes = request.num_prefilled + length >= request.prompt_len
-                plan.prefill.append(PrefillChunk(slot_id, request.num_prefilled, length, completes))
-                budget -= length
+            if not request.prefill_done:
+                prefilling.append(request)
+            elif not is_paused(request) and not (
+                holding is not None and request.priority > holding
+            ):
+                row = DecodeRow(slot_id, request.input_position, request.num_generated)
+                plan.decode.append(row)
+        budget = self.prefill_chunk_tokens
+        for request in sorted(prefilling, key=_rank):
+            if budget <= 0 or (holding is not None and request.priority > holding):
+                break  # the rest are as urgent or less, and held the same
+            assert request.slot_id is not None
+            length = min(budget, request.prompt_len - request.num_prefilled)
+            completes = request.num_prefilled + length >= request.prompt_len
+            chunk = PrefillChunk(request.slot_id, request.num_prefilled, length, completes)
+            plan.prefill.append(chunk)
+            budget -= length
+
+    def _first_audio_hold(self) -> Priority | None:
+        """INTERACTIVE while such a request in a slot waits for its first audio (within
+        `interactive_hold_tokens` of its pass): its first chunk then needs ~16 steps at a small
+        batch, not at the backlog's, which on a 2-core CPU is several times slower per step.
+        None when nothing holds the others back."""
+        limit = self.interactive_hold_tokens
+        for request in self.running.values():
+            if (
+                request.priority is Priority.INTERACTIVE
+                and request.first_audio_at is None
+                and request.num_generated < limit
+            ):
+                return Priority.INTERACTIVE
+        return None
 
     def _fail_alone(
         self, request: EngineRequest, error: RequestFailure, decisions: StepDecisions
@@ -242,3 +278,7 @@ class Scheduler:
             self._discarded.append(request.request_id)
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
+
+
+def _rank(request: EngineRequest) -> tuple[int, int]:
+    return request.rank

@@ -5,10 +5,11 @@
     text.feed('00ms"/> Then keep right.')          # [Break(0.5), SpeechItem('Then keep right.', 5)]
     text.end()                                     # InvalidRequestError: <speak> is not closed
 
-The document's text goes through the stream's release policy like any other text (sentence
-ends, clause and word rules, the duration budget); a `<break>`, a `<mark>` and a change of
-`<prosody rate>` each end the text before them, so a silence or a mark always falls between
-utterances and an utterance has one speed. Cuts come only from the document (tags are read
+The document's text is released at sentence ends (punctuation, `<s>`, `<p>`), on flush and
+after the policy's `idle_ms`, and cut to the duration budget; a `<break>`, a `<mark>` and a
+change of `<prosody rate>` each end the text before them, so a silence or a mark always falls
+between utterances and an utterance has one speed. The policy's clause and word-count rules do
+not apply: where they cut depends on how the document was split. Cuts come only from the document (tags are read
 when whole, a `<say-as>` or `<sub>` when closed), so a document sent in any pieces speaks the
 same words, silences and marks, in the same order, as the document sent whole.
 
@@ -38,6 +39,10 @@ class SsmlStream:
     def __init__(
         self, policy: ReleasePolicy, field_name: str = "text", ignore_unknown: bool = False
     ) -> None:
+        # Sentence ends, flush and idle only: the clause and word-count rules cut inside a
+        # sentence where its words happen to stand when a fragment arrives, and the normalizer
+        # reads each piece on its own ("I-405" | "NB." is not "I four oh five northbound").
+        policy = replace(policy, clause_min_words=0, max_words=0, first_words=0)
         self.policy = policy
         self._field = field_name
         self._ignore_unknown = ignore_unknown
