@@ -27,6 +27,8 @@ from chattts_client.messages import (
     parse_encoding,
     parse_voice,
 )
+from chattts_client.options import ClientOptions, PathOrBytes, SynthesisOptions
+from chattts_client.push_stream import PushStream
 from chattts_client.subtitles import Cue, cues, to_srt, to_webvtt, write_subtitles
 from chattts_client.timeline import Timeline
 from chattts_client.wav import WavWriter, pcm16_to_float, streaming_wav_header
@@ -36,6 +38,7 @@ __all__ = [
     "AsyncTTSClient",
     "AudioChunkEvent",
     "Clear",
+    "ClientOptions",
     "Cue",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DEFAULT_TARGET",
@@ -45,7 +48,10 @@ __all__ = [
     "MODEL_SAMPLE_RATE_HZ",
     "Mark",
     "MarkEvent",
+    "PathOrBytes",
+    "PushStream",
     "StreamItem",
+    "SynthesisOptions",
     "SynthesisStats",
     "TTSClient",
     "Timeline",

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import grpc
@@ -160,3 +161,36 @@ def test_websocket_answers_marks_in_order(server):
     assert marks[0]["dropped"] is False
     end = [m for m in out if isinstance(m, dict) and m["type"] == "utterance_end"][0]
     assert end["source_text"] == "Hello there" and end["num_samples"] == audio_bytes // 2
+
+
+def test_a_clear_answers_the_marks_it_dropped_at_the_cut(server):
+    heard = threading.Event()
+
+    def requests():
+        yield tts_pb2.StreamingSynthesizeRequest(config=_config(300))
+        for text, mark in (("A long first sentence", "one"), (" and a second", "two")):
+            yield tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=text, mark=mark))
+        assert heard.wait(WAIT_S), "no audio before the clear"
+        yield tts_pb2.StreamingSynthesizeRequest(
+            text=tts_pb2.TextInput(text="Stop", clear=True, mark="three")
+        )
+
+    replies = []
+    with grpc.insecure_channel(server.target) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        for r in stub.StreamingSynthesize(requests(), timeout=WAIT_S, metadata=AUTH):
+            replies.append(r)
+            if r.HasField("audio"):
+                heard.set()
+    kinds = [r.WhichOneof("response") for r in replies]
+    marks = [r.mark for r in replies if r.HasField("mark")]
+    ends = [r.utterance_end for r in replies if r.HasField("utterance_end")]
+    assert [(m.name, m.dropped) for m in marks] == [("one", True), ("two", True), ("three", False)]
+    cut = ends[0]
+    assert cut.finish_reason == "cleared"
+    at_cut = cut.sample_offset + cut.num_samples
+    assert marks[0].sample_offset == marks[1].sample_offset == at_cut
+    # The dropped marks come right after the cut utterance's end, before what follows.
+    assert kinds.index("mark") == kinds.index("utterance_end") + 1
+    assert [e.source_text for e in ends] == ["A long first sentence", "Stop"]
+    assert marks[2].sample_offset == ends[1].sample_offset + ends[1].num_samples

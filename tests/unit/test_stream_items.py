@@ -144,3 +144,22 @@ def test_a_dropped_mark_says_so():
 def test_speak_of_cuts_its_source():
     text = Traced.source("say 500元 now", 10)[4:8]
     assert Speak.of(text, "0123456789say 500元 now").source == "500元"
+
+
+def test_the_server_logs_the_timing_source_it_serves(caplog):
+    from chattts_server.api.admission import Admission
+    from chattts_server.api.synthesis import Synthesis
+    from chattts_server.config import AdmissionConfig, LimitsConfig
+    from chattts_server.metrics import Metrics
+
+    synthesis = Synthesis(
+        _NoEngine(),  # type: ignore[arg-type]
+        VoiceLibrary(None),
+        Admission(1, 0),
+        LimitsConfig(),
+        AdmissionConfig(),
+        Metrics(),
+    )
+    with caplog.at_level("INFO", logger="chattts_server.api.synthesis"):
+        synthesis.bind_model(MODEL, ("LINEAR16",))
+    assert "word timing" in caplog.text and "source estimate" in caplog.text

@@ -72,10 +72,10 @@ class StreamSettings:
     """When streamed text is released, and the longest utterance (by estimated duration)."""
     markdown: bool = True
     """Read the text as markdown (markup not spoken); False reads every character as text."""
-    priority: Priority = Priority.DEFAULT
-    """The stream's class: admission order, reserved slots, the engine's prefill order."""
     word_timing: bool = False
     """Send each utterance's word timings (WordTimings) before its end."""
+    priority: Priority = Priority.DEFAULT
+    """The stream's class: admission order, reserved slots, the engine's prefill order."""
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,8 @@ class Validator:
             chunking=self._chunking(config.chunking, f"{prefix}.chunking"),
             text_release=self._text_release(config, prefix),
             markdown=self._markdown(config.text_format, f"{prefix}.text_format"),
-            priority=self._priority(config.priority, f"{prefix}.priority"),
             word_timing=config.word_timing,
+            priority=self._priority(config.priority, f"{prefix}.priority"),
         )
 
     @staticmethod

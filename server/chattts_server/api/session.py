@@ -83,8 +83,8 @@ class Session:
             sampling=s.sampling,
             chunking=s.chunking,
             deadline=self.deadline,
-            priority=s.priority,
             source=item.text,
+            priority=s.priority,
         )
 
     def _audio(

@@ -25,6 +25,10 @@ server -> client
    "time_to_first_audio_s", "generation_time_s", "num_tokens", "finish_reason",
    "sample_offset", "num_samples", "source_text", "source_start", "source_end"}
   {"type": "mark", "name", "sample_offset", "offset_s", "dropped"}   the answer to a mark.
+  {"type": "word_timings", "utterance_index", "source", "words": [{"text", "start_sample",
+   "end_sample", "start_s", "end_s", "source_start", "source_end", "source_text",
+   "has_source"}, ...]}     with `"word_timing": true` in the config: an utterance's words,
+                            right before its utterance_end (api/events.py `to_json`).
   {"type": "done", "num_utterances", "audio_duration_s", "num_tokens"}   then close 1000.
   {"type": "error", "error": {"message", "type", "param", "code"}}       then close with
                             1008 (auth), 1007 (bad message or field), 1013 (full, starting
@@ -96,7 +100,10 @@ def _fragment(message: dict[str, Any]) -> TextFragment:
     if kind in ("flush", "clear"):
         return TextFragment("", flush=kind == "flush", clear=kind == "clear")
     if kind == "mark":
-        return TextFragment("", mark=_string(message, "name"))
+        name = _string(message, "name")
+        if not name:
+            raise InvalidRequestError("name", "is required: the mark's name")
+        return TextFragment("", mark=name)
     if kind != "text":
         raise InvalidRequestError(
             "type", f"must be text, flush, clear, mark or end, got {str(kind)[:20]!r}"
