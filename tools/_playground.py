@@ -60,6 +60,7 @@ def run_playground(
     *,
     route: str = "ws",
     stream_format: str = "audio",
+    response_format: str = "pcm",
     word_by_word: bool = True,
     token: str = "",
     max_tokens: int | None = None,
@@ -90,6 +91,7 @@ def run_playground(
         Select(driver.find_element(By.ID, "route")).select_by_value(route)
         if route == "post":  # the WebSocket route has no stream format
             Select(driver.find_element(By.ID, "streamFormat")).select_by_visible_text(stream_format)
+            Select(driver.find_element(By.ID, "format")).select_by_visible_text(response_format)
         checkbox = driver.find_element(By.ID, "wordByWord")
         if checkbox.is_selected() != word_by_word:
             checkbox.click()
