@@ -64,6 +64,7 @@ def run_playground(
     word_by_word: bool = True,
     token: str = "",
     max_tokens: int | None = None,
+    min_tokens: int | None = None,
     screenshot: Path | None = None,
     timeout_s: float = 60.0,
     until_played_out: bool = False,
@@ -99,6 +100,8 @@ def run_playground(
             driver.find_element(By.ID, "token").send_keys(token)
         if max_tokens:
             driver.find_element(By.ID, "maxTokens").send_keys(str(max_tokens))
+        if min_tokens:
+            driver.find_element(By.ID, "minTokens").send_keys(str(min_tokens))
         driver.find_element(By.ID, "speak").click()
         deadline = time.monotonic() + timeout_s
         state: dict[str, Any] = {}

@@ -19,6 +19,9 @@ from _playground import browser_missing, run_playground  # noqa: E402
 TEXT = "Turn left in two hundred meters, then keep right at the fork."
 MAX_TOKENS = 40  # per sentence: the random-weight model would otherwise speak to the cap
 SAMPLE_RATE_HZ = 24000  # the page's PCM
+# Exactly this many audio tokens a sentence (about 2.5 s) when words are highlighted: the
+# random-weight model, left to end where it likes, may say six words in half a second.
+HIGHLIGHT_TOKENS = 120
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +81,8 @@ def test_playground_highlights_each_word_in_order_as_it_plays(srv, route, respon
         stream_format="sse",
         response_format=response_format,
         token=TOKEN,
-        max_tokens=3 * MAX_TOKENS,
+        max_tokens=HIGHLIGHT_TOKENS,
+        min_tokens=HIGHLIGHT_TOKENS,
         until_played_out=True,
     )
     state, chunks = run.state, run.state["chunks"]
