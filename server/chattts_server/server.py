@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import time
 from typing import Any
 
 import grpc
@@ -224,7 +223,14 @@ class TTSServer:
         await self.health.set(SERVICE_NAME, status)
 
     async def drain(self, grace_s: float | None = None) -> None:
-        """Graceful stop: NOT_SERVING, refuse new streams, let streams finish, cancel the rest."""
+        """Graceful stop: NOT_SERVING, refuse new streams, let streams finish, cancel the rest.
+
+        The listeners close at once (gRPC's stop also sends GOAWAY on every connection, so
+        clients and proxies open no new stream on them): a replica that kept listening only to
+        refuse would pass a proxy's TCP check and, with fewer streams than its peers, draw every
+        new call under least-connections balancing. Streams in flight run on until the grace
+        period ends.
+        """
         if self._draining:
             return
         self._draining = True
@@ -234,10 +240,14 @@ class TTSServer:
             grace,
             self.admission.active if self.admission else 0,
         )
-        await self._set_health(NOT_SERVING)
-        started = time.monotonic()
+        await self._set_health(NOT_SERVING)  # Watch streams hear it before their connection goes
         if self.admission is not None:
             self.admission.stop_accepting()
+        if self.http is not None:
+            self.http.stop_listening()
+        grpc_stopped = None
+        if self.server is not None:
+            grpc_stopped = asyncio.ensure_future(self.server.stop(grace or 0))
         if self.admission is not None and self.admission.active:
             try:
                 await asyncio.wait_for(self.admission.wait_idle(), grace)
@@ -245,8 +255,8 @@ class TTSServer:
                 log.warning("grace period over; cancelling %d streams", self.admission.active)
         if self.http is not None:
             await self.http.stop()  # cancels the HTTP streams still running after the grace
-        if self.server is not None:
-            await self.server.stop(max(0.0, grace - (time.monotonic() - started)) if grace else 0)
+        if grpc_stopped is not None:
+            await grpc_stopped
         await asyncio.get_running_loop().run_in_executor(None, self.engine.stop)
         assert self._stopped is not None
         self._stopped.set()
