@@ -8,6 +8,8 @@ real status code.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
@@ -28,11 +30,40 @@ from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 DEFAULT_TARGET = "localhost:50051"
 DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-# Pings every 60 s find a dead connection on a long, quiet --stdin stream. Servers reject pings
-# more often than their grpc.http2.min_recv_ping_interval_without_data_ms (default 5 min) only
-# while they send no data, and ours sends audio after every flushed text.
-_KEEPALIVE_TIME_MS = 60_000
-_KEEPALIVE_TIMEOUT_MS = 20_000
+SERVICE = "chattts.v1.TextToSpeech"
+SERVICE_CONFIG: dict[str, Any] = {
+    # One subchannel per address (a list target, or a DNS name with one record per replica);
+    # a replica that drains or dies drops out of the rotation, one that comes back rejoins.
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "methodConfig": [
+        {
+            "name": [{"service": SERVICE}],
+            # grpc resends a call only until its first response arrives (our server sends its
+            # headers with the first audio): Synthesize, ListVoices and a stream that has not
+            # been answered yet, refused by a draining or starting replica or cut before it
+            # spoke. A grpc-retry-pushback-ms from the server overrides the backoff.
+            "retryPolicy": {
+                "maxAttempts": 5,
+                "initialBackoff": "0.1s",
+                "maxBackoff": "1s",
+                "backoffMultiplier": 2,
+                "retryableStatusCodes": ["UNAVAILABLE"],
+            },
+        }
+    ],
+}
+"""The default gRPC service config (`service_config=None` turns it off). Other languages: pass
+`json.dumps(SERVICE_CONFIG)` as the channel's default service config (README, Deployment)."""
+
+# A peer that stops answering (node lost, process frozen, a network that drops packets) is found
+# within KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS of silence: the call fails UNAVAILABLE instead
+# of hanging. grpc pings only when nothing has been read for that long, and our server allows a
+# ping every 2 s (grpc.http2.min_recv_ping_interval_without_data_ms). Another server may allow
+# fewer (grpc's default is one per 5 min) and answer faster pings with GOAWAY: keepalive=False.
+KEEPALIVE_TIME_MS = 3_000
+KEEPALIVE_TIMEOUT_MS = 2_000
+# A replica that restarts is reconnected within this, not after grpc's default of up to 120 s.
+_MAX_RECONNECT_BACKOFF_MS = 2_000
 
 PathOrBytes = str | os.PathLike[str] | bytes
 
@@ -221,9 +252,6 @@ def _channel_spec(
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.keepalive_time_ms", _KEEPALIVE_TIME_MS),
-        ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
-        ("grpc.keepalive_permit_without_calls", 0),
     ]
     if tls_server_name:
         options.append(("grpc.ssl_target_name_override", tls_server_name))
@@ -244,6 +272,24 @@ def _channel_spec(
     return _ChannelSpec(target, tuple(options), credentials, None)
 
 
+def _resilience_options(
+    service_config: dict[str, Any] | None, keepalive: bool
+) -> tuple[tuple[str, Any], ...]:
+    """The channel options for retries and load balancing (`service_config`) and keepalive."""
+    options: list[tuple[str, Any]] = [("grpc.max_reconnect_backoff_ms", _MAX_RECONNECT_BACKOFF_MS)]
+    if service_config is not None:
+        options += [("grpc.service_config", json.dumps(service_config)), ("grpc.enable_retries", 1)]
+    else:
+        options.append(("grpc.enable_retries", 0))
+    if keepalive:
+        options += [
+            ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+            ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+            ("grpc.keepalive_permit_without_calls", 0),
+        ]
+    return tuple(options)
+
+
 # --- clients --------------------------------------------------------------------------------
 
 
@@ -262,8 +308,10 @@ class _ClientBase:
         token: str | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         tls_server_name: str | None = None,
+        service_config: dict[str, Any] | None = SERVICE_CONFIG,
+        keepalive: bool = True,
     ) -> None:
-        self._spec = _channel_spec(
+        spec = _channel_spec(
             target,
             tls,
             ca_cert,
@@ -273,6 +321,8 @@ class _ClientBase:
             max_message_bytes,
             tls_server_name,
         )
+        resilience = _resilience_options(service_config, keepalive)
+        self._spec = dataclasses.replace(spec, options=spec.options + resilience)
         self._connect()
 
     def _connect(self) -> None:
@@ -285,6 +335,9 @@ class TTSClient(_ClientBase):
     `ca_cert`, `client_cert` and `client_key` are PEM file paths or bytes; `ca_cert=None` with
     `tls=True` uses the system roots. `token` is sent as `authorization: Bearer <token>`.
     `tls_server_name` overrides the name checked against the server certificate.
+    `service_config` (default `SERVICE_CONFIG`: round robin over the target's addresses, retry of
+    UNAVAILABLE before the first response) is the channel's gRPC service config; None turns
+    retries off. `keepalive=False` sends no pings (see KEEPALIVE_TIME_MS).
     """
 
     def _connect(self) -> None:
