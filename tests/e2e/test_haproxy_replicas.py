@@ -126,8 +126,10 @@ def test_kill_9_under_load_fails_only_the_calls_it_was_speaking(cluster: Cluster
             report = judge_kill(outcomes, kill_at)
             summary = _summary(outcomes)
             for o in report.failed:
-                # It had begun to speak, on the victim, before the kill, and ended within 2 s.
-                assert o.first_audio is not None and o.first_audio < kill_at, f"{name}: {summary}"
+                # Started before the kill and already answered with audio, by the victim (its
+                # response headers travel with the first audio; the caller may read that audio
+                # only after the kill on a busy machine); it ended within 2 s of the kill.
+                assert o.started < kill_at and o.first_audio is not None, f"{name}: {summary}"
                 if name != "direct":
                     assert o.served_by == victim.name, f"{name}: {summary}"
                 assert o.ended - kill_at <= TIME_TO_ERROR_S, f"{name}: {summary}"
