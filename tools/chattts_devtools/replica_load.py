@@ -37,6 +37,7 @@ class Outcome:
     first_audio: float | None = None
     status: str = "OK"  # "OK", a gRPC status name, "HTTP 503", "cut body", ...
     served_by: str | None = None  # the proxy's x-served-by (replica name), when behind one
+    detail: str = ""  # the error's details, for reports
 
     @property
     def ok(self) -> bool:
@@ -128,6 +129,7 @@ class Load:
                 outcome.status = "no audio"
         except grpc.RpcError as exc:
             outcome.status = exc.code().name
+            outcome.detail = str(exc.details())[:120]
 
     def _post(self, http: httpx2.Client, outcome: Outcome) -> None:
         body = {
