@@ -57,9 +57,9 @@ SERVICE_CONFIG: dict[str, Any] = {
 
 # A peer that stops answering (node lost, process frozen, a network that drops packets) is found
 # within KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS of silence: the call fails UNAVAILABLE instead
-# of hanging. grpc pings only when nothing has been read for that long, and our server allows a
-# ping every 2 s (grpc.http2.min_recv_ping_interval_without_data_ms). Another server may allow
-# fewer (grpc's default is one per 5 min) and answer faster pings with GOAWAY: keepalive=False.
+# of hanging. Our server allows a ping a second (grpc.http2.min_recv_ping_interval_without_data_ms).
+# Another server may allow fewer (grpc's default: one per 5 min while it sends nothing) and answer
+# faster pings with GOAWAY too_many_pings: there, keepalive=False.
 KEEPALIVE_TIME_MS = 3_000
 KEEPALIVE_TIMEOUT_MS = 2_000
 # A replica that restarts is reconnected within this, not after grpc's default of up to 120 s.
@@ -286,6 +286,9 @@ def _resilience_options(
             ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
             ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.keepalive_permit_without_calls", 0),
+            # grpc stops pinging after 2 pings without sending data; a caller waiting for its
+            # LLM's next sentence sends none, and that is when a dead peer must be found.
+            ("grpc.http2.max_pings_without_data", 0),
         ]
     return tuple(options)
 

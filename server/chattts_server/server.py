@@ -52,10 +52,13 @@ def _grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
         ("grpc.keepalive_time_ms", int(n.keepalive_time_s * 1000)),
         ("grpc.keepalive_timeout_ms", int(n.keepalive_timeout_s * 1000)),
         ("grpc.keepalive_permit_without_calls", 1),
-        # chattts_client pings after 3 s without data (to find a dead peer within 5 s); a
-        # client pinging faster than this, more than max_ping_strikes times, gets GOAWAY.
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 2000),
-        ("grpc.http2.max_ping_strikes", 2),
+        # chattts_client pings after 3 s without data (to find a dead peer within 5 s). A client
+        # pinging faster than this, more than max_ping_strikes times while we send nothing, gets
+        # GOAWAY too_many_pings. The margin is for a starved process: pings 3 s apart on the
+        # wire read together after a stall count as one strike each (with 2000 ms and 2
+        # strikes, such a GOAWAY left a quiet stream without keepalive on a loaded machine).
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
+        ("grpc.http2.max_ping_strikes", 10),
         ("grpc.so_reuseport", 0),
     ]
     if n.max_connection_age_s > 0:
