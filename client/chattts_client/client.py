@@ -289,6 +289,9 @@ def _resilience_options(
             # grpc stops pinging after 2 pings without sending data; a caller waiting for its
             # LLM's next sentence sends none, and that is when a dead peer must be found.
             ("grpc.http2.max_pings_without_data", 0),
+            # The ack wait that really closes the transport (grpc's default is a minute; the
+            # keepalive timeout alone left a frozen peer's stream hanging to its deadline).
+            ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
         ]
     return tuple(options)
 

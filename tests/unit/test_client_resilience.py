@@ -24,6 +24,7 @@ def test_readme_json_is_the_library_service_config() -> None:
     assert json.loads(block) == SERVICE_CONFIG
     assert f"`grpc.keepalive_time_ms` {KEEPALIVE_TIME_MS}" in section
     assert f"`grpc.keepalive_timeout_ms` {KEEPALIVE_TIMEOUT_MS}" in section
+    assert f"`grpc.http2.ping_timeout_ms` {KEEPALIVE_TIMEOUT_MS}" in section
 
 
 def test_service_config_retries_only_unavailable_on_every_method() -> None:
