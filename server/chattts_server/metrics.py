@@ -37,6 +37,19 @@ class Metrics:
             buckets=_RTF_BUCKETS,
             registry=r,
         )
+        self.ttfa_by_priority = Histogram(
+            "chattts_time_to_first_audio_by_priority_seconds",
+            "Stream start to first audio chunk sent, by the stream's priority class",
+            ["priority"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.streams_by_priority = Counter(
+            "chattts_streams_by_priority_total",
+            "Streams finished, by priority class and status",
+            ["priority", "status"],
+            registry=r,
+        )
         self.audio_seconds = Counter("chattts_audio_seconds_total", "Audio generated", registry=r)
         self.tokens = Counter("chattts_audio_tokens_total", "Audio tokens generated", registry=r)
         self.started = Counter(
@@ -123,8 +136,9 @@ class Metrics:
     def streams_started(self, method: str) -> None:
         self.started.labels(method=method).inc()
 
-    def streams_finished(self, method: str, status: str) -> None:
+    def streams_finished(self, method: str, status: str, priority: str = "default") -> None:
         self.streams.labels(method=method, status=status).inc()
+        self.streams_by_priority.labels(priority=priority, status=status).inc()
 
     def stalled(self, method: str) -> None:
         self.stalled_streams.labels(method=method).inc()
@@ -132,8 +146,9 @@ class Metrics:
     def rejected(self, reason: str) -> None:
         self.rejections.labels(reason=reason).inc()
 
-    def observe_ttfa(self, seconds: float) -> None:
+    def observe_ttfa(self, seconds: float, priority: str = "default") -> None:
         self.ttfa.observe(seconds)
+        self.ttfa_by_priority.labels(priority=priority).observe(seconds)
 
     def observe_chunk_gap(self, seconds: float) -> None:
         self.chunk_gap.observe(seconds)

@@ -125,7 +125,9 @@ class TTSServer:
             )
         loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        self.admission = Admission(cfg.engine.max_streams, cfg.admission.max_queue)
+        self.admission = Admission(
+            cfg.engine.max_streams, cfg.admission.max_queue, cfg.admission.reserved_slots
+        )
         interceptors = []
         tokens: Tokens | None = None
         if cfg.security.auth_token_file is not None:

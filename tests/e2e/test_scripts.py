@@ -33,6 +33,9 @@ SMOKE_SAYS = {
     # The serving-load timing (stateful vs window path), then the results file.
     "bench_lookahead.py": r"^stateful / window = \d+\.\d+$(?s:.*)^wrote .*lookahead\.md",
     "run_all.py": r"^0 of \d+ benchmarks failed",
+    "bench_pipecat_turns.py": r"^RESULT: turn end after last audio median \d+\.\d ms",
+    # Prompts' first audio idle and under the caption backlog, and what the backlog lost.
+    "bench_priority.py": r"^RESULT: prompts' first-audio p95 loaded / idle = \d+\.\d+ .*lost",
 }
 
 

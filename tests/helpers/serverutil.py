@@ -50,7 +50,18 @@ def tiny_server_config(
     cache: Path, max_streams: int = 4, max_queue: int = 4, **engine: object
 ) -> ServerConfig:
     return ServerConfig(
-        model=ModelConfig(dev_model="tiny", dev_model_cache=cache, device="cpu", dtype="float32"),
+        # fp32 (`none`), not the CPU default `auto`: tests compare audio against exact references.
+        # A fixed thread count too: the governor drops threads on a loaded machine, and a matmul
+        # summed over another number of threads rounds differently, so the same seed would no
+        # longer give the same samples (tests/integration/test_threads.py tests the governor).
+        model=ModelConfig(
+            dev_model="tiny",
+            dev_model_cache=cache,
+            device="cpu",
+            dtype="float32",
+            quantize="none",
+            adaptive_threads=False,
+        ),
         engine=replace(
             EngineConfig(max_streams=max_streams, max_tokens=512, max_new_tokens=384), **engine
         ),
@@ -111,7 +122,10 @@ class InProcessServer:
 
 def launch(args: list[str], cache: Path, metrics: bool = True) -> ServerProcess:
     """Start `chattts-server` (tiny dev model, CPU) on a free loopback port and, if `metrics`, a
-    free metrics port; returns once it listens. Its output is kept in `.log` and echoed to stderr."""
+    free metrics port; returns once it listens. Its output is kept in `.log` and echoed to stderr.
+    Serves fp32 (`--quantize none`) unless `args` name a mode: tests want exact audio."""
+    if "--quantize" not in args:
+        args = ["--quantize", "none", *args]
     return launcher.launch(
         args, dev_model="tiny", cache=cache, metrics=metrics, echo=True, cwd=REPO
     )

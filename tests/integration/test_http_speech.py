@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import ssl
 import subprocess
 import threading
@@ -122,6 +123,21 @@ def test_voices_speed_and_instructions(client, srv):
     assert [m.id for m in client.models.list()] == ["chattts"]
 
 
+def test_priority_through_the_chattts_object_reaches_the_stream_log(client, srv, caplog):
+    with caplog.at_level(logging.INFO, logger="chattts_server.api.synthesis"):
+        for priority in ("interactive", "PRIORITY_BULK"):
+            with client.audio.speech.with_streaming_response.create(
+                model="tts-1",
+                voice="alloy",
+                input="Turn left.",
+                response_format="pcm",
+                extra_body={"chattts": {**fixed(N), "priority": priority}},
+            ) as response:
+                assert response.status_code == 200 and response.read()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("stream ")]
+    assert [line.rsplit("priority=", 1)[1] for line in lines][-2:] == ["interactive", "bulk"]
+
+
 # -- stream formats and first audio ---------------------------------------------------------------
 
 
@@ -216,6 +232,8 @@ def test_curl_streams_audio_and_sse(srv, tmp_path):
         ({"input": "Hi.", "stream_format": "websocket"}, "stream_format"),
         ({"input": "Hi.", "chattts": {"sampling": {"top_p": 2}}}, "chattts.sampling.top_p"),
         ({"input": "Hi.", "chattts": {"no_such_field": 1}}, "chattts"),
+        ({"input": "Hi.", "chattts": {"priority": "urgent"}}, "chattts.priority"),
+        ({"input": "Hi.", "chattts": {"priority": 42}}, "chattts.priority"),
         ({"input": "[Stts] hi."}, "input"),
         ({"input": "```\ncode only\n```"}, "input"),  # nothing left once markdown is read
     ],

@@ -35,7 +35,9 @@ FLAGS = {
     "--allow-unverified": False,
     "--device": "auto",
     "--dtype": "auto",
-    "--quantize": "none",
+    "--quantize": "auto",  # "none" until issue 29
+    "--autotune-cache": "on",
+    "--autotune-cache-dir": None,
     "--threads": 0,
     "--adaptive-threads": "on",
     "--voices-dir": None,
@@ -52,6 +54,7 @@ FLAGS = {
     "--hifigan-checkpoint": None,
     "--cuda-graphs": "on",
     "--max-queue": 16,
+    "--reserved-slots": 0,
     "--retry-pushback-ms": 500,
     "--grace-s": 30.0,
     "--max-text-chars": 4000,
@@ -111,6 +114,7 @@ def test_every_kind_of_flag_maps_back_to_its_field() -> None:
         (["--vocoder", "hifigan"], "--vocoder hifigan needs --hifigan-checkpoint"),
         (["--tls-cert", "c.pem"], "--tls-cert and --tls-key must be given together"),
         (["--http-port", "50051"], "--http-port must differ from --port"),
+        (["--reserved-slots", "16"], "--reserved-slots must be < --max-streams"),
     ],
 )
 def test_bounds_and_rules_between_fields_are_checked(argv: list[str], message: str) -> None:

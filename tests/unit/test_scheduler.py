@@ -8,7 +8,7 @@ import pytest
 from chattts_server.engine.request import EngineRequest, RequestStatus
 from chattts_server.engine.scheduler import Scheduler
 from chattts_server.engine.step_io import FinishedAudio, ModelOutput, PreparedPrompt, Sampled
-from chattts_server.engine.types import EngineError, InvalidRequestError
+from chattts_server.engine.types import EngineError, InvalidRequestError, Priority
 
 END = FinishedAudio(pcm=np.zeros(0, np.float32), text="", codes=np.zeros((0, 4), np.int64))
 
@@ -226,3 +226,63 @@ def test_a_step_that_raises_fails_every_request_of_its_plan_the_flushed_ones_too
     assert set(s.abandon(plan)) == {a, b, c}
     assert all(r.finish_reason == "error" for r in (a, b, c)) and not s.has_requests
     assert sorted(s.schedule().released) == [0, 0, 1]
+
+
+def add_at(s: Scheduler, name: str, priority: Priority, prompt_len: int = 10) -> EngineRequest:
+    request = EngineRequest(name, submitted_at=0.0, priority=priority)
+    s.add(request, PreparedPrompt(prompt_len, 20))
+    return request
+
+
+def test_a_free_slot_goes_to_the_most_urgent_waiter_then_the_earliest():
+    s = Scheduler(num_slots=1, max_tokens=100, prefill_chunk_tokens=64)
+    holder = add_at(s, "holder", Priority.BULK)
+    prefilled(s, holder)
+    add_at(s, "bulk-1", Priority.BULK)
+    add_at(s, "default", Priority.DEFAULT)
+    add_at(s, "nav-1", Priority.INTERACTIVE)
+    add_at(s, "nav-2", Priority.INTERACTIVE)
+    seated = []
+    for _ in range(4):
+        s.cancel(s.running[0])
+        plan = s.schedule()
+        seated += [n.request_id for n in plan.new_slots]
+        s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, False)]))
+    assert seated == ["nav-1", "nav-2", "default", "bulk-1"]
+
+
+def test_the_prefill_budget_goes_to_the_most_urgent_class_first():
+    s = Scheduler(num_slots=3, max_tokens=200, prefill_chunk_tokens=32)
+    add_at(s, "bulk-a", Priority.BULK, prompt_len=30)
+    add_at(s, "bulk-b", Priority.BULK, prompt_len=30)
+    plan = s.schedule()
+    assert [(c.slot_id, c.start, c.length) for c in plan.prefill] == [(0, 0, 30), (1, 0, 2)]
+    s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, False)]))
+    add_at(s, "nav", Priority.INTERACTIVE, prompt_len=40)
+    plan = s.schedule()
+    # nav (slot 2) arrived last, behind bulk-b's unfinished prompt, and takes the whole budget.
+    assert [n.slot_id for n in plan.new_slots] == [2]
+    assert [(c.slot_id, c.start, c.length) for c in plan.prefill] == [(2, 0, 32)]
+    s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, False)]))
+    plan = s.schedule()
+    assert [(c.slot_id, c.start, c.length) for c in plan.prefill] == [(2, 32, 8), (1, 2, 24)]
+    s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, False), Sampled(2, False)]))
+    plan = s.schedule()
+    # Decode rows stay in slot order: priority decides who is prefilled, not the batch layout.
+    assert [r.slot_id for r in plan.decode] == [0, 2]
+    assert [(c.slot_id, c.start, c.length) for c in plan.prefill] == [(1, 26, 4)]
+
+
+def test_within_a_class_the_prefill_budget_goes_by_arrival():
+    s = Scheduler(num_slots=2, max_tokens=200, prefill_chunk_tokens=16)
+    first = add_at(s, "first", Priority.DEFAULT, prompt_len=16)
+    add_at(s, "second", Priority.DEFAULT, prompt_len=48)
+    plan = s.schedule()  # first in slot 0 takes the budget; second (slot 1) waits for it
+    assert [(c.slot_id, c.length) for c in plan.prefill] == [(0, 16)]
+    s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, False)]))
+    s.cancel(first)
+    add_at(s, "third", Priority.DEFAULT, prompt_len=40)
+    plan = s.schedule()
+    assert [(n.request_id, n.slot_id) for n in plan.new_slots] == [("third", 0)]
+    # The lower slot arrived later: second's prompt goes first.
+    assert [(c.slot_id, c.length) for c in plan.prefill] == [(1, 16)]

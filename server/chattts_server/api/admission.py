@@ -1,11 +1,22 @@
-"""Stream admission: at most `max_streams` active, `max_queue` waiting, the rest refused at once."""
+"""Stream admission: at most `max_streams` active, `max_queue` waiting, the rest refused at once.
+
+Waiting streams are ordered by priority, then arrival: a navigation prompt that arrives behind
+a queue of caption streams takes the next free place. `reserved_slots` of the places are for
+INTERACTIVE streams only, so such a prompt finds a place at once even while a backlog holds
+every other one. A full queue takes a more urgent stream still: the newest of the least urgent
+waiters is refused (RESOURCE_EXHAUSTED) to make room.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import collections
+import heapq
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from ..engine.types import Priority
 
 
 class AdmissionRejected(Exception):
@@ -16,14 +27,27 @@ class AdmissionRejected(Exception):
         self.code = code
 
 
-class Admission:
-    """Counts streams; FIFO wait queue. Lives on the event loop (no locks needed)."""
+@dataclass(order=True)
+class _Waiter:
+    priority: Priority
+    arrival: int
+    future: asyncio.Future[None] = field(compare=False)
 
-    def __init__(self, max_streams: int, max_queue: int) -> None:
+
+class Admission:
+    """Counts streams; a priority queue of waiters. Lives on the event loop (no locks)."""
+
+    def __init__(self, max_streams: int, max_queue: int, reserved_slots: int = 0) -> None:
+        if not 0 <= reserved_slots < max_streams:
+            raise ValueError(f"reserved_slots must be in [0, {max_streams - 1}]")
         self.max_streams = max_streams
         self.max_queue = max_queue
+        self.reserved_slots = reserved_slots
+        """Places only INTERACTIVE streams may take."""
         self.active = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiters: list[_Waiter] = []
+        """A heap: the most urgent class, then the earliest arrival, first."""
+        self._arrivals = itertools.count()
         self.accepting = False
         """False until the engine is warm, and again once draining starts."""
         self._idle = asyncio.Event()
@@ -33,43 +57,81 @@ class Admission:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    def waiting_by_priority(self) -> dict[Priority, int]:
+        counts = dict.fromkeys(Priority, 0)
+        for waiter in self._waiters:
+            counts[waiter.priority] += 1
+        return counts
+
+    def limit(self, priority: Priority) -> int:
+        """How many streams may be active for a stream of `priority` to take a place."""
+        if priority is Priority.INTERACTIVE:
+            return self.max_streams
+        return self.max_streams - self.reserved_slots
+
     @asynccontextmanager
-    async def stream(self, timeout_s: float | None = None) -> AsyncIterator[None]:
+    async def stream(
+        self, timeout_s: float | None = None, priority: Priority = Priority.DEFAULT
+    ) -> AsyncIterator[None]:
         """Hold a stream place for the body; raises AdmissionRejected or TimeoutError."""
-        await self._acquire(timeout_s)
+        await self._acquire(timeout_s, priority)
         try:
             yield
         finally:
             self._release()
 
-    async def _acquire(self, timeout_s: float | None) -> None:
+    async def _acquire(self, timeout_s: float | None, priority: Priority) -> None:
         if not self.accepting:
             raise AdmissionRejected(
                 "unavailable", "server is not accepting streams (starting or draining)"
             )
-        if self.active < self.max_streams and not self._waiters:
+        ahead = any(w.priority <= priority for w in self._waiters)
+        if self.active < self.limit(priority) and not ahead:
             self._take()
             return
-        if len(self._waiters) >= self.max_queue:
+        if len(self._waiters) >= self.max_queue and not self._displace(priority):
             raise AdmissionRejected(
                 "exhausted",
                 f"server is full ({self.active} streams active, {len(self._waiters)} queued)",
             )
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        waiter = _Waiter(priority, next(self._arrivals), asyncio.get_running_loop().create_future())
+        heapq.heappush(self._waiters, waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+            await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
         except BaseException:
-            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+            future = waiter.future
+            if future.done() and not future.cancelled() and future.exception() is None:
                 self._release()  # granted just as we gave up: pass it on
             else:
-                waiter.cancel()
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
+                future.cancel()
+            self._forget(waiter)
             raise
         if not self.accepting:
             self._release()
             raise AdmissionRejected("unavailable", "server is draining")
+
+    def _displace(self, priority: Priority) -> bool:
+        """Make room in a full queue for a stream of `priority` by refusing the newest of the
+        least urgent waiters, if they are less urgent than it. Returns whether it did."""
+        if not self._waiters:
+            return False
+        last = max(self._waiters)
+        if last.priority <= priority:
+            return False
+        self._forget(last)
+        last.future.set_exception(
+            AdmissionRejected(
+                "exhausted",
+                f"server is full; a {priority.label} stream took this {last.priority.label} "
+                "stream's place in the queue",
+            )
+        )
+        return True
+
+    def _forget(self, waiter: _Waiter) -> None:
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
+            heapq.heapify(self._waiters)
 
     def _take(self) -> None:
         self.active += 1
@@ -77,22 +139,31 @@ class Admission:
 
     def _release(self) -> None:
         self.active -= 1
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                self._take()
-                waiter.set_result(None)
-                break
+        self._grant()
         if self.active == 0:
             self._idle.set()
+
+    def _grant(self) -> None:
+        """Give free places to waiters, most urgent first; one that may not take a reserved
+        place waits, and so does everyone behind it (all less urgent or later)."""
+        while self._waiters:
+            head = self._waiters[0]
+            if head.future.done():  # gave up (timeout, cancel) and not yet forgotten
+                heapq.heappop(self._waiters)
+                continue
+            if self.active >= self.limit(head.priority):
+                return
+            heapq.heappop(self._waiters)
+            self._take()
+            head.future.set_result(None)
 
     def stop_accepting(self) -> None:
         """Start draining: refuse new streams and wake queued ones so they get UNAVAILABLE."""
         self.accepting = False
         while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_exception(AdmissionRejected("unavailable", "server is draining"))
+            waiter = heapq.heappop(self._waiters)
+            if not waiter.future.done():
+                waiter.future.set_exception(AdmissionRejected("unavailable", "server is draining"))
 
     async def wait_idle(self) -> None:
         await self._idle.wait()

@@ -20,6 +20,7 @@ from ..engine.types import (
     ChunkingOptions,
     InvalidRequestError,
     ModelInfo,
+    Priority,
     RefineOptions,
     SamplingParams,
     VoiceKind,
@@ -39,6 +40,13 @@ ENCODING_NAMES = {
     tts_pb2.FLOAT32: "FLOAT32",
 }
 ENCODING_VALUES = {name: value for value, name in ENCODING_NAMES.items() if value}
+PRIORITIES: dict[int, Priority] = {
+    tts_pb2.PRIORITY_UNSPECIFIED: Priority.DEFAULT,
+    tts_pb2.PRIORITY_INTERACTIVE: Priority.INTERACTIVE,
+    tts_pb2.PRIORITY_DEFAULT: Priority.DEFAULT,
+    tts_pb2.PRIORITY_BULK: Priority.BULK,
+}
+"""tts.proto's Priority -> ours (unset is DEFAULT)."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,10 @@ class StreamSettings:
     """When streamed text is released, and the longest utterance (by estimated duration)."""
     markdown: bool = True
     """Read the text as markdown (markup not spoken); False reads every character as text."""
+    word_timing: bool = False
+    """Send each utterance's word timings (WordTimings) before its end."""
+    priority: Priority = Priority.DEFAULT
+    """The stream's class: admission order, reserved slots, the engine's prefill order."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +116,15 @@ class Validator:
             chunking=self._chunking(config.chunking, f"{prefix}.chunking"),
             text_release=self._text_release(config, prefix),
             markdown=self._markdown(config.text_format, f"{prefix}.text_format"),
+            word_timing=config.word_timing,
+            priority=self._priority(config.priority, f"{prefix}.priority"),
         )
+
+    @staticmethod
+    def _priority(value: int, path: str) -> Priority:
+        if value not in PRIORITIES:
+            raise InvalidRequestError(path, f"unknown priority value {value}")
+        return PRIORITIES[value]
 
     def _chunking(self, pb: tts_pb2.Chunking, path: str) -> ChunkingOptions:
         """The request's own chunk schedule, checked against the server's (`ModelInfo`)."""

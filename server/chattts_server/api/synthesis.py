@@ -30,16 +30,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from typing import TypeVar
 
 from ..audio.containers import CONTAINER_ENCODINGS
 from ..audio.encoding import SUPPORTED_ENCODINGS, available_encodings
 from ..config import AdmissionConfig, LimitsConfig
-from ..engine.types import Engine, InvalidRequestError, ModelInfo
+from ..engine.types import Engine, InvalidRequestError, ModelInfo, Priority
 from ..metrics import Metrics
-from ..text.stream import utterances
+from ..text.stream import utterances_traced
+from ..text.timing import ESTIMATE
 from ..voices import VoiceLibrary
 from . import auth
 from .admission import Admission, AdmissionRejected
@@ -47,6 +48,7 @@ from .convert import StreamSettings, Validator
 from .errors import ClientGoneError, ClientStalledError, is_ours, status_name
 from .events import SessionEvent
 from .session import Session
+from .stream_items import Speak, StreamItem
 from .stream_record import StreamRecord
 from .text_reader import EndOfText, TextFragment, UtteranceQueue, read_text
 
@@ -90,6 +92,11 @@ class Synthesis:
             encodings = available_encodings(SUPPORTED_ENCODINGS + CONTAINER_ENCODINGS)
         self._validator = Validator(
             self.voices, model, max_text_chars=self.limits.max_text_chars, encodings=encodings
+        )
+        log.info(
+            "word timing (when a stream asks): source %s, the utterance's audio shared out "
+            "by the duration model and snapped to its pauses (no attention alignment)",
+            ESTIMATE,
         )
 
     @property
@@ -154,14 +161,17 @@ class Synthesis:
         split into sentences, spoken in turn; InvalidRequestError naming `text_field` if
         nothing is left to read. Returns the stream's record once all is sent."""
         s = settings
-        sentences = utterances(text, s.text_release.max_segment_s, s.speed, s.markdown)
+        sentences = utterances_traced(text, s.text_release.max_segment_s, s.speed, s.markdown)
         if not sentences:
             exc = InvalidRequestError(text_field, "holds nothing to read once markdown is removed")
             self.refused(method, exc)
             raise exc
-        async with self._admitted(method, queue_timeout_s) as record:
+        async with self._admitted(method, queue_timeout_s, settings.priority) as record:
             session = Session(self.engine, settings, deadline)
-            await self._run(session, _items(sentences), record, send)
+            items = [
+                Speak(u, text[span[0] : span[1]] if (span := u.span()) else "") for u in sentences
+            ]
+            await self._run(session, _items(items), record, send)
         return record
 
     async def stream(
@@ -177,7 +187,7 @@ class Synthesis:
         """Streamed text: the fragments are read by the text reader (release policy, markdown,
         barge-in) while released utterances are spoken. The fragments end when the client has
         sent everything; a fragment source that raises ends the stream with that failure."""
-        async with self._admitted(method, queue_timeout_s) as record:
+        async with self._admitted(method, queue_timeout_s, settings.priority) as record:
             session = Session(self.engine, settings, deadline)
             queue: UtteranceQueue = asyncio.Queue()
             reader = asyncio.create_task(
@@ -221,17 +231,17 @@ class Synthesis:
     async def _run(
         self,
         session: Session,
-        items: AsyncIterator[str | BaseException],
+        items: AsyncIterator[StreamItem | BaseException],
         record: StreamRecord,
         send: Send,
     ) -> None:
-        """Speak each utterance in turn, each event handed to `send` under the stall timeout;
-        a failure sets the record's status and is raised."""
+        """Play each stream item in turn (an utterance, a mark, a silence), each event handed
+        to `send` under the stall timeout; a failure sets the record's status and is raised."""
         try:
             async for item in items:
                 if isinstance(item, BaseException):
                     raise item
-                async with aclosing(session.speak(item)) as events:
+                async with aclosing(session.play(item)) as events:
                     async for event in events:
                         record.on_event(event)
                         await self.deliver(send(event))
@@ -248,13 +258,16 @@ class Synthesis:
             raise
 
     @asynccontextmanager
-    async def _admitted(self, method: str, timeout_s: float | None) -> AsyncIterator[StreamRecord]:
-        """Hold an admission place for the stream; refuse fast (AdmissionRejected) when full or
-        not serving, TimeoutError when `timeout_s` passes in the queue."""
-        record = StreamRecord(self.metrics, method)
+    async def _admitted(
+        self, method: str, timeout_s: float | None, priority: Priority
+    ) -> AsyncIterator[StreamRecord]:
+        """Hold an admission place for the stream (queued by `priority`); refuse fast
+        (AdmissionRejected) when full or not serving, TimeoutError when `timeout_s` passes in
+        the queue."""
+        record = StreamRecord(self.metrics, method, priority)
         admitted = False
         try:
-            async with self.admission.stream(timeout_s):
+            async with self.admission.stream(timeout_s, priority):
                 admitted = True
                 self.metrics.streams_started(method)
                 try:
@@ -278,12 +291,12 @@ class Synthesis:
             raise TimeoutError("deadline exceeded while queued") from None
 
 
-async def _items(items: list[str]) -> AsyncGenerator[str | BaseException, None]:
+async def _items(items: Sequence[StreamItem]) -> AsyncGenerator[StreamItem | BaseException, None]:
     for item in items:
         yield item
 
 
-async def _drain(queue: UtteranceQueue) -> AsyncGenerator[str | BaseException, None]:
+async def _drain(queue: UtteranceQueue) -> AsyncGenerator[StreamItem | BaseException, None]:
     while True:
         item = await queue.get()
         if isinstance(item, EndOfText):

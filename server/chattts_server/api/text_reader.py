@@ -11,15 +11,22 @@ an LLM stalls on a tool call), and a sentence end held by the markdown stage is 
 a short quiet spell. One read of the request stream is kept pending across those wake-ups,
 because cancelling a read would end the request iterator.
 
-Queue protocol (`UtteranceQueue`): strings (utterances, in order), then exactly one of
-`EndOfText` (the client half-closed, or the door saw it go away) or the exception the reading
-ended with (an InvalidRequestError: the stream ends INVALID_ARGUMENT naming the field; anything
-else ends it with that failure too, never as a normal end of text).
+Marks: a fragment's `mark` ends the text before it as a flush does, so it always falls between
+utterances, and is queued after them (`MarkAt`). A clear drops the queued utterances and
+silences and re-queues the queued marks as dropped, in order: the speaking side answers them
+after the cut utterance's end, at the cut. A mark riding with clear is placed after the cut.
+
+Queue protocol (`UtteranceQueue`): stream items (api/stream_items.py: `Speak`, `MarkAt`,
+`Silence`, in order), then exactly one of `EndOfText` (the client half-closed, or the door saw
+it go away) or the exception the reading ended with (an InvalidRequestError: the stream ends
+INVALID_ARGUMENT naming the field; anything else ends it with that failure too, never as a
+normal end of text).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -27,10 +34,13 @@ from dataclasses import dataclass
 from ..engine.types import InvalidRequestError
 from ..text import control_tokens
 from ..text.release import ReleasePolicy
-from ..text.stream import StreamText
+from ..text.spans import Span
+from ..text.stream import StreamText, Utterance
 from .convert import Validator
+from .stream_items import MarkAt, Speak, StreamItem, check_mark_name
 
 _TEXT_FIELD = "text.text"
+_MARK_FIELD = "text.mark"
 
 
 @dataclass(frozen=True)
@@ -38,8 +48,8 @@ class EndOfText:
     """The text is over (half-close, or the client went away): speak what is queued, end."""
 
 
-UtteranceQueue = asyncio.Queue["str | BaseException | EndOfText"]
-"""Released utterances from `read_text` to the speaking side."""
+UtteranceQueue = asyncio.Queue[StreamItem | BaseException | EndOfText]
+"""Stream items from `read_text` to the speaking side."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,39 @@ class TextFragment:
     """Speak everything buffered now."""
     clear: bool = False
     """Barge-in: drop what is buffered and queued, stop the utterance being spoken."""
+    mark: str = ""
+    """A name placed after this fragment's text (which it flushes); "" for none."""
+
+
+class CallerText:
+    """Everything the caller sent on a stream, to cut the utterances' own text from."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._starts: list[int] = []
+        self.num_chars = 0
+
+    def append(self, fragment: str) -> None:
+        if fragment:
+            self._starts.append(self.num_chars)
+            self._parts.append(fragment)
+            self.num_chars += len(fragment)
+
+    def cut(self, span: Span | None) -> str:
+        """The caller's text [start, end); "" for None."""
+        if span is None:
+            return ""
+        start, end = span
+        out: list[str] = []
+        k = max(0, bisect.bisect_right(self._starts, start) - 1)
+        while k < len(self._parts) and self._starts[k] < end:
+            at = self._starts[k]
+            out.append(self._parts[k][max(0, start - at) : end - at])
+            k += 1
+        return "".join(out)
+
+    def speak(self, utterance: Utterance) -> Speak:
+        return Speak(utterance, self.cut(utterance.span()))
 
 
 async def read_text(
@@ -69,18 +112,19 @@ async def read_text(
     utterances are dropped (it stops the utterance being spoken). `markdown` reads the text as
     markdown (markup not spoken, see text/markdown.py)."""
     releaser = StreamText(policy, markdown)  # markdown, then the release policy
+    caller = CallerText()
     iterator = aiter(fragments)
     next_message: asyncio.Future[TextFragment] | None = None
     last_message_at = time.monotonic()
     total_chars = 0
 
-    def put(utterances: list[str]) -> None:
+    def put(utterances: list[Utterance]) -> None:
         for utterance in utterances:
             try:
-                control_tokens.check(utterance)  # a token may arrive split over fragments
+                control_tokens.check(utterance.text)  # a token may arrive split over fragments
             except ValueError as exc:
                 raise InvalidRequestError(_TEXT_FIELD, str(exc)) from None
-            queue.put_nowait(utterance)
+            queue.put_nowait(caller.speak(utterance))
 
     try:
         while True:
@@ -93,7 +137,7 @@ async def read_text(
             done, _ = await asyncio.wait({next_message}, timeout=timeout_s)
             if not done:
                 # idle: speak what is buffered (or a held sentence end)
-                put(releaser.on_quiet((time.monotonic() - last_message_at) * 1000))
+                put(releaser.on_quiet_traced((time.monotonic() - last_message_at) * 1000))
                 continue
             try:
                 text_input = next_message.result()
@@ -102,6 +146,8 @@ async def read_text(
             next_message = None
             last_message_at = time.monotonic()
             validator.text(text_input.text, _TEXT_FIELD, allow_empty=True)
+            if text_input.mark and (why := check_mark_name(text_input.mark)) is not None:
+                raise InvalidRequestError(_MARK_FIELD, why)
             total_chars += len(text_input.text)
             if total_chars > max_stream_chars:
                 raise InvalidRequestError(
@@ -109,13 +155,16 @@ async def read_text(
                 )
             if text_input.clear:
                 releaser.clear()
-                _drop_queued_utterances(queue)
+                _drop_queued_items(queue)
                 if on_clear is not None:
                     on_clear()
-            put(releaser.feed(text_input.text))
-            if text_input.flush:
-                put(releaser.flush())
-        put(releaser.flush())
+            caller.append(text_input.text)
+            put(releaser.feed_traced(text_input.text))
+            if text_input.flush or text_input.mark:
+                put(releaser.flush_traced())
+            if text_input.mark:
+                queue.put_nowait(MarkAt(text_input.mark))
+        put(releaser.flush_traced())
         queue.put_nowait(EndOfText())
     except asyncio.CancelledError:
         raise
@@ -129,11 +178,16 @@ async def read_text(
                 next_message.exception()  # retrieved: asyncio would log it at collection
 
 
-def _drop_queued_utterances(queue: UtteranceQueue) -> None:
-    """Remove the utterances not yet taken by the speaking side (only strings are queued before
-    the end marker, so nothing else is lost)."""
+def _drop_queued_items(queue: UtteranceQueue) -> None:
+    """Remove what the speaking side has not taken yet; its marks go back, in order, as dropped
+    (only stream items are queued before the end marker, so nothing else is lost)."""
+    marks: list[MarkAt] = []
     while True:
         try:
-            queue.get_nowait()
+            item = queue.get_nowait()
         except asyncio.QueueEmpty:
-            return
+            break
+        if isinstance(item, MarkAt):
+            marks.append(MarkAt(item.name, dropped=True))
+    for mark in marks:
+        queue.put_nowait(mark)

@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from ..config import EngineConfig
+from ..text.spans import Traced
 from .request import EngineRequest
 from .scheduler import Scheduler
 from .step_io import FinishedAudio, ModelOutput, PreparedPrompt, SchedulerOutput
@@ -64,6 +65,8 @@ class RequestOutput:
     """The request failed (others are unaffected); no more outputs follow."""
     codes: np.ndarray | None = None
     """With `done`: (num_tokens, num_vq) audio codes of the utterance (parity tests)."""
+    spoken: Traced | None = None
+    """With the utterance's first audio: the text it speaks (`types.Spoken`), sent before it."""
 
     @property
     def finished(self) -> bool:
@@ -116,7 +119,9 @@ class EngineCore:
         if params.request_id in self._requests:
             raise InvalidRequestError("request_id", f"{params.request_id!r} is already running")
         prepared = self.runner.prepare(params.request_id, params)
-        request = EngineRequest(params.request_id, time.monotonic(), params.deadline)
+        request = EngineRequest(
+            params.request_id, time.monotonic(), params.deadline, priority=params.priority
+        )
         self.scheduler.add(request, prepared)
         self._requests[params.request_id] = request
         return request
@@ -199,6 +204,8 @@ class EngineCore:
         chunks = [pcm for pcm in chunks if pcm.size]
         if not chunks:
             return
+        if request.first_audio_at is None:
+            self._output(request).spoken = request.spoken
         for pcm in chunks:
             request.record_audio(len(pcm), now)
         self._output(request).audio.extend(chunks)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..text.spans import Traced
 from .step_io import FinishedAudio
-from .types import UtteranceDone
+from .types import Priority, UtteranceDone
 
 
 class RequestStatus(enum.Enum):
@@ -39,6 +40,10 @@ class EngineRequest:
     """Token budget of the current pass (clamped to the slot's room)."""
     final_pass: bool = True
     """The current pass's end ends the utterance (False during refine)."""
+    priority: Priority = Priority.DEFAULT
+    """Its stream's class: seats and prefill budget go to lower values first."""
+    arrival: int = 0
+    """Submission order (the scheduler numbers requests): ties within a class go by it."""
 
     status: RequestStatus = RequestStatus.WAITING
     slot_id: int | None = None
@@ -59,6 +64,13 @@ class EngineRequest:
     """Set by abort; the scheduler frees the slot at its next schedule, before any more work."""
     finish_reason: str | None = None
     """'eos', 'max_tokens', 'cancelled' or 'error' once FINISHED."""
+    spoken: Traced | None = None
+    """What the final pass speaks (its `PreparedPrompt.spoken`), sent with the first audio."""
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        """Who goes first: the more urgent class, then the earlier arrival."""
+        return (self.priority, self.arrival)
 
     @property
     def prefill_done(self) -> bool:
@@ -85,4 +97,5 @@ class EngineRequest:
             time_to_first_audio_s=(self.first_audio_at or now) - self.submitted_at,
             generation_time_s=(self.last_audio_at or now) - self.submitted_at,
             finish_reason=self.finish_reason,
+            spoken=end.spoken,
         )

@@ -21,7 +21,7 @@ import torch
 
 from ..config import EngineConfig, ModelConfig
 from ..model.audio_constants import FRAMES_PER_TOKEN
-from ..model.autotune import autotune
+from ..model.autotune_cache import AutotuneCache, tune_or_reuse, weights_digest
 from ..model.cuda_graphs import DecodeGraphs, length_buckets
 from ..model.errors import ModelLoadError
 from ..model.hifigan import HiFiGANVocoder
@@ -30,6 +30,7 @@ from ..model.llama import DecodeBatch, LlamaDecoder, PromptRun
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
+from ..text.spans import Traced
 from .chunking import ChunkingConfig
 from .prompts import PromptBuilder
 from .slot_sampler import SlotSampler
@@ -95,7 +96,8 @@ class _SlotState:
     phase: Phase
     prompt: torch.Tensor
     """(L, D) prompt embeddings of the current pass, in the GPT dtype."""
-    text: str
+    spoken: Traced
+    """The text the pass reads (normalized; after refine, refined), traced to the caller's."""
     sampling: SamplingParams
     """The current pass's sampling (`_pass_sampling`)."""
     next_embed: torch.Tensor | None = None
@@ -127,10 +129,12 @@ class ModelRunner:
         dtype: torch.dtype,
         quantize: str = "none",
         decode_graphs: str = "off",
+        autotune_cache: AutotuneCache | None = None,
     ) -> None:
         """`decode_graphs`: 'cuda' captures the decode step as CUDA graphs at warm-up; 'eager'
         runs the same padded static-shape path without graphs (CPU tests); 'off' (the CPU
-        default) decodes with dynamic shapes, fastest where no graph can be replayed."""
+        default) decodes with dynamic shapes, fastest where no graph can be replayed.
+        `autotune_cache`: where warm-up's linear-mode choice is reused from; None measures."""
         self.modules = modules
         self.config = config
         self.device = device
@@ -145,6 +149,11 @@ class ModelRunner:
         self.llama = LlamaDecoder.from_state_dict(
             modules.gpt_config, modules.gpt_state_dict, device, dtype, quantize=quantize
         )
+        self.autotune_cache = autotune_cache if len(self.llama.modes) > 1 else None
+        self.weights_digest = (
+            weights_digest(modules.gpt_state_dict) if self.autotune_cache is not None else ""
+        )
+        """Part of the autotune cache's key: which weights the timing was made with."""
         modules.gpt_state_dict.clear()
         self._check_kv_fits(config, device, self.llama.kv_dtype)
         # Graphs pad batches with rows that write to a scratch slot past the requests' slots.
@@ -266,6 +275,7 @@ class ModelRunner:
             time.monotonic() - started,
         )
         graphs = "cuda" if device.type == "cuda" and engine_config.cuda_graphs else "off"
+        folder = model_config.autotune_folder()
         return cls(
             modules,
             engine_config,
@@ -273,6 +283,7 @@ class ModelRunner:
             dtype,
             quantize=model_config.quantize,
             decode_graphs=graphs,
+            autotune_cache=AutotuneCache(folder) if folder is not None else None,
         )
 
     # -- per request -------------------------------------------------------------------------
@@ -281,7 +292,9 @@ class ModelRunner:
         """Build the first pass's prompt and keep it until the request gets a slot.
 
         Raises InvalidRequestError (e.g. a malformed speaker embedding) or ValueError."""
-        text = self.prompts.normalize(params.text)
+        source = params.source if params.source is not None else Traced.source(params.text)
+        spoken = self.prompts.normalize_traced(source)
+        text = spoken.text
         if params.refine.enabled:
             prompt = self.prompts.refine_prompt(text, params.refine.prompt())
             phase = Phase.REFINE
@@ -289,7 +302,7 @@ class ModelRunner:
             prompt = self.prompts.code_prompt(text, params.voice, params.speed)
             phase = Phase.CODES
         state = _SlotState(
-            params, phase, prompt.embeds.to(self.dtype), text, _pass_sampling(params, phase)
+            params, phase, prompt.embeds.to(self.dtype), spoken, _pass_sampling(params, phase)
         )
         self._pending[request_id] = state
         return self._prepared(state)
@@ -298,8 +311,13 @@ class ModelRunner:
     def _prepared(state: _SlotState) -> PreparedPrompt:
         s = state.sampling
         prompt_len = int(state.prompt.shape[0])
+        final = state.phase is Phase.CODES
         return PreparedPrompt(
-            prompt_len, s.max_new_tokens, s.min_new_tokens, final=state.phase is Phase.CODES
+            prompt_len,
+            s.max_new_tokens,
+            s.min_new_tokens,
+            final=final,
+            spoken=state.spoken if final else None,
         )
 
     # -- one engine step ---------------------------------------------------------------------
@@ -339,8 +357,9 @@ class ModelRunner:
         return {
             slot_id: FinishedAudio(
                 pcm=tails.get(slot_id, empty),
-                text=state.text,
+                text=state.spoken.text,
                 codes=np.asarray(state.codes, dtype=np.int64).reshape(-1, self.num_vq),
+                spoken=state.spoken,
             )
             for slot_id, state in states.items()
         }
@@ -349,7 +368,7 @@ class ModelRunner:
         """After the refine pass: the audio-code prompt from the refined text, on the same slot
         (into `output.prepared`), or the request's failure (into `output.failed`)."""
         state = self._slots[slot_id]
-        refined = self.prompts.refined_text(state.text_tokens) or state.text
+        refined = self.prompts.refined_text(state.text_tokens) or state.spoken.text
         p = state.params
         try:
             prompt = self.prompts.code_prompt(refined, p.voice, p.speed)
@@ -360,7 +379,8 @@ class ModelRunner:
             log.exception("slot %d: the audio-code prompt failed", slot_id)
             output.failed[slot_id] = EngineError("could not prepare the audio-code prompt")
             return
-        state.phase, state.text, state.text_tokens = Phase.CODES, refined, []
+        state.phase, state.text_tokens = Phase.CODES, []
+        state.spoken = state.spoken.rewrite(refined)
         state.prompt = prompt.embeds.to(self.dtype)
         state.sampling = _pass_sampling(p, Phase.CODES)
         self._seat(slot_id, state)
@@ -504,7 +524,15 @@ class ModelRunner:
         sizes = decode_batch_sizes(batch_size)
         # Which linear mode is fastest for each batch size, timed on this machine (a kernel
         # that wins on one CPU loses on another); lossy modes only within the quality budget.
-        autotune(self.llama, sizes, self.cache, probe=probe.embeds.to(self.dtype))
+        # The answer is kept per machine, weights and torch version: a restart reuses it.
+        tune_or_reuse(
+            self.llama,
+            sizes,
+            self.cache,
+            probe.embeds.to(self.dtype),
+            self.autotune_cache,
+            self.weights_digest,
+        )
         if self.graphs is not None:
             try:
                 self.graphs.capture_all()  # after autotune: each graph bakes in its size's mode

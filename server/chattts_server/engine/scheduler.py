@@ -59,6 +59,8 @@ class Scheduler:
         """Prompt tokens prefilled per step at most, over all slots."""
         self.max_new_tokens = max_new_tokens or max_tokens - 1
         """Token budget of a pass whose request leaves it unset."""
+        self._num_arrivals = 0
+        """Requests added so far: each one's `arrival` number."""
         self._free_slots = list(range(num_slots))
         heapq.heapify(self._free_slots)
         self.waiting: deque[EngineRequest] = deque()
@@ -89,6 +91,8 @@ class Scheduler:
             self._discarded.append(request.request_id)
             raise
         request.status = RequestStatus.WAITING
+        request.arrival = self._num_arrivals
+        self._num_arrivals += 1
         self.waiting.append(request)
 
     def cancel(self, request: EngineRequest) -> None:
@@ -114,7 +118,8 @@ class Scheduler:
         self._released, self._discarded = [], []
         self._act_on_ended_passes(plan)
         while self.waiting and self._free_slots:
-            request = self.waiting.popleft()
+            request = min(self.waiting, key=_rank)  # the most urgent class, then arrival
+            self.waiting.remove(request)
             request.slot_id = heapq.heappop(self._free_slots)
             request.status = RequestStatus.RUNNING
             self.running[request.slot_id] = request
@@ -184,6 +189,7 @@ class Scheduler:
         request.max_new_tokens = min(prepared.max_new_tokens or self.max_new_tokens, room)
         request.prompt_len = prepared.prompt_len
         request.final_pass = prepared.final
+        request.spoken = prepared.spoken
         request.num_prefilled = 0
         request.num_generated = 0
         request.pass_end = None
@@ -203,22 +209,29 @@ class Scheduler:
                 plan.next_pass.append(slot_id)
 
     def _plan_rows(self, plan: SchedulerOutput, is_paused: Callable[[EngineRequest], bool]) -> None:
-        """The step's model rows: each decoding slot's token, and prompt chunks within the
-        step's prefill budget, in slot order."""
-        budget = self.prefill_chunk_tokens
+        """The step's model rows: each decoding slot's token, in slot order, and prompt chunks
+        within the step's prefill budget, the most urgent class first, then arrival: a
+        navigation prompt's prefill is not held behind a backlog's."""
+        prefilling: list[EngineRequest] = []
         for slot_id in sorted(self.running):
             request = self.running[slot_id]
             if request.pass_end is not None:
                 continue  # waiting for its next prompt (`next_pass`)
-            if request.prefill_done:
-                if not is_paused(request):
-                    row = DecodeRow(slot_id, request.input_position, request.num_generated)
-                    plan.decode.append(row)
-            elif budget > 0:
-                length = min(budget, request.prompt_len - request.num_prefilled)
-                completes = request.num_prefilled + length >= request.prompt_len
-                plan.prefill.append(PrefillChunk(slot_id, request.num_prefilled, length, completes))
-                budget -= length
+            if not request.prefill_done:
+                prefilling.append(request)
+            elif not is_paused(request):
+                row = DecodeRow(slot_id, request.input_position, request.num_generated)
+                plan.decode.append(row)
+        budget = self.prefill_chunk_tokens
+        for request in sorted(prefilling, key=_rank):
+            if budget <= 0:
+                break
+            assert request.slot_id is not None
+            length = min(budget, request.prompt_len - request.num_prefilled)
+            completes = request.num_prefilled + length >= request.prompt_len
+            chunk = PrefillChunk(request.slot_id, request.num_prefilled, length, completes)
+            plan.prefill.append(chunk)
+            budget -= length
 
     def _fail_alone(
         self, request: EngineRequest, error: RequestFailure, decisions: StepDecisions
@@ -241,3 +254,7 @@ class Scheduler:
             self._discarded.append(request.request_id)
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
+
+
+def _rank(request: EngineRequest) -> tuple[int, int]:
+    return request.rank

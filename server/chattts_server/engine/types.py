@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from ..config import CHUNK_TOKEN_BOUNDS, FIRST_CHUNK_TOKENS, LOOKAHEAD_TOKENS, MAX_CHUNK_TOKENS
+from ..text.spans import Traced
 
 
 class EngineError(Exception):
@@ -141,6 +142,23 @@ DEFAULT_SPEED = 5
 """ChatTTS's `[speed_N]` level when a request sets none (the middle of 0..9)."""
 
 
+class Priority(enum.IntEnum):
+    """A stream's scheduling class (tts.proto `Priority`). Lower values go first: admission
+    orders waiting streams by it, then arrival; only INTERACTIVE may take a reserved slot
+    (`--reserved-slots`); the engine's prefill budget goes to the lowest value first."""
+
+    INTERACTIVE = 0
+    """Latency-bound prompts: navigation, a voice agent's turn."""
+    DEFAULT = 1
+    BULK = 2
+    """Backlogs that can wait: captions of a recording, batch jobs."""
+
+    @property
+    def label(self) -> str:
+        """The name in metrics, logs and the HTTP `chattts.priority` shorthand."""
+        return self.name.lower()
+
+
 @dataclass(frozen=True)
 class UtteranceRequest:
     """One utterance (sentence) to synthesize: the unit the engine schedules."""
@@ -155,6 +173,20 @@ class UtteranceRequest:
     chunking: ChunkingOptions = field(default_factory=ChunkingOptions)
     deadline: float | None = None
     """time.monotonic() after which the request is abandoned."""
+    priority: Priority = Priority.DEFAULT
+    """Its stream's class: the scheduler seats and prefills more urgent requests first."""
+    source: Traced | None = None
+    """`text` traced to the caller's text (a stream's utterance, api/stream_items.Speak), so
+    the spoken words keep their spans; None: `text` is its own source."""
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """Sent before an utterance's first audio: the text its audio speaks (normalized, refined
+    if the refine pass ran), each character traced to the caller's text (`source`). A door
+    that is cut off mid-utterance (barge-in) still knows what was being said."""
+
+    text: Traced
 
 
 @dataclass
@@ -179,9 +211,11 @@ class UtteranceDone:
     """Submission to the last audio chunk produced."""
     finish_reason: str
     """'eos' (the model ended the sentence) or 'max_tokens' (the token cap cut it)."""
+    spoken: Traced | None = None
+    """`text` traced to the caller's text, as in `Spoken`."""
 
 
-EngineEvent = AudioChunk | UtteranceDone
+EngineEvent = Spoken | AudioChunk | UtteranceDone
 
 
 @dataclass(frozen=True)

@@ -186,16 +186,22 @@ def autotune(
         if result.prefill_ms
         else result.table[sizes[-1]]
     )
+    apply_result(decoder, result, f"{time.perf_counter() - started:.1f} s")
+    return result
+
+
+def apply_result(decoder: LlamaDecoder, result: AutotuneResult, how: str) -> None:
+    """Have the decoder use `result`'s modes, free the others' weights and log the table;
+    `how` says where the result came from (the seconds measured, or the cache entry)."""
     before = decoder.weight_bytes()
     decoder.set_mode_table(result.table)
     decoder.prefill_mode = result.prefill_mode
     decoder.keep_modes({*result.table.values(), result.prefill_mode})
     log.info(
-        "linear-mode autotune (--quantize %s, %.1f s; weights %.0f -> %.0f MiB):\n%s",
+        "linear-mode autotune (--quantize %s, %s; weights %.0f -> %.0f MiB):\n%s",
         decoder.quantize,
-        time.perf_counter() - started,
+        how,
         before / 2**20,
         decoder.weight_bytes() / 2**20,
         result.format(),
     )
-    return result

@@ -24,7 +24,7 @@ from google.protobuf import json_format
 
 from chattts_proto.chattts.v1 import tts_pb2
 
-from ...engine.types import InvalidRequestError
+from ...engine.types import InvalidRequestError, Priority
 from ...voices import VoiceLibrary
 from ..convert import StreamSettings, Validator
 
@@ -106,11 +106,28 @@ def synthesis_config(value: Any, field_name: str) -> tts_pb2.SynthesisConfig:
         return config
     if not isinstance(value, dict):
         raise InvalidRequestError(field_name, "must be a SynthesisConfig as a JSON object")
+    value = _priority_shorthand(value, field_name)
     try:
         json_format.ParseDict(value, config)
     except json_format.ParseError as exc:
         raise InvalidRequestError(field_name, str(exc)[:300]) from None
     return config
+
+
+def _priority_shorthand(value: dict[str, Any], field_name: str) -> dict[str, Any]:
+    """`"priority": "interactive"` (or default, bulk) as well as the enum's own
+    `PRIORITY_INTERACTIVE`; anything else that is a string is refused naming the field."""
+    priority = value.get("priority")
+    if not isinstance(priority, str):
+        return value  # absent, or a number: ParseDict checks it
+    names = [p.label for p in Priority]
+    if priority in names:
+        return {**value, "priority": f"PRIORITY_{priority.upper()}"}
+    if priority in list(tts_pb2.Priority.keys()):
+        return value
+    raise InvalidRequestError(
+        f"{field_name}.priority", f"must be one of {', '.join(names)}, got {priority[:20]!r}"
+    )
 
 
 def openai_settings(
