@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -31,6 +31,12 @@ from chattts_client.options import (
     PathOrBytes,
 )
 from chattts_client.push_stream import PushStream
+from chattts_client.resilience import (
+    KEEPALIVE_TIME_MS,
+    KEEPALIVE_TIMEOUT_MS,
+    SERVICE_CONFIG,
+    channel_options,
+)
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 __all__ = [
@@ -39,15 +45,13 @@ __all__ = [
     "AsyncEventStream",
     "AsyncTTSClient",
     "EventStream",
+    "KEEPALIVE_TIME_MS",
+    "KEEPALIVE_TIMEOUT_MS",
+    "SERVICE_CONFIG",
     "PathOrBytes",
     "SynthesisStats",
     "TTSClient",
 ]
-# Pings every 60 s find a dead connection on a long, quiet --stdin stream. Servers reject pings
-# more often than their grpc.http2.min_recv_ping_interval_without_data_ms (default 5 min) only
-# while they send no data, and ours sends audio after every flushed text.
-_KEEPALIVE_TIME_MS = 60_000
-_KEEPALIVE_TIMEOUT_MS = 20_000
 
 
 def _stream_requests(
@@ -219,9 +223,7 @@ def _channel_spec(opts: ClientOptions) -> _ChannelSpec:
     options: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", opts.max_message_bytes),
         ("grpc.max_receive_message_length", opts.max_message_bytes),
-        ("grpc.keepalive_time_ms", _KEEPALIVE_TIME_MS),
-        ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
-        ("grpc.keepalive_permit_without_calls", 0),
+        *channel_options(opts.service_config, opts.keepalive),
     ]
     if opts.tls_server_name:
         options.append(("grpc.ssl_target_name_override", opts.tls_server_name))
@@ -264,6 +266,8 @@ class _ClientBase:
         token: str | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         tls_server_name: str | None = None,
+        service_config: Mapping[str, Any] | None = SERVICE_CONFIG,
+        keepalive: bool = True,
     ) -> None:
         self.options = ClientOptions(
             target,
@@ -274,6 +278,8 @@ class _ClientBase:
             token=token,
             max_message_bytes=max_message_bytes,
             tls_server_name=tls_server_name,
+            service_config=service_config,
+            keepalive=keepalive,
         )
         self._spec = _channel_spec(self.options)
         self._connect()
@@ -294,6 +300,9 @@ class TTSClient(_ClientBase):
     `ca_cert`, `client_cert` and `client_key` are PEM file paths or bytes; `ca_cert=None` with
     `tls=True` uses the system roots. `token` is sent as `authorization: Bearer <token>`.
     `tls_server_name` overrides the name checked against the server certificate.
+    `service_config` (default `SERVICE_CONFIG`: round robin over the target's addresses, retry of
+    UNAVAILABLE before the first response) is the channel's gRPC service config; None turns
+    retries off. `keepalive=False` sends no pings (see chattts_client.resilience).
     """
 
     def _connect(self) -> None:

@@ -10,10 +10,12 @@ where it was written, not at the first call.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from chattts_client.messages import make_config
+from chattts_client.resilience import SERVICE_CONFIG
 from chattts_proto.chattts.v1 import tts_pb2
 
 DEFAULT_TARGET = "localhost:50051"
@@ -29,6 +31,9 @@ class ClientOptions:
     `ca_cert`, `client_cert` and `client_key` are PEM file paths or bytes; `ca_cert=None` with
     `tls=True` uses the system roots. `token` is sent as `authorization: Bearer <token>`.
     `tls_server_name` overrides the name checked against the server certificate.
+    `service_config` is the channel's gRPC service config (default `SERVICE_CONFIG`: round
+    robin, retry of UNAVAILABLE before the first response; None: neither); `keepalive` pings a
+    quiet connection to find a dead peer within seconds (chattts_client.resilience).
     """
 
     target: str = DEFAULT_TARGET
@@ -39,6 +44,8 @@ class ClientOptions:
     token: str | None = None
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     tls_server_name: str | None = None
+    service_config: Mapping[str, Any] | None = field(default_factory=lambda: SERVICE_CONFIG)
+    keepalive: bool = True
 
     def __post_init__(self) -> None:
         if not self.tls and (

@@ -322,6 +322,12 @@ class NetworkConfig:
         "tokens and TLS as gRPC; 0 turns it off",
         bounds=(0, 65535),
     )
+    listen_when_ready: bool = option(
+        False,
+        "open the gRPC and HTTP ports only once the model is loaded and warm (connections are "
+        "refused until then), for load balancers that check only that a port accepts TCP; "
+        "without it the ports open at start-up and health answers NOT_SERVING while loading",
+    )
     keepalive_time_s: float = option(
         30.0, "ping idle connections this often, in seconds", bounds=(1, None)
     )
