@@ -60,9 +60,11 @@ def run_playground(
     *,
     route: str = "ws",
     stream_format: str = "audio",
+    response_format: str = "pcm",
     word_by_word: bool = True,
     token: str = "",
     max_tokens: int | None = None,
+    min_tokens: int | None = None,
     screenshot: Path | None = None,
     timeout_s: float = 60.0,
     until_played_out: bool = False,
@@ -90,6 +92,7 @@ def run_playground(
         Select(driver.find_element(By.ID, "route")).select_by_value(route)
         if route == "post":  # the WebSocket route has no stream format
             Select(driver.find_element(By.ID, "streamFormat")).select_by_visible_text(stream_format)
+            Select(driver.find_element(By.ID, "format")).select_by_visible_text(response_format)
         checkbox = driver.find_element(By.ID, "wordByWord")
         if checkbox.is_selected() != word_by_word:
             checkbox.click()
@@ -97,6 +100,8 @@ def run_playground(
             driver.find_element(By.ID, "token").send_keys(token)
         if max_tokens:
             driver.find_element(By.ID, "maxTokens").send_keys(str(max_tokens))
+        if min_tokens:
+            driver.find_element(By.ID, "minTokens").send_keys(str(min_tokens))
         driver.find_element(By.ID, "speak").click()
         deadline = time.monotonic() + timeout_s
         state: dict[str, Any] = {}

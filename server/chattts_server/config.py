@@ -164,6 +164,13 @@ class EngineConfig:
         "prefill long prompts this many tokens at a time, between decode steps",
         bounds=(16, 4096),
     )
+    interactive_hold_tokens: int = option(
+        64,
+        "while a PRIORITY_INTERACTIVE utterance waits for its first audio (for at most this "
+        "many tokens of a pass), less urgent streams skip decode steps, so its steps run at a "
+        "small batch; 0 = off",
+        bounds=(0, 4096),
+    )
     output_buffer_chunks: int = option(
         8, "audio chunks buffered per stream before it waits for its reader", bounds=(1, 1024)
     )

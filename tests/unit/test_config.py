@@ -45,6 +45,7 @@ FLAGS = {
     "--max-tokens": 1536,
     "--max-new-tokens": 768,
     "--prefill-chunk-tokens": 256,
+    "--interactive-hold-tokens": 64,
     "--output-buffer-chunks": 8,
     "--no-warmup": False,
     "--first-chunk-tokens": 8,  # None (the decoder's 8, 32, 8) until config held the defaults

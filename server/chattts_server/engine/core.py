@@ -82,9 +82,12 @@ class EngineCore:
         prefill_chunk_tokens: int,
         max_new_tokens: int,
         is_paused: Callable[[str], bool] = lambda request_id: False,
+        interactive_hold_tokens: int = 0,
     ) -> None:
         self.runner = runner
-        self.scheduler = Scheduler(num_slots, max_tokens, prefill_chunk_tokens, max_new_tokens)
+        self.scheduler = Scheduler(
+            num_slots, max_tokens, prefill_chunk_tokens, max_new_tokens, interactive_hold_tokens
+        )
         self.is_paused = is_paused
         """Whether a request's reader is behind; its generation then skips steps."""
         self.consecutive_failures = 0
@@ -110,6 +113,7 @@ class EngineCore:
             prefill_chunk_tokens=config.prefill_chunk_tokens,
             max_new_tokens=config.max_new_tokens,
             is_paused=is_paused,
+            interactive_hold_tokens=config.interactive_hold_tokens,
         )
 
     # -- requests in -----------------------------------------------------------------------
