@@ -123,7 +123,7 @@ def test_kill_9_under_load_fails_only_the_calls_it_was_speaking(cluster: Cluster
     results = {name: load.stop() for name, load in loads.items()}
     try:
         for name, outcomes in results.items():
-            report = judge_kill(outcomes, kill_at)
+            report = judge_kill(outcomes, kill_at, window_s=30)
             summary = _summary(outcomes)
             for o in report.failed:
                 # Started before the kill and already answered with audio, by the victim (its
@@ -134,8 +134,8 @@ def test_kill_9_under_load_fails_only_the_calls_it_was_speaking(cluster: Cluster
                     assert o.served_by == victim.name, f"{name}: {summary}"
                 assert o.ended - kill_at <= TIME_TO_ERROR_S, f"{name}: {summary}"
             assert report.started_after and all(o.ok for o in report.started_after), summary
-            # The survivors keep their pace: first-audio p95 of the calls started in the 5 s
-            # after the kill within 2x of the calls before it.
+            # The survivors keep their pace: first-audio p95 of the calls started after the
+            # kill (up to 30 s) within 2x of the calls before it.
             before, during = p95(report.ttfa_before), p95(report.ttfa_during)
             assert before is not None and during is not None, summary
             assert during <= 2 * before, f"{name}: first-audio p95 {before:.2f} -> {during:.2f} s"

@@ -33,7 +33,9 @@ CONFIGS = {"haproxy": HAPROXY_DIR / "haproxy.cfg", "plain": HAPROXY_DIR / "hapro
 """The shipped files: readiness-checked, and the plain TCP-checked variant."""
 MAX_REPLICAS = 3
 """Server lines in the shipped files; unused ones point at a port nobody listens on."""
-REPLICA_ARGS = ("--max-streams", "8", "--max-queue", "16", "--grace-s", "10", "--no-warmup")
+# --grace-s 30: on a 2-core machine loaded by other jobs a call took up to 15 s; the drain waits
+# only as long as its streams need.
+REPLICA_ARGS = ("--max-streams", "8", "--max-queue", "16", "--grace-s", "30", "--no-warmup")
 LISTEN_WHEN_READY = ("--listen-when-ready",)
 """What replicas behind a TCP-checked proxy (haproxy-plain.cfg) need: no port open while loading."""
 
@@ -102,7 +104,7 @@ class Replicas:
         """SIGTERM (the replica drains its streams), relaunch on the same ports, wait until it
         serves again; returns the drained process's exit code."""
         assert replica.process is not None
-        code = replica.process.stop(timeout_s=30)
+        code = replica.process.stop(timeout_s=45)
         self._launch(replica)
         self.wait_ready(replica, timeout_s)
         return code
