@@ -84,6 +84,30 @@ def _reserve(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _warn_if_slots_too_short(cfg: ServerConfig) -> None:
+    needed = slot_tokens_needed(cfg.engine.max_new_tokens, MAX_REFERENCE_S)
+    if cfg.engine.max_tokens < needed:
+        log.warning(
+            "--max-tokens %d is below the %d positions the longest utterance under "
+            "--max-new-tokens %d needs with a %g s reference voice: such utterances are cut "
+            "short (finish_reason max_tokens)",
+            cfg.engine.max_tokens,
+            needed,
+            cfg.engine.max_new_tokens,
+            MAX_REFERENCE_S,
+        )
+
+
+def _load_tokens(cfg: ServerConfig) -> Tokens | None:
+    """The accepted bearer tokens (--auth-token-file), or None when auth is off."""
+    if cfg.security.auth_token_file is None:
+        return None
+    try:
+        return load_tokens(cfg.security.auth_token_file)
+    except (OSError, ValueError) as exc:
+        raise StartupError(f"--auth-token-file: {exc}") from None
+
+
 class TTSServer:
     """Owns the engine, the grpc.aio server and the lifecycle between them."""
 
@@ -112,33 +136,16 @@ class TTSServer:
     async def start(self) -> int:
         """Bind and start serving (health NOT_SERVING); the engine loads in the background."""
         cfg = self.config
-        needed = slot_tokens_needed(cfg.engine.max_new_tokens, MAX_REFERENCE_S)
-        if cfg.engine.max_tokens < needed:
-            log.warning(
-                "--max-tokens %d is below the %d positions the longest utterance under "
-                "--max-new-tokens %d needs with a %g s reference voice: such utterances are cut "
-                "short (finish_reason max_tokens)",
-                cfg.engine.max_tokens,
-                needed,
-                cfg.engine.max_new_tokens,
-                MAX_REFERENCE_S,
-            )
+        _warn_if_slots_too_short(cfg)
         loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         self.admission = Admission(
             cfg.engine.max_streams, cfg.admission.max_queue, cfg.admission.reserved_slots
         )
-        interceptors = []
-        tokens: Tokens | None = None
-        if cfg.security.auth_token_file is not None:
-            try:
-                tokens = load_tokens(cfg.security.auth_token_file)
-            except (OSError, ValueError) as exc:
-                raise StartupError(f"--auth-token-file: {exc}") from None
-            interceptors.append(BearerTokenInterceptor(tokens))
+        tokens = _load_tokens(cfg)
+        interceptors = [] if tokens is None else [BearerTokenInterceptor(tokens)]
         credentials = self._credentials()
         self.server = grpc.aio.server(options=_grpc_options(cfg), interceptors=interceptors)
-
         # One way in, one admission: gRPC and HTTP share them.
         self.synthesis = Synthesis(
             self.engine,
@@ -149,20 +156,7 @@ class TTSServer:
             self.metrics,
             tokens,
         )
-        self.servicer = TextToSpeechServicer(self.synthesis)
-        add_to_server(self.servicer, self.server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        await self.health.set("", NOT_SERVING)
-        await self.health.set(SERVICE_NAME, NOT_SERVING)
-        if cfg.security.reflection:
-            reflection.enable_server_reflection(
-                (
-                    SERVICE_NAME,
-                    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                    reflection.SERVICE_NAME,
-                ),
-                self.server,
-            )
+        await self._add_services(self.server, self.synthesis)
         self._credentials_for_port = credentials
         if cfg.network.listen_when_ready:
             self._reserve_ports()
@@ -188,6 +182,24 @@ class TTSServer:
         when = "once the model is ready" if cfg.network.listen_when_ready else "now"
         log.info("port %d (listening %s), loading the model", self.port, when)
         return self.port
+
+    async def _add_services(self, server: grpc.aio.Server, synthesis: Synthesis) -> None:
+        """TextToSpeech, health (NOT_SERVING until the model is ready) and, unless turned off,
+        reflection."""
+        self.servicer = TextToSpeechServicer(synthesis)
+        add_to_server(self.servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        await self.health.set("", NOT_SERVING)
+        await self.health.set(SERVICE_NAME, NOT_SERVING)
+        if self.config.security.reflection:
+            reflection.enable_server_reflection(
+                (
+                    SERVICE_NAME,
+                    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                    reflection.SERVICE_NAME,
+                ),
+                server,
+            )
 
     def _reserve_ports(self) -> None:
         """--listen-when-ready: hold the ports bound but not listening (connections to them are

@@ -90,15 +90,6 @@ async def read_text(
     last_message_at = time.monotonic()
     total_chars = 0
 
-    def put(items: list[StreamItem]) -> None:
-        for item in items:
-            if isinstance(item, Speak):
-                try:
-                    control_tokens.check(item.text.text)  # a token may arrive split over fragments
-                except ValueError as exc:
-                    raise InvalidRequestError(_TEXT_FIELD, str(exc)) from None
-            queue.put_nowait(item)
-
     try:
         while True:
             if next_message is None:
@@ -110,7 +101,7 @@ async def read_text(
             done, _ = await asyncio.wait({next_message}, timeout=timeout_s)
             if not done:
                 # idle: speak what is buffered (or a held sentence end)
-                put(releaser.on_quiet((time.monotonic() - last_message_at) * 1000))
+                _put(queue, releaser.on_quiet((time.monotonic() - last_message_at) * 1000))
                 continue
             try:
                 text_input = next_message.result()
@@ -118,25 +109,10 @@ async def read_text(
                 break
             next_message = None
             last_message_at = time.monotonic()
-            validator.text(text_input.text, _TEXT_FIELD, allow_empty=True)
-            if text_input.mark and (why := check_mark_name(text_input.mark)) is not None:
-                raise InvalidRequestError(_MARK_FIELD, why)
             total_chars += len(text_input.text)
-            if total_chars > max_stream_chars:
-                raise InvalidRequestError(
-                    _TEXT_FIELD, f"the stream sent over {max_stream_chars} characters in total"
-                )
-            if text_input.clear:
-                releaser.clear()
-                _drop_queued_items(queue)
-                if on_clear is not None:
-                    on_clear()
-            put(releaser.feed(text_input.text))
-            if text_input.flush or text_input.mark:
-                put(releaser.flush())
-            if text_input.mark:
-                queue.put_nowait(MarkAt(text_input.mark))
-        put(releaser.end())
+            _check_fragment(text_input, validator, total_chars, max_stream_chars)
+            _apply(text_input, releaser, queue, on_clear)
+        _put(queue, releaser.end())
         queue.put_nowait(EndOfText())
     except asyncio.CancelledError:
         raise
@@ -148,6 +124,51 @@ async def read_text(
                 next_message.cancel()
             elif not next_message.cancelled():
                 next_message.exception()  # retrieved: asyncio would log it at collection
+
+
+def _check_fragment(
+    fragment: TextFragment, validator: Validator, total_chars: int, max_stream_chars: int
+) -> None:
+    """InvalidRequestError for a bad text or mark name, or once the stream's text passes
+    `max_stream_chars` (`total_chars` counts this fragment)."""
+    validator.text(fragment.text, _TEXT_FIELD, allow_empty=True)
+    if fragment.mark and (why := check_mark_name(fragment.mark)) is not None:
+        raise InvalidRequestError(_MARK_FIELD, why)
+    if total_chars > max_stream_chars:
+        raise InvalidRequestError(
+            _TEXT_FIELD, f"the stream sent over {max_stream_chars} characters in total"
+        )
+
+
+def _apply(
+    fragment: TextFragment,
+    releaser: TextFrontEnd,
+    queue: UtteranceQueue,
+    on_clear: Callable[[], None] | None,
+) -> None:
+    """One valid fragment: a clear first (so its text and mark land after the cut), then the
+    text, then the flush that a flush or a mark asks for, then the mark."""
+    if fragment.clear:
+        releaser.clear()
+        _drop_queued_items(queue)
+        if on_clear is not None:
+            on_clear()
+    _put(queue, releaser.feed(fragment.text))
+    if fragment.flush or fragment.mark:
+        _put(queue, releaser.flush())
+    if fragment.mark:
+        queue.put_nowait(MarkAt(fragment.mark))
+
+
+def _put(queue: UtteranceQueue, items: list[StreamItem]) -> None:
+    """Queue released items; a control token completed across fragments is refused here."""
+    for item in items:
+        if isinstance(item, Speak):
+            try:
+                control_tokens.check(item.text.text)
+            except ValueError as exc:
+                raise InvalidRequestError(_TEXT_FIELD, str(exc)) from None
+        queue.put_nowait(item)
 
 
 def _drop_queued_items(queue: UtteranceQueue) -> None:

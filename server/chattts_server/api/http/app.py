@@ -51,14 +51,31 @@ def build_app(synthesis: Synthesis, serving: Callable[[], bool], limits: LimitsC
         openapi_url=None if tokens_on else "/openapi.json",  # with tokens: served below
         redoc_url=None,
     )
-    playground = resources.files("chattts_server.api.http").joinpath("playground.html")
+    _add_error_handlers(app)
+    _add_info_routes(app, synthesis, serving)
 
-    def denied(request: Request) -> Response | None:
-        try:
-            synthesis.check_token(request.headers.get("authorization"), request.url.path)
-        except AuthError as exc:
-            return error_response(http_failure(exc))
-        return None
+    @app.post("/v1/audio/speech")
+    async def speech(request: Request) -> Response:
+        return await speech_route(request, synthesis, limits.max_body_bytes)
+
+    @app.websocket("/v1/audio/speech/stream")
+    async def speech_ws(ws: WebSocket) -> None:
+        await speech_stream(ws, synthesis)
+
+    return app
+
+
+def _denied(synthesis: Synthesis, request: Request) -> Response | None:
+    """The 401 answer when the request's bearer token is refused, else None."""
+    try:
+        synthesis.check_token(request.headers.get("authorization"), request.url.path)
+    except AuthError as exc:
+        return error_response(http_failure(exc))
+    return None
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Starlette's and FastAPI's own errors in the same JSON body as ours."""
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -73,15 +90,20 @@ def build_app(synthesis: Synthesis, serving: Callable[[], bool], limits: LimitsC
         param = ".".join(str(p) for p in first.get("loc", ())[1:]) or None
         return error_response(failure("INVALID_ARGUMENT", str(first.get("msg", exc)), param))
 
+
+def _add_info_routes(app: FastAPI, synthesis: Synthesis, serving: Callable[[], bool]) -> None:
+    """The playground, /health, the OpenAPI schema behind a token, models and voices."""
+    playground = resources.files("chattts_server.api.http").joinpath("playground.html")
+
     @app.get("/", include_in_schema=False)
     async def index() -> Response:
         return HTMLResponse(playground.read_text(encoding="utf-8"))
 
-    if tokens_on:
+    if synthesis.tokens is not None:
 
         @app.get("/openapi.json", include_in_schema=False)
         async def openapi(request: Request) -> Response:
-            return denied(request) or JSONResponse(app.openapi())
+            return _denied(synthesis, request) or JSONResponse(app.openapi())
 
     @app.get("/health")
     async def health() -> Response:
@@ -97,7 +119,7 @@ def build_app(synthesis: Synthesis, serving: Callable[[], bool], limits: LimitsC
             "created": _CREATED,
             "owned_by": "chattts-stream",
         }
-        return denied(request) or JSONResponse({"object": "list", "data": [model]})
+        return _denied(synthesis, request) or JSONResponse({"object": "list", "data": [model]})
 
     @app.get("/v1/audio/voices")
     async def voices(request: Request) -> Response:
@@ -110,14 +132,5 @@ def build_app(synthesis: Synthesis, serving: Callable[[], bool], limits: LimitsC
             for name, seed in OPENAI_VOICE_SEEDS.items()
             if synthesis.voices.get(name) is None
         ]
-        return denied(request) or JSONResponse({"object": "list", "data": presets + aliases})
-
-    @app.post("/v1/audio/speech")
-    async def speech(request: Request) -> Response:
-        return await speech_route(request, synthesis, limits.max_body_bytes)
-
-    @app.websocket("/v1/audio/speech/stream")
-    async def speech_ws(ws: WebSocket) -> None:
-        await speech_stream(ws, synthesis)
-
-    return app
+        body = {"object": "list", "data": presets + aliases}
+        return _denied(synthesis, request) or JSONResponse(body)
