@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import save_file
@@ -165,95 +165,109 @@ def _save(state_dict: dict[str, torch.Tensor], path: Path, **metadata: str) -> N
 
 
 def _write_assets(model_dir: Path, variant: str) -> None:
-    from ChatTTS.model import DVAE, Embed
-    from transformers import LlamaConfig, LlamaModel
-
+    """Every weight file of the official layout, each part from its own seed (so a part's
+    weights do not depend on the parts before it)."""
     asset = model_dir / "asset"
     num_text_tokens = build_tokenizer(
         asset / "tokenizer", OFFICIAL_VOCAB_SIZE if variant == "full" else None
     )
     shapes = variant_shapes(variant, num_text_tokens)
     config = chattts_config(shapes)
-    cpu = torch.device("cpu")
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(_SEED)
-        gpt = shapes.gpt
-        gpt_json = {
-            "architectures": ["LlamaModel"],
-            "attention_bias": False,
-            "attention_dropout": 0.0,
-            "bos_token_id": 1,
-            "eos_token_id": 2,
-            "head_dim": gpt.head_dim,
-            "hidden_act": "silu",
-            "hidden_size": gpt.hidden_size,
-            "initializer_range": 0.02,
-            "intermediate_size": gpt.intermediate_size,
-            "max_position_embeddings": gpt.max_position_embeddings,
-            "mlp_bias": False,
-            "model_type": "llama",
-            "num_attention_heads": gpt.num_heads,
-            "num_hidden_layers": gpt.num_layers,
-            "num_key_value_heads": gpt.num_kv_heads,
-            "pretraining_tp": 1,
-            "rms_norm_eps": gpt.rms_norm_eps,
-            "rope_scaling": None,
-            "rope_theta": gpt.rope_theta,
-            "tie_word_embeddings": False,
-            "torch_dtype": "float32",
-            "use_cache": False,
-            # Upstream feeds inputs_embeds and deletes embed_tokens after loading, so the
-            # vocabulary here is never used; keep Llama's default rather than a real size.
-            "vocab_size": 32000,
-        }
-        (asset / "gpt").mkdir(parents=True, exist_ok=True)
-        (asset / "gpt" / "config.json").write_text(json.dumps(gpt_json, indent=2) + "\n")
-        llama = LlamaModel(LlamaConfig(**gpt_json))  # HF init: normal(0, 0.02), norms at 1
-        llama_state = {
-            k: v for k, v in llama.state_dict().items() if not k.startswith("embed_tokens.")
-        }
-        _save(llama_state, asset / "gpt" / "model.safetensors", format="pt")
-        del llama, llama_state
-
+        _write_gpt(asset, shapes.gpt)
         torch.manual_seed(_SEED + 1)
-        embed = Embed(
-            shapes.embed.hidden_size,
-            shapes.embed.num_audio_tokens,
-            shapes.embed.num_text_tokens,
-            shapes.embed.num_vq,
-        )
-        # HF-style embedding scale, comparable to the unit-norm speaker vector Speaker.apply
-        # writes at [spk_emb]; the weight-normed heads keep their default init.
-        for emb in [embed.emb_text, *embed.emb_code]:
-            torch.nn.init.normal_(emb.weight, std=0.02)
-        _save(embed.state_dict(), asset / "Embed.safetensors")
-        del embed
-
-        torch.manual_seed(_SEED + 2)
-        dvae = DVAE(
-            decoder_config=asdict(config.dvae.decoder),
-            encoder_config=asdict(config.dvae.encoder),
-            vq_config=asdict(config.dvae.vq),
-            dim=config.dvae.decoder.idim,
-            device=cpu,
-        )  # coef: 100 uniform floats drawn from the seeded generator
-        _set_layer_scales(dvae, 1.0)
-        _save(dvae.state_dict(), asset / "DVAE.safetensors")
-
-        torch.manual_seed(_SEED + 3)
-        # Same coef as the DVAE, as upstream's Chat._load passes it on.
-        decoder = DVAE(
-            decoder_config=asdict(config.decoder),
-            dim=config.decoder.idim,
-            coef=str(dvae),
-            device=cpu,
-        )
-        _set_layer_scales(decoder, 1.0)
-        _calibrate_mel_spread(decoder, shapes.gpt.hidden_size)
-        _save(decoder.state_dict(), asset / "Decoder.safetensors")
-        del dvae, decoder
-
+        _write_embed(asset, shapes)
+        # seeds _SEED + 2 (DVAE) and _SEED + 3 (Decoder)
+        _write_dvae_and_decoder(asset, config, shapes)
         torch.manual_seed(_SEED + 4)
         vocos = build_vocos(config)  # Vocos's own init (trunc normal 0.02, layer scale 1/L)
         _save(vocos.state_dict(), asset / "Vocos.safetensors")
+
+
+def _gpt_config_json(gpt: GptShapes) -> dict[str, Any]:
+    """asset/gpt/config.json: a transformers LlamaConfig at the GPT's shapes."""
+    return {
+        "architectures": ["LlamaModel"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "head_dim": gpt.head_dim,
+        "hidden_act": "silu",
+        "hidden_size": gpt.hidden_size,
+        "initializer_range": 0.02,
+        "intermediate_size": gpt.intermediate_size,
+        "max_position_embeddings": gpt.max_position_embeddings,
+        "mlp_bias": False,
+        "model_type": "llama",
+        "num_attention_heads": gpt.num_heads,
+        "num_hidden_layers": gpt.num_layers,
+        "num_key_value_heads": gpt.num_kv_heads,
+        "pretraining_tp": 1,
+        "rms_norm_eps": gpt.rms_norm_eps,
+        "rope_scaling": None,
+        "rope_theta": gpt.rope_theta,
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "use_cache": False,
+        # Upstream feeds inputs_embeds and deletes embed_tokens after loading, so the
+        # vocabulary here is never used; keep Llama's default rather than a real size.
+        "vocab_size": 32000,
+    }
+
+
+def _write_gpt(asset: Path, gpt: GptShapes) -> None:
+    from transformers import LlamaConfig, LlamaModel
+
+    gpt_json = _gpt_config_json(gpt)
+    (asset / "gpt").mkdir(parents=True, exist_ok=True)
+    (asset / "gpt" / "config.json").write_text(json.dumps(gpt_json, indent=2) + "\n")
+    llama = LlamaModel(LlamaConfig(**gpt_json))  # HF init: normal(0, 0.02), norms at 1
+    llama_state = {k: v for k, v in llama.state_dict().items() if not k.startswith("embed_tokens.")}
+    _save(llama_state, asset / "gpt" / "model.safetensors", format="pt")
+
+
+def _write_embed(asset: Path, shapes: ModelShapes) -> None:
+    from ChatTTS.model import Embed
+
+    embed = Embed(
+        shapes.embed.hidden_size,
+        shapes.embed.num_audio_tokens,
+        shapes.embed.num_text_tokens,
+        shapes.embed.num_vq,
+    )
+    # HF-style embedding scale, comparable to the unit-norm speaker vector Speaker.apply
+    # writes at [spk_emb]; the weight-normed heads keep their default init.
+    for emb in [embed.emb_text, *embed.emb_code]:
+        torch.nn.init.normal_(emb.weight, std=0.02)
+    _save(embed.state_dict(), asset / "Embed.safetensors")
+
+
+def _write_dvae_and_decoder(asset: Path, config: Any, shapes: ModelShapes) -> None:
+    """The DVAE (seed _SEED + 2) and the Decoder (_SEED + 3), which shares the DVAE's coef as
+    upstream's Chat._load passes it on."""
+    from ChatTTS.model import DVAE
+
+    cpu = torch.device("cpu")
+    torch.manual_seed(_SEED + 2)
+    dvae = DVAE(
+        decoder_config=asdict(config.dvae.decoder),
+        encoder_config=asdict(config.dvae.encoder),
+        vq_config=asdict(config.dvae.vq),
+        dim=config.dvae.decoder.idim,
+        device=cpu,
+    )  # coef: 100 uniform floats drawn from the seeded generator
+    _set_layer_scales(dvae, 1.0)
+    _save(dvae.state_dict(), asset / "DVAE.safetensors")
+
+    torch.manual_seed(_SEED + 3)
+    decoder = DVAE(
+        decoder_config=asdict(config.decoder),
+        dim=config.decoder.idim,
+        coef=str(dvae),
+        device=cpu,
+    )
+    _set_layer_scales(decoder, 1.0)
+    _calibrate_mel_spread(decoder, shapes.gpt.hidden_size)
+    _save(decoder.state_dict(), asset / "Decoder.safetensors")
