@@ -19,7 +19,7 @@ from transformers import LlamaConfig, LlamaModel
 from chattts_server.model.autotune import snr_db
 from chattts_server.model.compiled_decode import compilable, tune_compiled
 from chattts_server.model.kv_cache import SlotKVCache
-from chattts_server.model.linear_modes import modes_for
+from chattts_server.model.linear_modes import MODES, modes_for
 from chattts_server.model.llama import DecodeBatch, LlamaDecoder, LlamaShape
 
 CPU, FP32 = torch.device("cpu"), torch.float32
@@ -76,15 +76,16 @@ def _decode_both(mode: str, slots: list[int]) -> tuple[torch.Tensor, torch.Tenso
     compiled_cache = SlotKVCache(shape, 8, 64, CPU, FP32)
     torch.manual_seed(1)
     prompts = _prompts(ours, eager_cache, lengths)
-    for slot, prompt in prompts.items():
-        ours.prefill(slot, prompt, 0, compiled_cache)
     step = torch.randn(len(slots), HIDDEN)
     ids = torch.tensor(slots)
     positions = torch.tensor([lengths[s] for s in slots])
     eager = ours.decode(ids, step, positions, eager_cache)
+    # Warm-up first (it writes garbage K/V), then the prompts, as the server does.
     result = tune_compiled(ours, [1, len(slots)], compiled_cache, "on", budget_s=600.0)
     assert result.chosen == {1: True, len(slots): True}
     assert ours.compiled is not None and ours.compiled.covers(len(slots), mode)
+    for slot, prompt in prompts.items():
+        ours.prefill(slot, prompt, 0, compiled_cache)
     ours.compiled.on_miss = "fail_on_recompile"  # warm-up's graphs serve these rows
     _, compiled = ours.forward_batch([], DecodeBatch(ids, step, positions), compiled_cache)
     assert compiled is not None
@@ -96,11 +97,14 @@ def _decode_both(mode: str, slots: list[int]) -> tuple[torch.Tensor, torch.Tenso
             for i, s in enumerate(slots)
         ]
     )
-    # The compiled step wrote the same K/V the eager one did.
+    # The compiled step wrote the K/V the eager one did (a lossy mode: to its rounding; the
+    # fused norm rounds a few bf16 kernel inputs the other way).
     for s, n in lengths.items():
-        torch.testing.assert_close(
-            compiled_cache.kv[:, :, s, :, : n + 1], eager_cache.kv[:, :, s, :, : n + 1]
-        )
+        got, want = compiled_cache.kv[:, :, s, :, : n + 1], eager_cache.kv[:, :, s, :, : n + 1]
+        if MODES[mode].lossless:
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        else:
+            assert snr_db(want, got) >= 40.0
     return expected, eager, compiled
 
 
@@ -140,8 +144,7 @@ def test_off_compiles_nothing_and_dynamic_int8_is_left_eager(
 def test_spent_budget_leaves_the_remaining_sizes_eager() -> None:
     _, ours, shape = _models("dense")
     cache = SlotKVCache(shape, 4, 32, CPU, FP32)
+    # The budget is checked before each graph: none starts once it is spent.
     result = tune_compiled(ours, [1, 2, 4], cache, "on", budget_s=0.0)
-    # The budget is checked before each compile: batch 1's graph compiles, the next does not.
-    assert result.chosen == {1: True}
-    assert "budget" in result.skipped[2] and "budget" in result.skipped[4]
-    assert ours.compiled is not None and not ours.compiled.covers(2, "dense")
+    assert not result.chosen and ours.compiled is None
+    assert all("budget 0 s spent" in why for why in result.skipped.values()), result.skipped

@@ -116,9 +116,29 @@ class OneDNNLinear(nn.Module):
         self.input_dtype = compute_dtype
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.compiler.is_compiling():  # model/compiled_decode.py: an opaque call
+            return torch.ops.chattts.onednn_linear(x.to(self.input_dtype), self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(
             x.to(self.input_dtype), self.weight, self.bias, "none", [], ""
         )
+
+
+def _onednn_linear_impl(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def _onednn_linear_fake(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+# ``OneDNNLinear`` inside a compiled graph: inductor lowers ``_linear_pointwise`` itself only for
+# weights it froze as constants, and ours are inputs; this op it calls as is. (Defined through
+# Library, not custom_op: custom_op's aliasing check cannot read an opaque oneDNN weight.)
+_LIBRARY = torch.library.Library("chattts", "DEF")
+_LIBRARY.define("onednn_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
+for _key in ("CPU", "MkldnnCPU"):  # the packed weight dispatches as MkldnnCPU
+    _LIBRARY.impl("onednn_linear", _onednn_linear_impl, _key)
+torch.library.register_fake("chattts::onednn_linear", _onednn_linear_fake, lib=_LIBRARY)
 
 
 def _int8_per_channel(weight: Tensor) -> tuple[Tensor, Tensor]:
