@@ -125,7 +125,7 @@ class ModelConfig:
     compile: str = option(
         "off",
         "CPU decode step with each layer torch.compile'd (inductor): off; on = every batch size "
-        "whose linear mode traces (not dynamic int8); auto = where it measured faster than "
+        "(every linear mode); auto = only where it measured faster than "
         "eager at warm-up",
         choices=("off", "auto", "on"),
     )

@@ -9,9 +9,10 @@ times as long to compile on a loaded 2-core machine. There are two graphs per li
 Warm-up compiles them (:func:`tune_compiled`); after that a call whose guards fail runs eagerly
 instead of compiling while serving (``eager_on_recompile``).
 
-What it covers: decode batches (any slot layout: each row's K/V is read through its slot id)
-in a linear mode whose kernels trace, i.e. not the dynamic-int8 ones (their packed weights are
-TorchScript objects dynamo cannot put in a graph). Prefill and mixed steps stay eager.
+What it covers: decode batches (any slot layout: each row's K/V is read through its slot id) in
+every linear mode. Inductor calls the oneDNN and dynamic-int8 kernels through ops that
+``linear_modes`` defines (it lowers oneDNN linears only for frozen weights, and a graph cannot
+hold the packed int8 weight, a TorchScript object). Prefill and mixed steps stay eager.
 Attention is written out (scores, masked softmax, weighted sum of values) for inductor to fuse;
 it matches ``scaled_dot_product_attention`` to fp32 rounding. The K/V write indexes the whole
 cache tensor: a write through the view ``kv[layer]`` was functionalized into a copy of that
@@ -30,10 +31,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .kv_cache import SlotKVCache
-from .linear_modes import DynamicInt8Linear
 from .llama_layers import Layer, LlamaShape, q_kv, rms_norm
 
 if TYPE_CHECKING:
@@ -52,13 +52,9 @@ def set_inductor_cache(path: Path) -> None:
 
 
 def compilable(decoder: LlamaDecoder, mode: str) -> bool:
-    """Whether ``mode``'s kernels trace into one graph (none is a dynamic-int8 kernel)."""
-    for layer in cast("list[Layer]", decoder.layers):
-        for proj in layer.projections():
-            kernels = cast("nn.ModuleList", proj.kernels[mode])
-            if any(isinstance(k, DynamicInt8Linear) for k in kernels):
-                return False
-    return True
+    """Whether ``mode``'s kernels trace into the layer graph (every mode built here does:
+    the oneDNN and dynamic-int8 kernels through ops of ``linear_modes``)."""
+    return mode in decoder.modes
 
 
 def _attend(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float) -> Tensor:
