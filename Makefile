@@ -9,7 +9,7 @@ HTTP_PORT ?= 8000
 DEV_MODEL ?= tiny
 PYTEST_ARGS ?=
 
-.PHONY: install browser run test proto lint bench bench-quick clean
+.PHONY: install browser ffmpeg proxy run test proto lint bench bench-quick clean
 
 install: $(STAMP)
 
@@ -31,10 +31,29 @@ browser:
 	  || echo "make browser: chromium could not be installed; the playground test will be skipped"; \
 	else echo "make browser: no root apt-get; the playground test will be skipped"; fi
 
+# The subtitle test converts our WebVTT and SRT files with the ffmpeg command (PyAV's demuxers
+# read them either way); install it the same way when missing, else that one test is skipped.
+ffmpeg:
+	@if command -v ffmpeg >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ffmpeg \
+	  || echo "make ffmpeg: ffmpeg could not be installed; its subtitle test will be skipped"; \
+	else echo "make ffmpeg: no root apt-get; the ffmpeg subtitle test will be skipped"; fi
+
+# The replica tests (tests/e2e/test_haproxy_replicas.py) run Debian's HAProxy in front of three
+# replicas; install it (as root, apt-get) when missing. Without it those tests are skipped and say
+# why.
+proxy:
+	@if command -v haproxy >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy \
+	  || echo "make proxy: haproxy could not be installed; the proxy tests will be skipped"; \
+	else echo "make proxy: no root apt-get; the proxy tests will be skipped"; fi
+
 run: install
 	$(BIN)/chattts-server --host $(HOST) --port $(PORT) --http-port $(HTTP_PORT) --dev-model $(DEV_MODEL)
 
-test: install browser
+test: install browser ffmpeg proxy
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 proto: install

@@ -15,7 +15,7 @@ The server is `chattts-server` (a subprocess, tiny random-weight dev model unles
 full or --model-dir), talked to with the generated stubs over loopback. Prints its figures;
 writes nothing.
 
-Usage: python bench/bench_priority.py [--bulk 16] [--reserved 1] [--prompts 10]
+Usage: python bench/bench_priority.py [--bulk 16] [--reserved 2] [--prompts 10]
        [--prompt-interval-s 2] [--window-s 20] [--word-interval-ms 150]
        [--dev-model tiny|full | --model-dir DIR] [--server-arg=--quantize=none ...]
        python bench/bench_priority.py --smoke    # 3 caption streams, 3 prompts, short windows
@@ -202,7 +202,7 @@ def report(args: argparse.Namespace, f: Figures) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bulk", type=int, default=16, help="caption streams (PRIORITY_BULK)")
-    parser.add_argument("--reserved", type=int, default=1, help="--reserved-slots")
+    parser.add_argument("--reserved", type=int, default=2, help="--reserved-slots")
     parser.add_argument("--prompts", type=int, default=10, help="prompts per phase")
     parser.add_argument("--prompt-interval-s", type=float, default=2.0)
     parser.add_argument("--window-s", type=float, default=20.0, help="bulk-only window")
@@ -217,6 +217,7 @@ def main() -> None:
     parser.add_argument(
         "--server-arg", action="append", default=[], help="extra server flag (repeatable)"
     )
+    parser.add_argument("--server-log", help="write the server's output to this file")
     parser.add_argument(
         "--smoke", action="store_true", help="3 caption streams, 3 prompts, short windows"
     )
@@ -241,6 +242,7 @@ def main() -> None:
         dev_model=None if args.model_dir else args.dev_model,
         cache=REPO / ".cache" / "dev-models",
         device=args.device,
+        log_path=args.server_log,
         cwd=REPO,
     ) as server:
         server.wait_serving()

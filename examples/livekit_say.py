@@ -11,11 +11,12 @@ import argparse
 import asyncio
 import wave
 
+from chattts_client import SynthesisOptions
 from chattts_client.livekit import TTS
 
 
 async def say(target: str, out: str, max_new_tokens: int | None = None) -> float:
-    tts = TTS(target=target, voice="seed:1234", max_new_tokens=max_new_tokens)
+    tts = TTS(target, SynthesisOptions(voice="seed:1234", max_new_tokens=max_new_tokens))
     stream = tts.stream()  # one segment: an agent opens one per reply
     for token in ["Hello", " from", " LiveKit", " Agents.", " Tokens", " stream", " in."]:
         stream.push_text(token)  # LLM tokens as they come

@@ -25,6 +25,7 @@ from pipecat.pipeline.worker import PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
+from chattts_client import SynthesisOptions
 from chattts_client.pipecat import ChatTTSTTSService
 
 
@@ -43,7 +44,8 @@ class WavSink(FrameProcessor):
 
 
 async def say(target: str, out: str, max_new_tokens: int | None = None) -> float:
-    tts = ChatTTSTTSService(target=target, voice="seed:1234", max_new_tokens=max_new_tokens)
+    options = SynthesisOptions(voice="seed:1234", max_new_tokens=max_new_tokens)
+    tts = ChatTTSTTSService(target, options)
     with wave.open(out, "wb") as wav:
         wav.setnchannels(1)
         wav.setsampwidth(2)

@@ -50,6 +50,8 @@ class PlaygroundRun:
     timeline_pixels: int
     """Non-white pixels the timeline canvas drew."""
     browser_log: list[str]
+    spoken_text: str
+    """The text the page shows, with its words highlighted as they play."""
 
 
 def run_playground(
@@ -57,13 +59,18 @@ def run_playground(
     text: str,
     *,
     route: str = "ws",
+    stream_format: str = "audio",
+    response_format: str = "pcm",
     word_by_word: bool = True,
     token: str = "",
     max_tokens: int | None = None,
+    min_tokens: int | None = None,
     screenshot: Path | None = None,
     timeout_s: float = 60.0,
+    until_played_out: bool = False,
 ) -> PlaygroundRun:
-    """Open the page at `url`, speak `text` and wait until the stream is done and played."""
+    """Open the page at `url`, speak `text` and wait until the stream is done and its audio is
+    playing (with `until_played_out`, until the last of it has played)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
@@ -83,6 +90,9 @@ def run_playground(
         box.clear()
         box.send_keys(text)
         Select(driver.find_element(By.ID, "route")).select_by_value(route)
+        if route == "post":  # the WebSocket route has no stream format
+            Select(driver.find_element(By.ID, "streamFormat")).select_by_visible_text(stream_format)
+            Select(driver.find_element(By.ID, "format")).select_by_visible_text(response_format)
         checkbox = driver.find_element(By.ID, "wordByWord")
         if checkbox.is_selected() != word_by_word:
             checkbox.click()
@@ -90,6 +100,8 @@ def run_playground(
             driver.find_element(By.ID, "token").send_keys(token)
         if max_tokens:
             driver.find_element(By.ID, "maxTokens").send_keys(str(max_tokens))
+        if min_tokens:
+            driver.find_element(By.ID, "minTokens").send_keys(str(min_tokens))
         driver.find_element(By.ID, "speak").click()
         deadline = time.monotonic() + timeout_s
         state: dict[str, Any] = {}
@@ -97,6 +109,7 @@ def run_playground(
             state = driver.execute_script("return JSON.parse(JSON.stringify(window.playground))")
             played = driver.execute_script(
                 "return window.playground.done && window.playground.peak > 0"
+                + (" && window.playground.playedOut" if until_played_out else "")
             )
             if state.get("done") and (played or state.get("error")):
                 break
@@ -113,11 +126,12 @@ def run_playground(
                return n;"""
         )
         stats = driver.find_element(By.ID, "stats").text
+        spoken = driver.find_element(By.ID, "spoken").text
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(str(screenshot))
         logs = [entry["message"] for entry in driver.get_log("browser")]
-        return PlaygroundRun(state, stats, int(pixels), logs)
+        return PlaygroundRun(state, stats, int(pixels), logs, spoken)
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)

@@ -3,7 +3,8 @@ it played, and save a screenshot of the page with its timeline.
 
 Starts `chattts-server --http-port` (dev model, CPU) through `chattts_server.launcher`, drives
 Debian's /usr/bin/chromium with Selenium (tools/_playground.py), prints what the page measured
-(first audio, chunks, audio scheduled, underruns) and writes <out>/playground.png.
+(first audio, chunks, audio scheduled, underruns, words highlighted) and writes
+<out>/playground.png.
 
 Usage: python tools/playground_check.py [--model tiny|full] [--route ws|post] [--out bench/results]
        python tools/playground_check.py --smoke    # tiny model, screenshot to a temp folder
@@ -60,6 +61,7 @@ def main() -> int:
             max_tokens=args.max_tokens,
             screenshot=out,
             timeout_s=300,
+            until_played_out=True,
         )
         srv.stop()
     state = run.state
@@ -68,6 +70,12 @@ def main() -> int:
         f"{args.model} model, {args.route}: first audio {state['firstAudioMs']:.0f} ms, "
         f"{len(state['chunks'])} chunks, {state['samplesScheduled'] / 24000:.2f} s of audio "
         f"scheduled, {state['underruns']} underruns, output peak {state['peak']:.3f}"
+    )
+    highlighted = [h["index"] for h in state["highlights"]]
+    print(
+        f"word timing ({state['wordTimingSource']}): {len(state['words'])} words, "
+        f"{len(highlighted)} highlighted while they played, in order: "
+        f"{highlighted == sorted(set(highlighted))}"
     )
     ok = not state["error"] and state["samplesScheduled"] > 0 and state["peak"] > 0
     print(f"wrote {out}" if ok else f"FAILED: {state['error'] or 'no audio played'}")

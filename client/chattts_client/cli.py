@@ -2,6 +2,7 @@
 
     chattts-client say "Hello there." -o hello.wav
     chattts-client say --stdin -o - | aplay        # speaks each line as it is typed
+    chattts-client say "Hello there." -o hello.wav --subtitles hello.vtt   # or .srt
     chattts-client voices
 
 Exit status: 0 ok, 1 local error (file, certificate), 2 usage or gRPC error.
@@ -26,15 +27,16 @@ from chattts_client.client import (
     TTSClient,
 )
 from chattts_client.messages import (
+    MODEL_SAMPLE_RATE_HZ,
     AudioChunkEvent,
     UtteranceEndEvent,
     make_config,
 )
+from chattts_client.subtitles import cues, subtitle_format, write_subtitles
+from chattts_client.timeline import Timeline
 from chattts_client.wav import WavWriter
 
 _ENCODINGS = ("linear16", "mulaw", "alaw", "ogg_opus", "float32")
-# Before the first chunk tells the real rate: the model's native rate.
-_NATIVE_SAMPLE_RATE_HZ = 24000
 
 
 class _UsageError(Exception):
@@ -95,9 +97,19 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--top-p", type=float)
     say.add_argument("--top-k", type=int)
     say.add_argument("--seed", type=int, help="sampling seed")
-    say.add_argument("--max-new-tokens", type=int, metavar="N")
+    say.add_argument(
+        "--max-new-tokens", type=int, metavar="N", help="audio tokens per sentence, at most"
+    )
+    say.add_argument(
+        "--min-new-tokens", type=int, metavar="N", help="audio tokens per sentence, at least"
+    )
     say.add_argument("--encoding", default="linear16", choices=_ENCODINGS, type=str.lower)
     say.add_argument("--sample-rate", type=int, default=0, metavar="HZ", help="0: native")
+    say.add_argument(
+        "--subtitles",
+        metavar="FILE",
+        help="also write captions from the server's word timing: WebVTT (.vtt) or SRT (.srt)",
+    )
 
     sub.add_parser("voices", parents=[conn], help="list the server's voices")
     return parser
@@ -153,14 +165,14 @@ class _AudioSink:
         if self._writer is None:
             # The WAV header needs the rate, which the first chunk tells.
             target = self._stdout if self._output == "-" else self._output
-            self._writer = WavWriter(target, chunk.sample_rate_hz or _NATIVE_SAMPLE_RATE_HZ)
+            self._writer = WavWriter(target, chunk.sample_rate_hz or MODEL_SAMPLE_RATE_HZ)
         self._writer.write(chunk.audio)
 
     def close(self, sample_rate_hz: int, create_empty: bool) -> None:
         """Finish the output; with no audio, write an empty one only if `create_empty`."""
         if create_empty and self._wav and self._writer is None:
             target = self._stdout if self._output == "-" else self._output
-            self._writer = WavWriter(target, sample_rate_hz or _NATIVE_SAMPLE_RATE_HZ)
+            self._writer = WavWriter(target, sample_rate_hz or MODEL_SAMPLE_RATE_HZ)
         if create_empty and not self._wav:
             self._target()
         if self._writer is not None:
@@ -199,6 +211,8 @@ def _print_utterance(end: UtteranceEndEvent, stats: SynthesisStats, err: TextIO)
 def _say(args: argparse.Namespace, stdin: TextIO, stdout: BinaryIO, err: TextIO) -> int:
     if args.stdin == (args.text is not None):
         raise _UsageError("say needs either TEXT or --stdin")
+    if args.subtitles:
+        subtitle_format(args.subtitles)  # a bad name fails before anything is spoken
     config = make_config(
         voice=args.voice,
         speed=args.speed,
@@ -210,38 +224,58 @@ def _say(args: argparse.Namespace, stdin: TextIO, stdout: BinaryIO, err: TextIO)
         encoding=args.encoding,
         sample_rate_hz=args.sample_rate,
         max_new_tokens=args.max_new_tokens,
+        min_new_tokens=args.min_new_tokens,
         reference_audio=Path(args.reference).read_bytes() if args.reference else None,
         reference_transcript=args.transcript,
+        word_timing=bool(args.subtitles),
     )
     sink = _AudioSink(args.output, args.encoding, stdout)
+    timeline = Timeline("" if args.stdin else args.text)
     with _client(args) as client:
         events: EventStream
         if args.stdin:
             events = client.stream(
-                _stdin_lines(stdin), config=config, flush_each=True, timeout=args.timeout
+                timeline.track(_stdin_lines(stdin)),
+                config=config,
+                flush_each=True,
+                timeout=args.timeout,
             )
         else:
             events = client.synthesize(args.text, config=config, timeout=args.timeout)
         # Leaving early (error, Ctrl-C, broken pipe) cancels the call; audio received so far
-        # is kept in a finished file.
+        # is kept in a finished file, and so are its captions.
         with events:
             completed = False
             try:
                 for event in events:
+                    timeline.observe(event)
                     if isinstance(event, AudioChunkEvent):
                         sink.write(event)
-                    elif args.stdin:
+                    elif isinstance(event, UtteranceEndEvent) and args.stdin:
                         _print_utterance(event, events.stats, err)
                 completed = True
             finally:
                 sink.close(args.sample_rate, create_empty=completed)
+                if args.subtitles:
+                    _write_subtitles(args.subtitles, timeline, err)
     _print_summary(events.stats, err)
     return 0
 
 
-def _voices(args: argparse.Namespace, out: TextIO) -> int:
+def _write_subtitles(path: str, timeline: Timeline, err: TextIO) -> None:
+    cue_list = cues(timeline)
+    write_subtitles(path, cue_list)
+    source = timeline.timing_source or "none from the server: one cue per utterance"
+    print(f"subtitles: {len(cue_list)} cues in {path} (word timing: {source})", file=err)
+
+
+def _voices(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with _client(args) as client:
         voices = client.list_voices(timeout=args.timeout)
+    if not voices:
+        # On stderr: stdout stays the list (empty) for scripts that read it.
+        print("no presets on this server (a voice is still any seed:N or emb:STRING)", file=err)
+        return 0
     width = max((len(v.name) for v in voices), default=0)
     for v in voices:
         print(f"{v.name:<{width}}  {v.description}".rstrip(), file=out)
@@ -254,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "say":
             return _say(args, sys.stdin, sys.stdout.buffer, err)
-        return _voices(args, sys.stdout)
+        return _voices(args, sys.stdout, err)
     except grpc.RpcError as e:
         code = e.code() if callable(getattr(e, "code", None)) else None
         details = e.details() if callable(getattr(e, "details", None)) else str(e)

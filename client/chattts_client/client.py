@@ -8,11 +8,10 @@ real status code.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 import grpc
 
@@ -20,21 +19,39 @@ from chattts_client.messages import (
     AudioChunkEvent,
     Event,
     StreamItem,
+    UtteranceEndEvent,
     VoiceInfo,
     event_from_pb,
     text_input,
 )
+from chattts_client.options import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_TARGET,
+    ClientOptions,
+    PathOrBytes,
+)
+from chattts_client.push_stream import PushStream
+from chattts_client.resilience import (
+    KEEPALIVE_TIME_MS,
+    KEEPALIVE_TIMEOUT_MS,
+    SERVICE_CONFIG,
+    channel_options,
+)
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
-DEFAULT_TARGET = "localhost:50051"
-DEFAULT_MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-# Pings every 60 s find a dead connection on a long, quiet --stdin stream. Servers reject pings
-# more often than their grpc.http2.min_recv_ping_interval_without_data_ms (default 5 min) only
-# while they send no data, and ours sends audio after every flushed text.
-_KEEPALIVE_TIME_MS = 60_000
-_KEEPALIVE_TIMEOUT_MS = 20_000
-
-PathOrBytes = str | os.PathLike[str] | bytes
+__all__ = [
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DEFAULT_TARGET",
+    "AsyncEventStream",
+    "AsyncTTSClient",
+    "EventStream",
+    "KEEPALIVE_TIME_MS",
+    "KEEPALIVE_TIMEOUT_MS",
+    "SERVICE_CONFIG",
+    "PathOrBytes",
+    "SynthesisStats",
+    "TTSClient",
+]
 
 
 def _stream_requests(
@@ -81,7 +98,7 @@ class SynthesisStats:
             self.num_chunks += 1
             self.num_audio_bytes += len(event.audio)
             self.audio_s += event.duration_s
-        else:
+        elif isinstance(event, UtteranceEndEvent):
             self.num_utterances += 1
 
     def finish(self, now: float | None = None) -> None:
@@ -202,54 +219,41 @@ class _ChannelSpec:
     metadata: tuple[tuple[str, str], ...] | None  # per-call metadata (token on plaintext)
 
 
-def _channel_spec(
-    target: str,
-    tls: bool,
-    ca_cert: PathOrBytes | None,
-    client_cert: PathOrBytes | None,
-    client_key: PathOrBytes | None,
-    token: str | None,
-    max_message_bytes: int,
-    tls_server_name: str | None,
-) -> _ChannelSpec:
-    if not tls and (ca_cert is not None or client_cert is not None or client_key is not None):
-        raise ValueError("ca_cert, client_cert and client_key need tls=True")
-    if (client_cert is None) != (client_key is None):
-        raise ValueError("client_cert and client_key go together")
-    if max_message_bytes <= 0:
-        raise ValueError("max_message_bytes must be positive")
+def _channel_spec(opts: ClientOptions) -> _ChannelSpec:
     options: list[tuple[str, Any]] = [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.keepalive_time_ms", _KEEPALIVE_TIME_MS),
-        ("grpc.keepalive_timeout_ms", _KEEPALIVE_TIMEOUT_MS),
-        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.max_send_message_length", opts.max_message_bytes),
+        ("grpc.max_receive_message_length", opts.max_message_bytes),
+        *channel_options(opts.service_config, opts.keepalive),
     ]
-    if tls_server_name:
-        options.append(("grpc.ssl_target_name_override", tls_server_name))
-    if not tls:
-        metadata = (("authorization", f"Bearer {token}"),) if token else None
-        return _ChannelSpec(target, tuple(options), None, metadata)
+    if opts.tls_server_name:
+        options.append(("grpc.ssl_target_name_override", opts.tls_server_name))
+    if not opts.tls:
+        metadata = (("authorization", f"Bearer {opts.token}"),) if opts.token else None
+        return _ChannelSpec(opts.target, tuple(options), None, metadata)
     credentials = grpc.ssl_channel_credentials(
-        root_certificates=_read(ca_cert),
-        private_key=_read(client_key),
-        certificate_chain=_read(client_cert),
+        root_certificates=_read(opts.ca_cert),
+        private_key=_read(opts.client_key),
+        certificate_chain=_read(opts.client_cert),
     )
-    if token:
+    if opts.token:
         # Call credentials travel only on secure channels; this sends
         # "authorization: Bearer <token>" through grpc.metadata_call_credentials.
         credentials = grpc.composite_channel_credentials(
-            credentials, grpc.access_token_call_credentials(token)
+            credentials, grpc.access_token_call_credentials(opts.token)
         )
-    return _ChannelSpec(target, tuple(options), credentials, None)
+    return _ChannelSpec(opts.target, tuple(options), credentials, None)
 
 
 # --- clients --------------------------------------------------------------------------------
 
 
+_Client = TypeVar("_Client", bound="_ClientBase")
+
+
 class _ClientBase:
     """The constructor both clients share: it validates the options into a channel spec, then
-    `_connect` makes (or defers) the channel."""
+    `_connect` makes (or defers) the channel. The keywords are the fields of `ClientOptions`;
+    `from_options` takes the object."""
 
     def __init__(
         self,
@@ -262,18 +266,29 @@ class _ClientBase:
         token: str | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         tls_server_name: str | None = None,
+        service_config: Mapping[str, Any] | None = SERVICE_CONFIG,
+        keepalive: bool = True,
     ) -> None:
-        self._spec = _channel_spec(
+        self.options = ClientOptions(
             target,
-            tls,
-            ca_cert,
-            client_cert,
-            client_key,
-            token,
-            max_message_bytes,
-            tls_server_name,
+            tls=tls,
+            ca_cert=ca_cert,
+            client_cert=client_cert,
+            client_key=client_key,
+            token=token,
+            max_message_bytes=max_message_bytes,
+            tls_server_name=tls_server_name,
+            service_config=service_config,
+            keepalive=keepalive,
         )
+        self._spec = _channel_spec(self.options)
         self._connect()
+
+    @classmethod
+    def from_options(cls: type[_Client], options: ClientOptions | str) -> _Client:
+        """A client for `options` (or for a plain "host:port" target)."""
+        opts = ClientOptions.of(options)
+        return cls(**{f.name: getattr(opts, f.name) for f in fields(opts)})
 
     def _connect(self) -> None:
         raise NotImplementedError
@@ -285,6 +300,9 @@ class TTSClient(_ClientBase):
     `ca_cert`, `client_cert` and `client_key` are PEM file paths or bytes; `ca_cert=None` with
     `tls=True` uses the system roots. `token` is sent as `authorization: Bearer <token>`.
     `tls_server_name` overrides the name checked against the server certificate.
+    `service_config` (default `SERVICE_CONFIG`: round robin over the target's addresses, retry of
+    UNAVAILABLE before the first response) is the channel's gRPC service config; None turns
+    retries off. `keepalive=False` sends no pings (see chattts_client.resilience).
     """
 
     def _connect(self) -> None:
@@ -413,6 +431,16 @@ class AsyncTTSClient(_ClientBase):
             metadata=self._spec.metadata,
         )
         return AsyncEventStream(call, stats)
+
+    def open_stream(
+        self,
+        *,
+        config: tts_pb2.SynthesisConfig | None = None,
+        timeout: float | None = None,
+    ) -> PushStream:
+        """Open a StreamingSynthesize call to push text into (`PushStream.push`, `flush`,
+        `clear`, `end_input`) while iterating its events. Call from inside the event loop."""
+        return PushStream(lambda items: self.stream(items, config=config, timeout=timeout))
 
     async def list_voices(self, *, timeout: float | None = None) -> list[VoiceInfo]:
         response = await self._get_stub().ListVoices(

@@ -1,27 +1,32 @@
 """LiveKit Agents TTS over a chattts-stream server.
 
 Install with `pip install "chattts-stream[livekit]"`, then `session = AgentSession(tts=
-chattts_client.livekit.TTS(target="localhost:50051"), ...)`.
+chattts_client.livekit.TTS("localhost:50051", SynthesisOptions(voice="seed:1234")), ...)`.
 
 `TTS.stream()` follows the framework's current model, one SynthesizeStream per segment: the
-stream opens one StreamingSynthesize call at its first text; `push_text` sends each fragment as
-it comes (the server's text release policy decides when speech starts), `flush` sends
-`TextInput.flush`, `end_input` half-closes the call, and the segment ends when the server ends
-the call. Closing the stream early (`aclose`, or the agent being interrupted) cancels the call,
-which frees the server's slot within one engine step. `TTS.synthesize()` uses Synthesize.
+stream opens one StreamingSynthesize call (a `PushStream`) at its first text; `push_text` sends
+each fragment as it comes (the server's text release policy decides when speech starts),
+`flush` sends `TextInput.flush`, `end_input` half-closes the call, and the segment ends when the
+server ends the call. Closing the stream early (`aclose`, or the agent being interrupted)
+cancels the call, which frees the server's slot within one engine step. `TTS.synthesize()` uses
+Synthesize.
 
-Audio is raw 16-bit PCM at `sample_rate` (the server resamples; 24000 Hz, the model's own rate,
-by default). gRPC failures become the framework's API errors, so its retry and FallbackAdapter
-logic applies: UNAVAILABLE is an `APIConnectionError`, DEADLINE_EXCEEDED an `APITimeoutError`,
-the rest `APIStatusError`s with the HTTP status of the same meaning (400, 401, 403, 429, 500).
+Aligned transcripts: every call asks for word timing, and each timed word goes to the framework
+as a `TimedString` of the caller's own text (with its punctuation), in seconds from the
+segment's start. With `AgentSession(use_tts_aligned_transcript=True)` the agent's transcript
+then follows its voice word by word, and an interrupted reply keeps only the words played.
+
+Audio is raw 16-bit PCM at `SynthesisOptions.sample_rate_hz` (the server resamples; the model's
+own rate by default). gRPC failures become the framework's API errors, so its retry and
+FallbackAdapter logic applies: UNAVAILABLE is an `APIConnectionError`, DEADLINE_EXCEEDED an
+`APITimeoutError`, the rest `APIStatusError`s with the HTTP status of the same meaning (400,
+401, 403, 429, 500).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
 
 import grpc
 from livekit.agents import (
@@ -34,13 +39,15 @@ from livekit.agents import (
     tts,
     utils,
 )
+from livekit.agents.types import TimedString
 
-from chattts_client.client import DEFAULT_TARGET, AsyncTTSClient, PathOrBytes
-from chattts_client.messages import AudioChunkEvent, Flush, StreamItem, make_config
+from chattts_client.caller_words import CallerWord, CallerWords
+from chattts_client.client import AsyncTTSClient
+from chattts_client.messages import MODEL_SAMPLE_RATE_HZ, AudioChunkEvent, WordTimingsEvent
+from chattts_client.options import DEFAULT_TARGET, ClientOptions, SynthesisOptions
 
 __all__ = ["TTS", "api_error"]
 
-NATIVE_SAMPLE_RATE_HZ = 24000
 # HTTP statuses of the same meaning, so the framework's retry rules (4xx but 408/429/499 are
 # final) read them right.
 _HTTP_STATUS = {
@@ -73,60 +80,44 @@ def api_error(exc: grpc.RpcError, target: str) -> APIError:
     )
 
 
+def _push_words(emitter: tts.AudioEmitter, words: list[CallerWord]) -> None:
+    """The words as the framework's aligned transcript: the caller's text, in seconds from the
+    segment's start (a segment is one call, whose audio starts at sample 0)."""
+    if words:
+        emitter.push_timed_transcript(
+            [TimedString(w.text, start_time=w.start_s, end_time=w.end_s) for w in words]
+        )
+
+
 class TTS(tts.TTS):
     """ChatTTS for LiveKit Agents, streaming.
 
-    Connection options are those of `chattts_client.AsyncTTSClient`; voice (a seed, "seed:N",
-    "emb:..." or a preset name), speed and sampling those of `chattts_client.make_config`.
+    `client` says where the server is (a "host:port" target, or `ClientOptions` for TLS and
+    tokens); `synthesis` the voice (a seed, "seed:N", "emb:..." or a preset name), speed,
+    sampling and `sample_rate_hz` (0: the model's own rate) of every call.
     """
 
     def __init__(
         self,
-        *,
-        target: str = DEFAULT_TARGET,
-        tls: bool = False,
-        ca_cert: PathOrBytes | None = None,
-        client_cert: PathOrBytes | None = None,
-        client_key: PathOrBytes | None = None,
-        token: str | None = None,
-        tls_server_name: str | None = None,
-        voice: str | int | None = None,
-        speed: float | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        seed: int | None = None,
-        max_new_tokens: int | None = None,
-        min_new_tokens: int | None = None,
-        sample_rate: int = NATIVE_SAMPLE_RATE_HZ,
+        client: ClientOptions | str = DEFAULT_TARGET,
+        synthesis: SynthesisOptions | None = None,
     ) -> None:
+        synthesis = synthesis or SynthesisOptions()
+        sample_rate = synthesis.sample_rate_hz or MODEL_SAMPLE_RATE_HZ
         super().__init__(
-            capabilities=tts.TTSCapabilities(streaming=True),
+            # Word timing is always asked for: the agent's transcript can follow the voice.
+            capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
             sample_rate=sample_rate,
             num_channels=1,
         )
-        self._target = target
-        self._client_args: dict[str, Any] = dict(
-            tls=tls,
-            ca_cert=ca_cert,
-            client_cert=client_cert,
-            client_key=client_key,
-            token=token,
-            tls_server_name=tls_server_name,
-        )
-        self._config = make_config(
-            voice=voice,
-            speed=speed,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-            min_new_tokens=min_new_tokens,
-            sample_rate_hz=sample_rate,
-        )
+        self._options = ClientOptions.of(client)
+        self._config = synthesis.to_config(sample_rate_hz=sample_rate, word_timing=True)
         # One channel per event loop: grpc.aio channels belong to the loop that made them.
         self._clients: dict[asyncio.AbstractEventLoop, AsyncTTSClient] = {}
+
+    @property
+    def _target(self) -> str:
+        return self._options.target
 
     @property
     def model(self) -> str:
@@ -140,7 +131,7 @@ class TTS(tts.TTS):
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            client = self._clients[loop] = AsyncTTSClient(self._target, **self._client_args)
+            client = self._clients[loop] = AsyncTTSClient.from_options(self._options)
         return client
 
     def synthesize(
@@ -175,10 +166,13 @@ class ChunkedStream(tts.ChunkedStream):
             mime_type="audio/pcm",
         )
         events = owner._client().synthesize(self.input_text, config=owner._config)
+        words = CallerWords(lambda: self.input_text)
         try:
             async for event in events:
                 if isinstance(event, AudioChunkEvent):
                     output_emitter.push(event.audio)
+                elif isinstance(event, WordTimingsEvent):
+                    _push_words(output_emitter, words.take(event))
         except grpc.RpcError as exc:
             raise api_error(await owner._client().explain(exc), owner._target) from None
         finally:
@@ -207,33 +201,31 @@ class SynthesizeStream(tts.SynthesizeStream):
         first = await self._next_text()
         if first is None:
             return  # input ended with no text: no call, no segment
-        requests: asyncio.Queue[StreamItem | None] = asyncio.Queue()
-        requests.put_nowait(first)
+        stream = owner._client().open_stream(config=owner._config)
+        words = CallerWords(lambda: stream.timeline.text)
+        stream.push(first)
         self._mark_started()  # the first text goes to the server now (TTFB counts from here)
-
-        async def items() -> AsyncIterator[StreamItem]:
-            while (item := await requests.get()) is not None:
-                yield item
 
         async def send() -> None:
             async for data in self._input_ch:
                 if isinstance(data, self._FlushSentinel):
-                    requests.put_nowait(Flush())
+                    stream.flush()
                 elif data:
-                    requests.put_nowait(data)
-            requests.put_nowait(None)  # end_input: half-close, the server finishes and ends
+                    stream.push(data)
+            stream.end_input()  # the server finishes and ends the call
 
-        events = owner._client().stream(items(), config=owner._config)
         output_emitter.start_segment(segment_id=request_id)
         sender = asyncio.create_task(send(), name="chattts-send")
         try:
-            async for event in events:
+            async for event in stream:
                 if isinstance(event, AudioChunkEvent):
                     output_emitter.push(event.audio)
+                elif isinstance(event, WordTimingsEvent):
+                    _push_words(output_emitter, words.take(event))
         except grpc.RpcError as exc:
             raise api_error(await owner._client().explain(exc), owner._target) from None
         finally:
-            events.cancel()  # closed early (aclose, interruption): the server sees CANCELLED
+            stream.cancel()  # closed early (aclose, interruption): the server sees CANCELLED
             sender.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sender

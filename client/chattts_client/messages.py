@@ -10,6 +10,10 @@ from typing import cast
 
 from chattts_proto.chattts.v1 import tts_pb2
 
+MODEL_SAMPLE_RATE_HZ = 24000
+"""The model's own output rate: what a stream's audio is at unless `sample_rate_hz` asks for
+another, and what a reader assumes before the first chunk tells the real rate."""
+
 # --- events ---------------------------------------------------------------------------------
 
 
@@ -40,9 +44,62 @@ class UtteranceEndEvent:
     generation_time_s: float
     num_tokens: int
     finish_reason: str
+    # Where the utterance lies in the stream's audio (at the chunks' rate): its first sample and
+    # the samples of it that were sent (for a "cleared" one, up to the cut). Both 0 from a
+    # server older than the timeline.
+    sample_offset: int = 0
+    num_samples: int = 0
+    # The caller's own text of the utterance ("200 m", not "two hundred meters") and where it
+    # lies in the text sent on the stream, in code points: [source_start, source_end).
+    source_text: str = ""
+    source_start: int = 0
+    source_end: int = 0
 
 
-Event = AudioChunkEvent | UtteranceEndEvent
+@dataclass(frozen=True)
+class MarkEvent:
+    """The answer to a mark (`Mark` item, or `text_input(..., mark=)`): the stream's audio
+    offset right after the last audio of the text before it. `dropped`: a clear dropped that
+    text before it was all spoken, and the offset is where the stream was cut."""
+
+    name: str
+    sample_offset: int
+    offset_s: float
+    dropped: bool
+
+
+@dataclass(frozen=True)
+class WordTiming:
+    """One spoken word (one character for Chinese and Japanese) and where it is in the audio."""
+
+    text: str  # as spoken, after normalization ("two hundred meters")
+    start_sample: int  # stream sample offsets [start_sample, end_sample), at the chunks' rate
+    end_sample: int
+    start_s: float
+    end_s: float
+    # The caller's text it came from, [source_start, source_end) in code points of the text
+    # sent on the stream ("200 m"); all empty when `has_source` is False (a refine insert).
+    source_start: int
+    source_end: int
+    source_text: str
+    has_source: bool
+
+
+@dataclass(frozen=True)
+class WordTimingsEvent:
+    """Words of one utterance with their timing (asked for with `make_config(word_timing=True)`).
+
+    An utterance's words may come in more than one event (each batch follows the last), all
+    before its UtteranceEnd. `source` is how they were obtained: "TIMING_ESTIMATE" or
+    "TIMING_MODEL_ATTENTION".
+    """
+
+    utterance_index: int
+    words: tuple[WordTiming, ...]
+    source: str
+
+
+Event = AudioChunkEvent | UtteranceEndEvent | MarkEvent | WordTimingsEvent
 
 
 @dataclass(frozen=True)
@@ -61,21 +118,45 @@ class Flush:
     text: str = ""
 
 
-StreamItem = str | Clear | Flush
+@dataclass(frozen=True)
+class Mark:
+    """An item of a streamed text: `text`, then a mark called `name` (1 to 256 characters) at
+    the end of everything sent so far. The server answers it with a `MarkEvent` once the audio
+    of the text before it has been sent: e.g. the end of an agent's turn. Like a flush, a mark
+    ends the text before it."""
+
+    name: str
+    text: str = ""
+
+
+StreamItem = str | Clear | Flush | Mark
 """What a streamed text is made of."""
 
 
-def text_input(item: StreamItem, flush: bool = False) -> tts_pb2.StreamingSynthesizeRequest:
-    """The request message for one streamed text (or `Clear`, or `Flush`)."""
-    if isinstance(item, Clear):
-        return tts_pb2.StreamingSynthesizeRequest(
-            text=tts_pb2.TextInput(text=item.text, flush=flush, clear=True)
+def text_input(
+    item: StreamItem, flush: bool = False, mark: str = ""
+) -> tts_pb2.StreamingSynthesizeRequest:
+    """The request message for one streamed text (or `Clear`, `Flush`, `Mark`); `mark` names a
+    mark placed after the item's text (after the cut, for a `Clear`)."""
+    if isinstance(item, Mark):
+        if mark:
+            raise ValueError("a Mark item carries its own name; do not pass mark= with it")
+        text, mark = item.text, item.name
+    else:
+        text = item if isinstance(item, str) else item.text
+    return tts_pb2.StreamingSynthesizeRequest(
+        text=tts_pb2.TextInput(
+            text=text,
+            flush=flush or isinstance(item, Flush),
+            clear=isinstance(item, Clear),
+            mark=mark,
         )
-    if isinstance(item, Flush):
-        return tts_pb2.StreamingSynthesizeRequest(
-            text=tts_pb2.TextInput(text=item.text, flush=True)
-        )
-    return tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=item, flush=flush))
+    )
+
+
+def item_text(item: StreamItem) -> str:
+    """The text an item sends: what the server's source offsets count in."""
+    return item if isinstance(item, str) else item.text
 
 
 @dataclass(frozen=True)
@@ -112,8 +193,41 @@ def event_from_pb(
             generation_time_s=u.generation_time_s,
             num_tokens=u.num_tokens,
             finish_reason=u.finish_reason,
+            sample_offset=u.sample_offset,
+            num_samples=u.num_samples,
+            source_text=u.source_text,
+            source_start=u.source_start,
+            source_end=u.source_end,
         )
+    if kind == "mark":
+        m = response.mark
+        return MarkEvent(
+            name=m.name, sample_offset=m.sample_offset, offset_s=m.offset_s, dropped=m.dropped
+        )
+    if kind == "word_timings":
+        return _word_timings_from_pb(response.word_timings)
     raise ValueError(f"response carries no event (oneof is {kind!r})")
+
+
+def _word_timings_from_pb(timings: tts_pb2.WordTimings) -> WordTimingsEvent:
+    return WordTimingsEvent(
+        utterance_index=timings.utterance_index,
+        words=tuple(
+            WordTiming(
+                text=w.text,
+                start_sample=w.start_sample,
+                end_sample=w.end_sample,
+                start_s=w.start_s,
+                end_s=w.end_s,
+                source_start=w.source_start,
+                source_end=w.source_end,
+                source_text=w.source_text,
+                has_source=w.has_source,
+            )
+            for w in timings.words
+        ),
+        source=tts_pb2.TimingSource.Name(timings.source),
+    )
 
 
 # --- config ---------------------------------------------------------------------------------
@@ -181,12 +295,14 @@ def make_config(
     min_new_tokens: int | None = None,
     reference_audio: bytes | None = None,
     reference_transcript: str = "",
+    word_timing: bool = False,
 ) -> tts_pb2.SynthesisConfig:
     """Build a SynthesisConfig; None leaves a field unset (the server's default).
 
     `voice` is parsed by `parse_voice`, `encoding` by `parse_encoding`. Values are range-checked
     by the server, which answers INVALID_ARGUMENT naming the field. `reference_audio` (an audio
     file's bytes) with its `reference_transcript` asks for a zero-shot voice instead of `voice`.
+    `word_timing` asks for a `WordTimingsEvent` per utterance (captions, what was heard).
     """
     config = tts_pb2.SynthesisConfig()
     if voice is not None and reference_audio is not None:
@@ -202,6 +318,8 @@ def make_config(
         config.prosody.speed = speed
     if refine_text:
         config.prosody.refine_text = True
+    if word_timing:
+        config.word_timing = True
     sampling = config.sampling
     for name, value in (
         ("temperature", temperature),

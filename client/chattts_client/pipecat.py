@@ -2,29 +2,33 @@
 
 Install with `pip install "chattts-stream[pipecat]"`. The service streams every LLM text frame
 to the server as it comes (Pipecat's TOKEN aggregation: the server's text release policy decides
-when speech starts), flushes at the end of the LLM turn, and on an interruption sends
+when speech starts), ends each turn's text with a mark, and on an interruption sends
 `TextInput.clear` on the same stream: barge-in stops the utterance being generated within one
 engine step and costs no reconnect.
 
-Turn boundaries. The stream is shared by all turns, and the server numbers utterances, not
-turns, so the service lets one turn at a time own the stream: text of the next turn waits (in
-the service) until the previous one has *settled*. A turn settles when its end-of-turn flush is
-sent, its last utterance has ended and no further utterance starts within a short window (about
-twice the server's time to first audio, from `UtteranceEnd`); an interrupted turn settles at
-its "cleared" `UtteranceEnd`, or after the same window when nothing was being spoken. Audio
-that arrives for an interrupted turn is dropped here, and Pipecat drops what it still holds for
-the interrupted audio context, so none of it leaks into the next turn. Frames: one
-TTSStartedFrame when a turn's first text is sent (pushed by the base class, which also starts
-the TTFB timer), TTSAudioRawFrames at the pipeline's output rate (the server resamples), and a
-TTSStoppedFrame when the turn settles.
+Turn boundaries come from the stream itself. The stream is shared by all turns; the service
+sends a mark after each turn's text (`TextInput.mark`), and the server answers it right after
+the last audio of that text, so the events between two marks are exactly one turn's: its audio,
+its word timings, then the mark, on which the turn ends (TTSStoppedFrame). A turn whose text
+made no sound ends at once. An interruption clears the stream with a mark at the cut: the
+cleared turns' events are dropped until that mark arrives, so none of their audio reaches the
+next turn, whose text is sent at once behind it. No timer decides anything.
+
+Words. The stream asks for word timing, and each word the server times is handed to Pipecat
+(`add_word_timestamps`) in the caller's own text, timed from the turn's first audio sample: the
+framework then emits TTSTextFrames as the words are played, and an interrupted turn keeps in the
+LLM context only the words heard. Frames: one TTSStartedFrame when a turn's first text is sent
+(pushed by the base class, which also starts the TTFB timer), TTSAudioRawFrames at the
+pipeline's output rate (the server resamples), word TTSTextFrames, and a TTSStoppedFrame at the
+turn's mark.
 """
 
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -41,79 +45,56 @@ from pipecat.frames.frames import (
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 
-from chattts_client.client import DEFAULT_TARGET, AsyncEventStream, AsyncTTSClient, PathOrBytes
-from chattts_client.messages import (
-    AudioChunkEvent,
-    Clear,
-    Flush,
-    StreamItem,
-    UtteranceEndEvent,
-    make_config,
-)
+from chattts_client.caller_words import CallerWords
+from chattts_client.client import AsyncTTSClient
+from chattts_client.messages import AudioChunkEvent, MarkEvent, WordTimingsEvent
+from chattts_client.options import DEFAULT_TARGET, ClientOptions, SynthesisOptions
+from chattts_client.push_stream import PushStream
 
 __all__ = ["ChatTTSTTSService"]
 
-# A turn is over once no new utterance has started for this long after its last one ended:
-# SETTLE_TTFA_FACTOR times the slowest time to first audio seen on the stream, within bounds.
-SETTLE_TTFA_FACTOR = 2.0
-SETTLE_MIN_S = 0.3
-SETTLE_MAX_S = 2.0
-# The time to first audio assumed before the stream has measured one (a cold first utterance).
-INITIAL_TTFA_S = 1.0
-# A flushed turn whose last text is in no utterance that has started yet waits this long for one
-# (a busy CPU server can take seconds); a turn whose text makes no speech at all (only a code
-# block, say) ends after it.
-UNSPOKEN_TIMEOUT_S = 8.0
+# How long stop() waits for the server to finish the stream after the half-close (shutdown
+# only: turns never wait on a clock).
+CLOSE_TIMEOUT_S = 5.0
 
 
 @dataclass
 class _Turn:
-    """The turn (a Pipecat audio context) that owns the stream, or one waiting for it."""
+    """A stretch of the stream, in the order it was sent: one audio context's text, or (with no
+    context) the rest of a cleared stream up to the clear's mark."""
 
-    context_id: str
-    texts: list[str] = field(default_factory=list)  # held while another turn owns the stream
-    flushed: bool = False  # the end-of-turn flush was asked for
-    unspoken: bool = False  # text was sent after the last utterance we heard start
+    context_id: str | None
+    mark: str | None = None  # the mark that ends it, once sent
+    cancelled: bool = False  # interrupted: its events are dropped
 
 
 class ChatTTSTTSService(TTSService):  # type: ignore[misc]
     """Pipecat TTS service for a chattts-stream server.
 
-    Connection options are those of `chattts_client.AsyncTTSClient` (`target`, `tls`,
-    `ca_cert`, `client_cert`, `client_key`, `token`, `tls_server_name`); voice, speed and
-    sampling are those of `chattts_client.make_config`. `connect_timeout_s` bounds the check at
-    start that the server answers. `settle_s` fixes the end-of-turn window instead of deriving
-    it from the server's time to first audio.
+    `client` says where the server is (a "host:port" target, or `ClientOptions` for TLS and
+    tokens); `synthesis` the voice, speed and sampling of the conversation's stream (its
+    `sample_rate_hz`, when set, is the service's output rate; otherwise the pipeline's; word
+    timing is always asked for). `connect_timeout_s` bounds the check at start that the server
+    answers. Other keywords go to Pipecat's `TTSService`.
     """
 
     def __init__(
         self,
+        client: ClientOptions | str = DEFAULT_TARGET,
+        synthesis: SynthesisOptions | None = None,
         *,
-        target: str = DEFAULT_TARGET,
-        tls: bool = False,
-        ca_cert: PathOrBytes | None = None,
-        client_cert: PathOrBytes | None = None,
-        client_key: PathOrBytes | None = None,
-        token: str | None = None,
-        tls_server_name: str | None = None,
-        voice: str | int | None = None,
-        speed: float | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        seed: int | None = None,
-        max_new_tokens: int | None = None,
-        min_new_tokens: int | None = None,
-        sample_rate: int | None = None,
         connect_timeout_s: float = 5.0,
-        settle_s: float | None = None,
         **kwargs: Any,
     ) -> None:
-        # Pipecat ends an audio context that gets no audio for this long; our turns end by the
-        # stream's events, and a loaded CPU server can take longer than the default 3 s to its
+        synthesis = synthesis or SynthesisOptions()
+        # Pipecat ends an audio context that gets no audio for this long; our turns end at
+        # their marks, and a loaded CPU server can take longer than the default 3 s to its
         # first audio, so the framework's timer is only a backstop here.
         kwargs.setdefault("stop_frame_timeout_s", 10.0)
+        # The pipeline's output rate, unless the options name one.
+        kwargs.setdefault("sample_rate", synthesis.sample_rate_hz or None)
         # The voice is part of the stream's config: it is fixed for the service's lifetime.
+        voice = synthesis.voice
         settings = TTSSettings(
             model="ChatTTS", voice=None if voice is None else str(voice), language=None
         )
@@ -122,44 +103,22 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         super().__init__(
             push_start_frame=True,
             push_stop_frames=True,
-            sample_rate=sample_rate,
+            push_text_frames=False,  # word TTSTextFrames come from the word timestamps
             settings=settings,
             **kwargs,
         )
-        self._client = AsyncTTSClient(
-            target,
-            tls=tls,
-            ca_cert=ca_cert,
-            client_cert=client_cert,
-            client_key=client_key,
-            token=token,
-            tls_server_name=tls_server_name,
-        )
-        self._target = target
-        self._config_args: dict[str, Any] = dict(
-            voice=voice,
-            speed=speed,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-            min_new_tokens=min_new_tokens,
-        )
-        make_config(**self._config_args)  # bad options fail here, not at the first turn
+        self._options = ClientOptions.of(client)
+        self._client = AsyncTTSClient.from_options(self._options)
+        self._synthesis = synthesis
         self._connect_timeout_s = connect_timeout_s
-        self._fixed_settle_s = settle_s
-        self._max_ttfa_s = INITIAL_TTFA_S
-        self._measured_ttfa = False
-        self._requests: asyncio.Queue[StreamItem | None] | None = None
-        self._stream: AsyncEventStream | None = None
+        self._stream: PushStream | None = None
+        self._words: CallerWords | None = None
         self._receive_task: asyncio.Task[None] | None = None
-        self._settle_task: asyncio.Task[None] | None = None
-        self._live: _Turn | None = None  # the turn whose events the stream carries
-        self._waiting: list[_Turn] = []  # turns whose text waits for the stream
-        self._draining = False  # a clear was sent; events of the cleared turn are dropped
-        self._open_utterance: int | None = None  # audio seen, UtteranceEnd not yet
+        self._turns: deque[_Turn] = deque()  # sent, not yet ended by their mark; oldest first
+        self._num_marks = 0
+        self._turn_start_s = 0.0  # stream time where the oldest turn's audio begins
         self._failed_context: str | None = None  # the turn whose stream failed
+        self._interrupted: set[str] = set()  # contexts cleared: late text of theirs is dropped
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -171,7 +130,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         try:
             await self._client.list_voices(timeout=self._connect_timeout_s)
         except grpc.RpcError as exc:
-            message = _describe(exc, self._target)
+            message = _describe(exc, self._options.target)
             await self.push_error(error_msg=message, exception=exc)
             await self._call_event_handler("on_connection_error", message)
             return
@@ -189,224 +148,175 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         await self._client.close()
 
     async def _open_stream(self) -> None:
-        self._reset_turns()
-        requests: asyncio.Queue[StreamItem | None] = asyncio.Queue()
-        self._requests = requests
-
-        async def items() -> AsyncIterator[StreamItem]:
-            while (item := await requests.get()) is not None:
-                yield item
-
-        config = make_config(**self._config_args, sample_rate_hz=self.sample_rate)
-        self._stream = self._client.stream(items(), config=config)
-        self._receive_task = self.create_task(self._receive(self._stream), "chattts-receive")
+        config = self._synthesis.to_config(sample_rate_hz=self.sample_rate, word_timing=True)
+        stream = self._stream = self._client.open_stream(config=config)
+        self._words = CallerWords(lambda: stream.timeline.text)
+        self._turns.clear()
+        self._turn_start_s = 0.0
+        self._receive_task = self.create_task(self._receive(stream), "chattts-receive")
 
     async def _close_stream(self, cancel: bool) -> None:
-        settle, self._settle_task = self._settle_task, None
-        if settle is not None:
-            await self.cancel_task(settle)
-        if self._requests is not None:
-            self._requests.put_nowait(None)  # half-close: the server ends the call
-        if self._stream is not None and cancel:
-            self._stream.cancel()
-        if self._receive_task is not None:
+        stream, task = self._stream, self._receive_task
+        self._stream = self._receive_task = None
+        if stream is not None:
             if cancel:
-                await self.cancel_task(self._receive_task)
+                stream.cancel()
+            else:
+                stream.end_input()  # half-close: the server finishes and ends the call
+        if task is not None:
+            if cancel:
+                await self.cancel_task(task)
             else:
                 try:
-                    await asyncio.wait_for(asyncio.shield(self._receive_task), 5.0)
+                    await asyncio.wait_for(asyncio.shield(task), CLOSE_TIMEOUT_S)
                 except TimeoutError:
-                    await self.cancel_task(self._receive_task)
-        self._requests = self._stream = self._receive_task = None
-
-    def _reset_turns(self) -> None:
-        self._cancel_settle()
-        self._live = None
-        self._waiting.clear()
-        self._draining = False
-        self._open_utterance = None
+                    await self.cancel_task(task)
 
     # -- text in -------------------------------------------------------------------------------
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
-        if self._requests is None:
+        if context_id in self._interrupted:
+            yield None  # a token of a reply that was interrupted: not spoken
+            return
+        if self._stream is None:
             if context_id == self._failed_context:
                 yield None  # this turn's stream failed; the error was reported once
                 return
             await self._open_stream()
-        turn = self._turn(context_id)
-        if turn is self._live:
-            self._send_text(turn, text)
-        else:
-            turn.texts.append(text)
+        assert self._stream is not None
+        self._turn_for(context_id)
+        self._stream.push(text)
         await self.start_tts_usage_metrics(text)
         yield None  # audio arrives through _receive
 
     async def flush_audio(self, context_id: str | None = None) -> None:
-        turn = self._find(context_id) if context_id else self._live
-        if turn is None or turn.flushed:
-            return
-        turn.flushed = True
-        if turn is self._live:
-            self._send(Flush())
-            if self._open_utterance is None:
-                self._arm_turn_end(turn)  # settle unless audio comes
+        """The end of a turn's text: its mark goes out now."""
+        turn = self._open_turn()
+        if turn is not None and (context_id is None or turn.context_id == context_id):
+            self._end_text(turn)
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         await self.stop_all_metrics()
-        self._waiting = [t for t in self._waiting if t.context_id != context_id]
-        live = self._live
-        if live is not None and live.context_id == context_id:
-            self._send(Clear())
-            self._live = None
-            self._draining = True
+        self._interrupted.add(context_id)
+        if self._stream is not None and any(
+            t.context_id == context_id and not t.cancelled for t in self._turns
+        ):
+            self._clear()
             logger.debug(f"{self}: barge-in, cleared turn {context_id}")
-            if self._open_utterance is None:
-                self._arm_settle()  # nothing being spoken: no "cleared" end will come
         await super().on_audio_context_interrupted(context_id)
 
-    def _turn(self, context_id: str) -> _Turn:
-        turn = self._find(context_id)
-        if turn is None:
-            turn = _Turn(context_id)
-            if self._live is None and not self._draining:
-                self._live = turn
-            else:
-                self._waiting.append(turn)
+    def _turn_for(self, context_id: str) -> _Turn:
+        """The open turn of `context_id`, opened now if need be (a turn still open for another
+        context is ended first: its text is complete once another's begins)."""
+        turn = self._open_turn()
+        if turn is not None and turn.context_id == context_id:
+            return turn
+        if turn is not None:
+            self._end_text(turn)
+        turn = _Turn(context_id)
+        self._turns.append(turn)
         return turn
 
-    def _find(self, context_id: str) -> _Turn | None:
-        if self._live is not None and self._live.context_id == context_id:
-            return self._live
-        return next((t for t in self._waiting if t.context_id == context_id), None)
+    def _open_turn(self) -> _Turn | None:
+        last = self._turns[-1] if self._turns else None
+        return last if last is not None and last.mark is None else None
 
-    def _send_text(self, turn: _Turn, text: str) -> None:
-        if text.strip():
-            turn.unspoken = True
-        self._send(text)
+    def _end_text(self, turn: _Turn) -> None:
+        self._num_marks += 1
+        turn.mark = f"turn-{self._num_marks}"
+        if self._stream is not None:
+            self._stream.mark(turn.mark)
 
-    def _send(self, item: StreamItem) -> None:
-        if self._requests is not None:
-            self._requests.put_nowait(item)
+    def _clear(self) -> None:
+        """Barge-in: the server drops every turn's unspoken text, so every turn sent is over;
+        the clear's mark closes the stretch whose events are dropped."""
+        assert self._stream is not None
+        self._num_marks += 1
+        name = f"clear-{self._num_marks}"
+        for turn in self._turns:
+            turn.cancelled = True
+        open_turn = self._open_turn()
+        if open_turn is not None:
+            open_turn.mark = name
+        else:
+            self._turns.append(_Turn(None, mark=name, cancelled=True))
+        self._stream.clear(mark=name)
 
     # -- events out ------------------------------------------------------------------------
 
-    async def _receive(self, stream: AsyncEventStream) -> None:
+    async def _receive(self, stream: PushStream) -> None:
         try:
             async for event in stream:
                 if isinstance(event, AudioChunkEvent):
                     await self._on_audio(event)
-                else:
-                    await self._on_utterance_end(event)
+                elif isinstance(event, WordTimingsEvent):
+                    await self._on_words(event)
+                elif isinstance(event, MarkEvent):
+                    await self._on_mark(event)
         except grpc.RpcError as error:
-            if error.code() == grpc.StatusCode.CANCELLED and self._requests is None:
+            if error.code() == grpc.StatusCode.CANCELLED and self._stream is not stream:
                 return  # we closed it
-            exc = await self._client.explain(error)
-            message = _describe(exc, self._target)
-            await self.push_error(error_msg=message, exception=exc)
-            # The next turn opens a new stream; the rest of this one is not retried token by
-            # token (each would fail the same way against a server that is down).
-            self._requests = self._stream = None
-            failed = self._live
-            self._failed_context = None if failed is None else failed.context_id
-            if failed is not None:
-                await self._end_turn(failed)
-            self._reset_turns()
+            await self._failed(error)
+
+    def _speaking(self) -> str | None:
+        """The audio context the stream's events are for now (None: they are dropped)."""
+        turn = self._turns[0] if self._turns else None
+        return None if turn is None or turn.cancelled else turn.context_id
 
     async def _on_audio(self, event: AudioChunkEvent) -> None:
-        starts = event.utterance_index != self._open_utterance
-        self._open_utterance = event.utterance_index
-        if self._draining:
+        context_id = self._speaking()
+        if context_id is None:
             return  # audio of a cleared turn
-        self._cancel_settle()
-        if self._live is None:
-            # A turn settled too early (its next utterance was slower than the window): its
-            # audio is kept, in a context of its own.
-            self._live = _Turn(str(uuid.uuid4()), flushed=True)
-        if starts:
-            self._live.unspoken = False  # text sent before this start may be in it
-        if not self.audio_context_available(self._live.context_id):
-            # New, or ended by Pipecat's idle timer while the server was slow: audio is kept.
-            await self.create_audio_context(self._live.context_id)
-            await self.append_to_audio_context(
-                self._live.context_id, TTSStartedFrame(context_id=self._live.context_id)
-            )
+        if not self.audio_context_available(context_id):
+            # Ended by Pipecat's idle timer while the server was slow: the audio is kept.
+            await self.create_audio_context(context_id)
+            await self.append_to_audio_context(context_id, TTSStartedFrame(context_id=context_id))
         frame = TTSAudioRawFrame(
             audio=event.audio,
             sample_rate=event.sample_rate_hz,
             num_channels=1,
-            context_id=self._live.context_id,
+            context_id=context_id,
         )
-        await self.append_to_audio_context(self._live.context_id, frame)
+        await self.append_to_audio_context(context_id, frame)
 
-    async def _on_utterance_end(self, event: UtteranceEndEvent) -> None:
-        self._open_utterance = None
-        if event.finish_reason != "cleared":
-            ttfa_s = event.time_to_first_audio_s
-            self._max_ttfa_s = max(self._max_ttfa_s, ttfa_s) if self._measured_ttfa else ttfa_s
-            self._measured_ttfa = True
-        if self._draining:
-            if event.finish_reason == "cleared":
-                await self._drained()  # clear dropped everything queued after it
-            else:
-                self._arm_settle()
-        elif self._live is not None and self._live.flushed:
-            self._arm_turn_end(self._live)
-
-    def _settle_s(self) -> float:
-        if self._fixed_settle_s is not None:
-            return self._fixed_settle_s
-        return min(SETTLE_MAX_S, max(SETTLE_MIN_S, SETTLE_TTFA_FACTOR * self._max_ttfa_s))
-
-    def _arm_settle(self, delay_s: float | None = None) -> None:
-        self._cancel_settle()
-        delay_s = self._settle_s() if delay_s is None else delay_s
-        self._settle_task = self.create_task(self._settle(delay_s), "chattts-settle")
-
-    def _arm_turn_end(self, turn: _Turn) -> None:
-        """Arm the end of a flushed turn with nothing being spoken: the settle window, or longer
-        while some of its text is in no utterance heard so far."""
-        self._arm_settle(max(UNSPOKEN_TIMEOUT_S, self._settle_s()) if turn.unspoken else None)
-
-    def _cancel_settle(self) -> None:
-        task, self._settle_task = self._settle_task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-
-    async def _settle(self, delay_s: float) -> None:
-        await asyncio.sleep(delay_s)
-        if self._open_utterance is not None:
-            return  # an utterance started meanwhile; its end re-arms
-        if self._draining:
-            await self._drained()
-        elif self._live is not None and self._live.flushed:
-            await self._end_turn(self._live)
-
-    async def _end_turn(self, turn: _Turn) -> None:
-        """The turn's audio is complete: stop frame, close its context, hand the stream on."""
-        if self._live is turn:
-            self._live = None
-        await self.append_to_audio_context(
-            turn.context_id, TTSStoppedFrame(context_id=turn.context_id)
-        )
-        await self.remove_audio_context(turn.context_id)
-        self._next_turn()
-
-    async def _drained(self) -> None:
-        self._cancel_settle()
-        self._draining = False
-        self._next_turn()
-
-    def _next_turn(self) -> None:
-        if self._live is not None or self._draining or not self._waiting:
+    async def _on_words(self, event: WordTimingsEvent) -> None:
+        assert self._words is not None
+        words = self._words.take(event)  # taken even when dropped: each word is given once
+        context_id = self._speaking()
+        if context_id is None or not words:
             return
-        turn = self._live = self._waiting.pop(0)
-        for text in turn.texts:
-            self._send_text(turn, text)
-        turn.texts.clear()
-        if turn.flushed:
-            self._send(Flush())
-            self._arm_turn_end(turn)
+        # Pipecat times words from the context's first audio frame, which is the first sample
+        # after the previous turn's mark (the stream's audio is contiguous).
+        timed = [(w.text.strip(), max(0.0, w.start_s - self._turn_start_s)) for w in words]
+        await self.add_word_timestamps([(text, t) for text, t in timed if text], context_id)
+
+    async def _on_mark(self, event: MarkEvent) -> None:
+        self._turn_start_s = event.offset_s
+        while self._turns:
+            turn = self._turns.popleft()
+            if not turn.cancelled and turn.context_id is not None:
+                await self._end_turn(turn.context_id)
+            if turn.mark == event.name:
+                return
+        logger.warning(f"{self}: mark {event.name!r} matches no turn")
+
+    async def _end_turn(self, context_id: str) -> None:
+        """The turn's audio is complete: its stop frame, then its context is closed."""
+        if self.audio_context_available(context_id):
+            await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
+            await self.remove_audio_context(context_id)
+
+    async def _failed(self, error: grpc.RpcError) -> None:
+        exc = await self._client.explain(error)
+        await self.push_error(error_msg=_describe(exc, self._options.target), exception=exc)
+        # The next turn opens a new stream; the rest of this one is not retried token by token
+        # (each would fail the same way against a server that is down).
+        failed = self._speaking()
+        self._stream = None
+        self._failed_context = failed
+        self._turns.clear()
+        if failed is not None:
+            await self._end_turn(failed)
 
 
 def _describe(exc: grpc.RpcError, target: str) -> str:

@@ -188,6 +188,13 @@ class EngineConfig:
         "prefill long prompts this many tokens at a time, between decode steps",
         bounds=(16, 4096),
     )
+    interactive_hold_tokens: int = option(
+        64,
+        "while a PRIORITY_INTERACTIVE utterance waits for its first audio (for at most this "
+        "many tokens of a pass), less urgent streams skip decode steps, so its steps run at a "
+        "small batch; 0 = off",
+        bounds=(0, 4096),
+    )
     output_buffer_chunks: int = option(
         8, "audio chunks buffered per stream before it waits for its reader", bounds=(1, 1024)
     )
@@ -338,6 +345,12 @@ class NetworkConfig:
         "WebSocket and the playground page at /, served by the same engine with the same "
         "tokens and TLS as gRPC; 0 turns it off",
         bounds=(0, 65535),
+    )
+    listen_when_ready: bool = option(
+        False,
+        "open the gRPC and HTTP ports only once the model is loaded and warm (connections are "
+        "refused until then), for load balancers that check only that a port accepts TCP; "
+        "without it the ports open at start-up and health answers NOT_SERVING while loading",
     )
     keepalive_time_s: float = option(
         30.0, "ping idle connections this often, in seconds", bounds=(1, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import time
+import socket
 from typing import Any
 
 import grpc
@@ -52,8 +52,13 @@ def _grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
         ("grpc.keepalive_time_ms", int(n.keepalive_time_s * 1000)),
         ("grpc.keepalive_timeout_ms", int(n.keepalive_timeout_s * 1000)),
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
-        ("grpc.http2.max_ping_strikes", 2),
+        # chattts_client pings after 3 s without data (to find a dead peer within 5 s). A client
+        # pinging faster than this, more than max_ping_strikes times while we send nothing, gets
+        # GOAWAY too_many_pings. The margin is for a starved process: pings 3 s apart on the
+        # wire read together after a stall count as one strike each (with 2000 ms and 2
+        # strikes, such a GOAWAY left a quiet stream without keepalive on a loaded machine).
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
+        ("grpc.http2.max_ping_strikes", 10),
         ("grpc.so_reuseport", 0),
     ]
     if n.max_connection_age_s > 0:
@@ -62,6 +67,21 @@ def _grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
             ("grpc.max_connection_age_grace_ms", int(n.max_connection_age_grace_s * 1000))
         )
     return options
+
+
+def _reserve(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port) that does not listen: the port is ours, connections to it
+    are refused."""
+    bare = host.strip("[]")
+    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((bare, port))
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
 
 
 class TTSServer:
@@ -84,6 +104,10 @@ class TTSServer:
         self.http: Any = None
         """The HTTP front door (api/http/serve.HTTPServer) when --http-port is set."""
         self.http_port = 0
+        self._reserved: list[socket.socket] = []
+        """The ports --listen-when-ready holds until the model is ready."""
+        self._credentials_for_port: grpc.ServerCredentials | None = None
+        self._listening = False
 
     async def start(self) -> int:
         """Bind and start serving (health NOT_SERVING); the engine loads in the background."""
@@ -139,17 +163,11 @@ class TTSServer:
                 ),
                 self.server,
             )
-        address = f"{cfg.network.host}:{cfg.network.port}"
-        try:
-            if credentials is None:
-                self.port = self.server.add_insecure_port(address)
-            else:
-                self.port = self.server.add_secure_port(address, credentials)
-        except RuntimeError as exc:
-            raise StartupError(f"cannot listen on {address}: {exc}") from None
-        await self.server.start()
-        if cfg.network.http_port:
-            await self._start_http()
+        self._credentials_for_port = credentials
+        if cfg.network.listen_when_ready:
+            self._reserve_ports()
+        else:
+            await self._listen(cfg.network.port, cfg.network.http_port)
         if cfg.network.metrics_port:
             self.metrics.serve(cfg.network.metrics_port)
         admission = self.admission
@@ -167,10 +185,57 @@ class TTSServer:
             loop.call_soon_threadsafe(self._on_engine_fatal, exc)
 
         self.engine.start(on_ready=on_ready, on_fatal=on_fatal)
-        log.info("listening on %s (port %d), loading the model", address, self.port)
+        when = "once the model is ready" if cfg.network.listen_when_ready else "now"
+        log.info("port %d (listening %s), loading the model", self.port, when)
         return self.port
 
-    async def _start_http(self) -> None:
+    def _reserve_ports(self) -> None:
+        """--listen-when-ready: hold the ports bound but not listening (connections to them are
+        refused, so even a TCP health check sees a loading replica as down); port 0 resolves."""
+        net = self.config.network
+        self._reserved = [_reserve(net.host, net.port)]
+        self.port = self._reserved[0].getsockname()[1]
+        if net.http_port:
+            self._reserved.append(_reserve(net.host, net.http_port))
+            self.http_port = self._reserved[1].getsockname()[1]
+
+    async def _listen(self, port: int, http_port: int) -> None:
+        """Open the gRPC port (and the HTTP door) for calls."""
+        assert self.server is not None
+        address = f"{self.config.network.host}:{port}"
+        try:
+            if self._credentials_for_port is None:
+                self.port = self.server.add_insecure_port(address)
+            else:
+                self.port = self.server.add_secure_port(address, self._credentials_for_port)
+        except RuntimeError as exc:
+            raise StartupError(f"cannot listen on {address}: {exc}") from None
+        await self.server.start()
+        self._listening = True
+        if http_port:
+            await self._start_http(http_port)
+        log.info("listening on %s (port %d)", address, self.port)
+
+    async def _serve_when_ready(self) -> None:
+        """The model is warm: listen now where --listen-when-ready held the ports back, then
+        take work and report SERVING."""
+        assert self.admission is not None
+        if self.config.network.listen_when_ready:
+            for reserved in self._reserved:
+                reserved.close()
+            try:
+                await self._listen(self.port, self.http_port)
+            except StartupError as exc:
+                log.error("%s", exc)
+                self._on_engine_fatal(exc)
+                return
+        if self._draining:
+            return
+        self.admission.accepting = True
+        await self._set_health(SERVING)
+        log.info("serving chattts.v1.TextToSpeech on port %d", self.port)
+
+    async def _start_http(self, port: int) -> None:
         """The HTTP front door in this loop (imported here: a gRPC-only server needs none of
         FastAPI)."""
         from .api.http.app import build_app
@@ -179,9 +244,7 @@ class TTSServer:
         assert self.synthesis is not None and self.admission is not None
         cfg, admission = self.config, self.admission
         app = build_app(self.synthesis, lambda: admission.accepting, cfg.limits)
-        self.http = HTTPServer(
-            app, cfg.network.host, cfg.network.http_port, cfg.security, cfg.limits
-        )
+        self.http = HTTPServer(app, cfg.network.host, port, cfg.security, cfg.limits)
         try:
             self.http_port = await self.http.start()
         except HTTPServerError as exc:
@@ -212,9 +275,7 @@ class TTSServer:
         self.health.describe(self.engine.model_info)
         if self._draining:
             return
-        self.admission.accepting = True
-        asyncio.ensure_future(self._set_health(SERVING))
-        log.info("serving chattts.v1.TextToSpeech on port %d", self.port)
+        asyncio.ensure_future(self._serve_when_ready())
 
     def _on_engine_fatal(self, exc: BaseException) -> None:
         self._fatal = exc
@@ -226,7 +287,14 @@ class TTSServer:
         await self.health.set(SERVICE_NAME, status)
 
     async def drain(self, grace_s: float | None = None) -> None:
-        """Graceful stop: NOT_SERVING, refuse new streams, let streams finish, cancel the rest."""
+        """Graceful stop: NOT_SERVING, refuse new streams, let streams finish, cancel the rest.
+
+        The listeners close at once (gRPC's stop also sends GOAWAY on every connection, so
+        clients and proxies open no new stream on them): a replica that kept listening only to
+        refuse would pass a proxy's TCP check and, with fewer streams than its peers, draw every
+        new call under least-connections balancing. Streams in flight run on until the grace
+        period ends.
+        """
         if self._draining:
             return
         self._draining = True
@@ -236,10 +304,16 @@ class TTSServer:
             grace,
             self.admission.active if self.admission else 0,
         )
-        await self._set_health(NOT_SERVING)
-        started = time.monotonic()
+        await self._set_health(NOT_SERVING)  # Watch streams hear it before their connection goes
         if self.admission is not None:
             self.admission.stop_accepting()
+        if self.http is not None:
+            self.http.stop_listening()
+        for reserved in self._reserved:
+            reserved.close()
+        grpc_stopped = None
+        if self.server is not None and self._listening:
+            grpc_stopped = asyncio.ensure_future(self.server.stop(grace or 0))
         if self.admission is not None and self.admission.active:
             try:
                 await asyncio.wait_for(self.admission.wait_idle(), grace)
@@ -247,8 +321,8 @@ class TTSServer:
                 log.warning("grace period over; cancelling %d streams", self.admission.active)
         if self.http is not None:
             await self.http.stop()  # cancels the HTTP streams still running after the grace
-        if self.server is not None:
-            await self.server.stop(max(0.0, grace - (time.monotonic() - started)) if grace else 0)
+        if grpc_stopped is not None:
+            await grpc_stopped
         await asyncio.get_running_loop().run_in_executor(None, self.engine.stop)
         assert self._stopped is not None
         self._stopped.set()

@@ -35,6 +35,7 @@ OVERLAYS = {"cpu": K8S / "overlays" / "cpu", "gpu": K8S / "overlays" / "gpu"}
 K8S_VERSION = "1.30"
 METRIC = "chattts_active_streams"
 GRPC_PORT = 50051
+HTTP_PORT = 8000
 METRICS_PORT = 9090
 # Seconds between the end of --grace-s and SIGKILL for cancelling leftovers and exiting.
 EXIT_MARGIN_S = 10
@@ -240,6 +241,7 @@ def test_probes_use_grpc_health_on_the_server_port(overlay):
     cfg = server_config(c)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert ports["grpc"] == cfg.network.port == GRPC_PORT
+    assert ports["http"] == cfg.network.http_port == HTTP_PORT
     assert ports["metrics"] == cfg.network.metrics_port == METRICS_PORT
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         spec = c[probe]
@@ -332,6 +334,8 @@ def test_pdb_and_services_select_the_server_pods(overlay):
             assert port["port"] == container_ports[port["targetPort"]], port
         grpc_ports = [p for p in svc["spec"]["ports"] if p["name"] == "grpc"]
         assert grpc_ports and grpc_ports[0]["port"] == GRPC_PORT
+        http_ports = [p for p in svc["spec"]["ports"] if p["name"] == "http"]
+        assert http_ports and http_ports[0]["port"] == HTTP_PORT, "the HTTP door's Service port"
 
 
 def test_gpu_overlay_requests_a_gpu_and_mounts_real_weights():
@@ -420,6 +424,72 @@ def test_envoy_balances_http2_per_stream_with_grpc_health_and_retries():
     assert "unavailable" in route["route"]["retry_policy"]["retry_on"].split(",")
 
 
+def test_envoy_file_says_it_is_unverified():
+    header = (DEPLOY / "envoy" / "envoy.yaml").read_text().split("static_resources:")[0]
+    assert "UNVERIFIED" in header
+
+
+INGRESS = K8S / "ingress" / "ingress-nginx.yaml"
+STREAM_TIMEOUT_S = 3600  # idle timeouts long enough for a stream waiting on an LLM
+
+
+def test_ingress_examples_reach_both_doors_with_stream_timeouts():
+    docs = [d for d in yaml.safe_load_all(INGRESS.read_text()) if d]
+    for d in docs:
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+    services = {s["metadata"]["name"]: s for s in by_kind(render(OVERLAYS["gpu"]), "Service")}
+    ingresses = {d["metadata"]["name"]: d for d in docs}
+    assert set(ingresses) == {"chattts-stream-http", "chattts-stream-grpc"}
+    for name, door in (("chattts-stream-http", "http"), ("chattts-stream-grpc", "grpc")):
+        ingress = ingresses[name]
+        notes = ingress["metadata"]["annotations"]
+        (rule,) = ingress["spec"]["rules"]
+        (path,) = rule["http"]["paths"]
+        backend = path["backend"]["service"]
+        assert backend["port"]["name"] == door
+        ports = {p["name"] for p in services[backend["name"]]["spec"]["ports"]}
+        assert door in ports, f"{name}: Service {backend['name']} has no port {door}"
+        for key in ("proxy-read-timeout", "proxy-send-timeout"):
+            assert int(notes[f"nginx.ingress.kubernetes.io/{key}"]) >= STREAM_TIMEOUT_S, key
+    http = ingresses["chattts-stream-http"]["metadata"]["annotations"]
+    assert http["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+    grpc_notes = ingresses["chattts-stream-grpc"]["metadata"]["annotations"]
+    assert grpc_notes["nginx.ingress.kubernetes.io/backend-protocol"] == "GRPC"
+    assert int(grpc_notes["nginx.ingress.kubernetes.io/grpc-read-timeout"]) >= STREAM_TIMEOUT_S
+
+
+HAPROXY = {name: DEPLOY / "haproxy" / name for name in ("haproxy.cfg", "haproxy-plain.cfg")}
+
+
+def _haproxy_lines(name: str) -> list[str]:
+    return [ln.split("#")[0].strip() for ln in HAPROXY[name].read_text().splitlines()]
+
+
+@pytest.mark.parametrize("name", sorted(HAPROXY))
+def test_haproxy_files_balance_both_doors_per_stream_with_stream_timeouts(name):
+    lines = _haproxy_lines(name)
+    assert lines.count("balance leastconn") == 2
+    assert "option redispatch 1" in lines and any(ln.startswith("retry-on ") for ln in lines)
+    for timeout in ("client", "server", "tunnel"):
+        assert f"timeout {timeout} 1h" in lines, timeout
+    servers = [ln for ln in lines if ln.startswith("server ")]
+    assert len(servers) == 6 and sum(" proto h2 " in ln for ln in servers) == 3
+    assert all(" check" in ln for ln in servers)
+    if shutil.which("haproxy"):
+        done = subprocess.run(
+            ["haproxy", "-c", "-f", str(HAPROXY[name])], capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_haproxy_checks_readiness_on_the_http_door():
+    lines = _haproxy_lines("haproxy.cfg")
+    assert lines.count("http-check send meth GET uri /health ver HTTP/1.1 hdr Host chattts") == 2
+    grpc_servers = [ln for ln in lines if ln.startswith("server ") and " proto h2 " in ln]
+    assert all("check port" in ln and "check-proto h1" in ln for ln in grpc_servers)
+    assert "httpchk" not in " ".join(_haproxy_lines("haproxy-plain.cfg"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Docker
 
@@ -438,7 +508,8 @@ def _instructions(text: str, keyword: str) -> list[str]:
 def test_dockerfile_runs_the_server_non_root_with_ports_and_healthcheck(name):
     text = _dockerfile(name)
     assert json.loads(_instructions(text, "ENTRYPOINT")[-1]) == ["chattts-server"]
-    assert set(_instructions(text, "EXPOSE")[-1].split()) == {str(GRPC_PORT), str(METRICS_PORT)}
+    exposed = set(_instructions(text, "EXPOSE")[-1].split())
+    assert exposed == {str(GRPC_PORT), str(HTTP_PORT), str(METRICS_PORT)}
     user = _instructions(text, "USER")[-1].split(":")[0]
     assert user.isdigit() and int(user) != 0
     pod = pod_spec(render(K8S / "base"))["securityContext"]
@@ -446,6 +517,7 @@ def test_dockerfile_runs_the_server_non_root_with_ports_and_healthcheck(name):
     assert "chattts-healthcheck" in _instructions(text, "HEALTHCHECK")[-1]
     cfg = config_from_args(json.loads(_instructions(text, "CMD")[-1]))
     assert cfg.network.metrics_port == METRICS_PORT
+    assert cfg.network.http_port == HTTP_PORT
     for source in _instructions(text, "COPY"):
         src = source.split()[0]
         assert src == "." or (REPO / src).exists(), src
@@ -502,10 +574,8 @@ def test_compose_services_build_existing_dockerfiles_with_valid_commands():
         grace_period_s = int(svc["stop_grace_period"].rstrip("s"))
         assert grace_period_s >= cfg.admission.grace_s + EXIT_MARGIN_S, name
         container_ports = {int(p.split(":")[1]) for p in svc["ports"]}
-        assert (
-            container_ports == {GRPC_PORT, METRICS_PORT}
-            and cfg.network.metrics_port == METRICS_PORT
-        )
+        assert container_ports == {GRPC_PORT, HTTP_PORT, METRICS_PORT}, name
+        assert cfg.network.metrics_port == METRICS_PORT and cfg.network.http_port == HTTP_PORT
         assert any(v.startswith("./models:/models") for v in svc["volumes"]), name
     assert "profiles" not in services["chattts-cpu"]
     gpu = services["chattts-gpu"]

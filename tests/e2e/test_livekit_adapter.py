@@ -1,7 +1,8 @@
 """The LiveKit Agents adapter (chattts_client.livekit) driven as the framework drives a TTS, with
 livekit-agents itself (dev install), against the real server (tiny dev model, loopback): two
 segments on one TTS object, a stream closed mid-utterance (the server logs CANCELLED for it),
-synthesize(), and an unreachable server.
+synthesize(), an unreachable server, and an `AgentSession(use_tts_aligned_transcript=True)`
+whose agent's transcription node receives our TimedStrings.
 """
 
 from __future__ import annotations
@@ -13,21 +14,33 @@ import subprocess
 import sys
 import time
 import wave
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
 
 pytest.importorskip("livekit.agents")
 
+from livekit import rtc  # noqa: E402
 from livekit.agents import (  # noqa: E402
     DEFAULT_API_CONNECT_OPTIONS,
+    Agent,
+    AgentSession,
     APIConnectionError,
     APIConnectOptions,
     APIStatusError,
+    ModelSettings,
 )
 from livekit.agents.metrics import TTSMetrics  # noqa: E402
+from livekit.agents.types import USERDATA_TIMED_TRANSCRIPT, TimedString  # noqa: E402
+from livekit.agents.voice import io  # noqa: E402
 
-from chattts_client import AudioChunkEvent, TTSClient, make_config  # noqa: E402
+from chattts_client import (  # noqa: E402
+    AudioChunkEvent,
+    ClientOptions,
+    SynthesisOptions,
+    TTSClient,
+)
 from chattts_client.livekit import TTS  # noqa: E402
 from chattts_server.config import SecurityConfig  # noqa: E402
 from serverutil import (  # noqa: E402
@@ -41,12 +54,12 @@ from serverutil import (  # noqa: E402
 pytestmark = pytest.mark.slow
 
 NUM_TOKENS = 60  # every utterance: min_new_tokens == max_new_tokens, so its length is known
-OPTIONS = dict(voice=7, seed=5, max_new_tokens=NUM_TOKENS, min_new_tokens=NUM_TOKENS)
+OPTIONS = SynthesisOptions(voice=7, seed=5, max_new_tokens=NUM_TOKENS, min_new_tokens=NUM_TOKENS)
 
 
 def _synthesize_samples(target: str, text: str) -> int:
     """What our plain client receives for `text` through Synthesize."""
-    config = make_config(**OPTIONS)  # type: ignore[arg-type]
+    config = OPTIONS.to_config()
     with TTSClient(target) as client:
         return sum(
             e.num_samples
@@ -55,9 +68,11 @@ def _synthesize_samples(target: str, text: str) -> int:
         )
 
 
-async def _speak(tts: TTS, fragments: list[str]) -> tuple[int, list[str]]:
+async def _speak(
+    tts: TTS, fragments: list[str], timed: list[TimedString] | None = None
+) -> tuple[int, list[str]]:
     """One segment as an agent speaks an LLM reply: fragments, flush, end_input; the samples
-    and segment ids of the audio frames."""
+    and segment ids of the audio frames (and, into `timed`, the words the frames carry)."""
     stream = tts.stream()
     for fragment in fragments:
         stream.push_text(fragment)
@@ -70,6 +85,8 @@ async def _speak(tts: TTS, fragments: list[str]) -> tuple[int, list[str]]:
             assert audio.frame.sample_rate == 24000 and audio.frame.num_channels == 1
             num_samples += audio.frame.samples_per_channel
             segments.append(audio.segment_id)
+            if timed is not None:
+                timed += audio.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])
     return num_samples, segments
 
 
@@ -77,22 +94,32 @@ def test_two_segments_on_one_tts_then_synthesize(server):
     one = _synthesize_samples(server.target, "One.")
     six_seven = _synthesize_samples(server.target, "Six. Seven.")
     metrics: list[TTSMetrics] = []
+    timed: list[TimedString] = []
+    timed_synthesized: list[TimedString] = []
 
     async def run() -> tuple[int, int, int]:
-        tts = TTS(target=server.target, **OPTIONS)  # type: ignore[arg-type]
+        tts = TTS(server.target, OPTIONS)
+        assert tts.capabilities.aligned_transcript
         tts.on("metrics_collected", metrics.append)
         # Each segment is two sentences, so two utterances of NUM_TOKENS each.
         first, ids_1 = await _speak(tts, ["One.", " Two", " words."])
-        second, ids_2 = await _speak(tts, ["Three.", " Four", " five."])
+        second, ids_2 = await _speak(tts, ["Three.", " Four", " five."], timed)
         assert len(set(ids_1)) == 1 and len(set(ids_2)) == 1 and ids_1[0] != ids_2[0]
-        frame = await tts.synthesize("Six. Seven.").collect()
+        num_samples = 0
+        async for audio in tts.synthesize("Six. Seven."):
+            num_samples += audio.frame.samples_per_channel
+            timed_synthesized.extend(audio.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []))
         await tts.aclose()
-        return first, second, frame.samples_per_channel
+        return first, second, num_samples
 
     first, second, synthesized = asyncio.run(run())
     # Frames carry every sample the server sent, nothing more (the emitter re-frames them).
     assert first == second == 2 * one
     assert synthesized == six_seven
+    # Each segment's words in the caller's text, timed from the segment's own start.
+    assert timed == ["Three. ", "Four ", "five."]
+    assert timed[0].start_time == 0 and timed[-1].end_time <= second / 24000
+    assert timed_synthesized == ["Six. ", "Seven."] and timed_synthesized[0].start_time == 0
     streamed = [m for m in metrics if m.streamed]
     assert len(streamed) == 2 and all(0 < m.ttfb < m.duration for m in streamed), metrics
     assert any(not m.streamed and m.ttfb > 0 for m in metrics), metrics
@@ -112,7 +139,7 @@ def test_stream_closed_mid_utterance_is_cancelled_on_the_server(server, caplog):
         ]
 
     async def run() -> int:
-        tts = TTS(target=server.target, voice=7, seed=5, max_new_tokens=300, min_new_tokens=300)
+        tts = TTS(server.target, replace(OPTIONS, max_new_tokens=300, min_new_tokens=300))
         stream = tts.stream()
         stream.push_text("A long sentence that would take a while to speak. And another one.")
         stream.flush()
@@ -136,7 +163,7 @@ def test_stream_closed_mid_utterance_is_cancelled_on_the_server(server, caplog):
 
 def test_unreachable_server_is_an_api_connection_error():
     async def run() -> None:
-        tts = TTS(target=f"127.0.0.1:{free_port()}")
+        tts = TTS(f"127.0.0.1:{free_port()}")
         no_retry = APIConnectOptions(max_retry=0, timeout=2.0)
         stream = tts.stream(conn_options=no_retry)
         stream.push_text("Hello.")
@@ -170,12 +197,12 @@ def test_refusals_are_the_api_errors_the_framework_retries_right(tiny_model_dir,
             return sum([a.frame.samples_per_channel async for a in stream])
 
     async def run(target: str) -> None:
-        good = TTS(target=target, token="agent-secret", **OPTIONS)  # type: ignore[arg-type]
+        good = TTS(ClientOptions(target, token="agent-secret"), OPTIONS)
         assert await speak(good) > 0
         for token, status in ((None, 401), ("wrong", 403)):
             started = time.monotonic()
             with pytest.raises(APIStatusError) as refused:
-                bad = TTS(target=target, token=token, **OPTIONS)  # type: ignore[arg-type]
+                bad = TTS(ClientOptions(target, token=token), OPTIONS)
                 await speak(bad)  # default retries: a final error skips them
             assert refused.value.status_code == status and not refused.value.retryable
             assert time.monotonic() - started < 1.5  # not retried (2 s between retries)
@@ -218,3 +245,69 @@ def test_readme_example_runs(server, tmp_path):
     assert result.stdout.startswith(f"wrote {out}")
     with wave.open(str(out)) as wav:
         assert wav.getframerate() == 24000 and wav.getnframes() > 0
+
+
+class _InstantAudioOutput(io.AudioOutput):
+    """An agent's audio sink that plays each segment at once (no room): the framework's
+    playback events, which its transcript synchronizer waits for, come at each flush."""
+
+    def __init__(self) -> None:
+        super().__init__(label="instant", capabilities=io.AudioOutputCapabilities(pause=False))
+        self.num_samples = 0
+        self._segment_samples = 0
+
+    async def capture_frame(self, frame: rtc.AudioFrame) -> None:
+        await super().capture_frame(frame)
+        if self._segment_samples == 0:
+            self.on_playback_started(created_at=time.time())
+        self._segment_samples += frame.samples_per_channel
+        self.num_samples += frame.samples_per_channel
+
+    def flush(self) -> None:
+        super().flush()
+        played_s, self._segment_samples = self._segment_samples / 24000, 0
+        self.on_playback_finished(playback_position=played_s, interrupted=False)
+
+    def clear_buffer(self) -> None:
+        pass
+
+
+class _TranscriptRecorder(Agent):
+    """Keeps what the framework hands the agent's transcription node."""
+
+    def __init__(self) -> None:
+        super().__init__(instructions="Read the text aloud.")
+        self.chunks: list[str] = []
+
+    async def transcription_node(  # type: ignore[override]
+        self, text: AsyncIterator[str], model_settings: ModelSettings
+    ) -> AsyncIterator[str]:
+        async for chunk in text:
+            self.chunks.append(chunk)
+            yield chunk
+
+
+def test_agent_session_with_aligned_transcript_receives_timed_strings(server):
+    """With use_tts_aligned_transcript=True the framework takes the agent's transcript from the
+    TTS (it does so only for a TTS whose capabilities say aligned_transcript): each word of the
+    reply as a TimedString of the caller's own text, in order, within the reply's audio."""
+    said = "Walk 200 m, then stop. Second sentence."
+
+    async def run() -> tuple[list[str], int]:
+        session = AgentSession(tts=TTS(server.target, OPTIONS), use_tts_aligned_transcript=True)
+        sink = _InstantAudioOutput()
+        session.output.audio = sink
+        agent = _TranscriptRecorder()
+        await session.start(agent)
+        await session.say(said)
+        await session.aclose()
+        return agent.chunks, sink.num_samples
+
+    chunks, num_samples = asyncio.run(run())
+    assert all(isinstance(c, TimedString) for c in chunks), chunks
+    assert "".join(chunks) == said  # "200 m" as written, not as spoken
+    assert chunks == ["Walk ", "200 m, ", "then ", "stop. ", "Second ", "sentence."]
+    starts = [c.start_time for c in chunks]  # type: ignore[attr-defined]
+    ends = [c.end_time for c in chunks]  # type: ignore[attr-defined]
+    assert starts == sorted(starts) and all(s < e for s, e in zip(starts, ends, strict=True))
+    assert starts[0] == 0 and 0 < ends[-1] <= num_samples / 24000

@@ -8,7 +8,9 @@ utility (`pipecat.tests.utils.run_test`): LLM text frames stream in, an interrup
 the first turn's audio flows (the frames wait for it) while its generation still runs, a second
 turn follows, and the frames that come out are checked: turn boundaries, no first-turn audio
 after the interruption, and exactly the second turn's audio (every utterance is a fixed number
-of tokens, so its length is known from a Synthesize of the same text).
+of tokens, so its length is known from a Synthesize of the same text), with its words. Turns end
+at the stream's marks: back-to-back turns, one of which makes no sound, each end with exactly
+their own audio and words, each once its mark has come back.
 """
 
 from __future__ import annotations
@@ -38,16 +40,17 @@ logger.remove()
 logger.add(sys.stderr, level="WARNING")
 from pipecat.frames.frames import (
     ErrorFrame, InterruptionFrame, LLMFullResponseEndFrame, LLMFullResponseStartFrame,
-    LLMTextFrame, MetricsFrame, TTSAudioRawFrame, TTSStartedFrame, TTSStoppedFrame,
+    LLMTextFrame, MetricsFrame, TTSAudioRawFrame, TTSStartedFrame, TTSStoppedFrame, TTSTextFrame,
 )
 from pipecat.metrics.metrics import TTFBMetricsData
 from pipecat.observers.base_observer import BaseObserver
 from pipecat.pipeline.worker import PipelineParams
 from pipecat.tests.utils import SleepFrame, run_test
+from chattts_client import ClientOptions, SynthesisOptions
 from chattts_client.pipecat import ChatTTSTTSService
 
 target, dead_target, num_tokens, second_turn = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-options = dict(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)
+options = SynthesisOptions(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)
 
 class Seen(BaseObserver):  # counts what the TTS service pushes
     def __init__(self, tts):
@@ -70,7 +73,7 @@ def tokens(text):  # an LLM's stream: words with their spaces
     return [LLMTextFrame(w + (" " if i < len(words) - 1 else "")) for i, w in enumerate(words)]
 
 async def main():
-    tts = ChatTTSTTSService(target=target, **options)
+    tts = ChatTTSTTSService(target, options)
     first = " ".join(f"Sentence number {n} of the first turn." for n in range(1, 9))
     seen = Seen(tts)
 
@@ -93,6 +96,8 @@ async def main():
             out.append({"t": "audio", "ctx": f.context_id, "bytes": len(f.audio), "rate": f.sample_rate})
         elif isinstance(f, (TTSStartedFrame, TTSStoppedFrame)):
             out.append({"t": type(f).__name__, "ctx": f.context_id})
+        elif isinstance(f, TTSTextFrame):
+            out.append({"t": "word", "ctx": f.context_id, "text": f.text, "pts": f.pts})
         elif isinstance(f, InterruptionFrame):
             out.append({"t": "interruption"})
         elif isinstance(f, MetricsFrame):
@@ -101,7 +106,7 @@ async def main():
                     out.append({"t": "ttfb", "value": d.value})
     errors = [f.error for f in up if isinstance(f, ErrorFrame)]
     # Unreachable server: a clear error, upstream, at start.
-    dead = ChatTTSTTSService(target=dead_target, connect_timeout_s=2.0, **options)
+    dead = ChatTTSTTSService(dead_target, options, connect_timeout_s=2.0)
     _, dead_up = await run_test(dead, frames_to_send=[SleepFrame(sleep=0.1)])
     dead_errors = [f.error for f in dead_up if isinstance(f, ErrorFrame)]
     print(json.dumps({"frames": out, "errors": errors, "dead_errors": dead_errors}))
@@ -110,8 +115,8 @@ asyncio.run(main())
 """
 
 
-def _reference_bytes(target: str, text: str) -> int:
-    config = make_config(voice=7, seed=3, max_new_tokens=NUM_TOKENS, min_new_tokens=NUM_TOKENS)
+def _reference_bytes(target: str, text: str, num_tokens: int = NUM_TOKENS) -> int:
+    config = make_config(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)
     with TTSClient(target) as client:
         return sum(
             len(e.audio)
@@ -154,10 +159,10 @@ def test_pipeline_with_barge_in(server, caplog):
     # after 1 s stopped the rest (a bound with room for a faster machine).
     assert sum(f["bytes"] for f in first_audio) < 6 * one_utterance, len(first_audio)
 
-    # Turn 2: a new context, its audio only, then its stop frame; nothing of turn 1.
+    # Turn 2: a new context, its audio and words only, then its stop frame; nothing of turn 1.
     shown = [f["t"] for f in after if f["t"] != "ttfb"]
     assert shown[0] == "TTSStartedFrame" and shown[-1] == "TTSStoppedFrame", shown
-    assert set(shown[1:-1]) == {"audio"}, shown
+    assert set(shown[1:-1]) == {"audio", "word"}, shown
     second_ctx = after[[f["t"] for f in after].index("TTSStartedFrame")]["ctx"]
     assert second_ctx != first_ctx
     second_audio = [f for f in after if f["t"] == "audio"]
@@ -165,11 +170,18 @@ def test_pipeline_with_barge_in(server, caplog):
     assert all(f["rate"] == 24000 for f in first_audio + second_audio)
     # Exactly one utterance of audio: any leaked first-turn audio would make it longer.
     assert sum(f["bytes"] for f in second_audio) == one_utterance
+    # Its words, from the stream's word timing, in the LLM's text and timed in order.
+    words = [f for f in after if f["t"] == "word"]
+    assert [w["text"] for w in words] == SECOND_TURN.split(), words
+    assert all(w["ctx"] == second_ctx for w in words)
+    assert words[0]["pts"] < words[1]["pts"], words
 
     # Time to first byte is reported for each turn (right after its start frame), plausibly.
     ttfb = [frames[i + 1] for i, k in enumerate(kinds[:-1]) if k == "TTSStartedFrame"]
     assert [f["t"] for f in ttfb] == ["ttfb", "ttfb"], kinds
-    assert all(0 < f["value"] < 5 for f in ttfb), ttfb
+    # Plausibly: under the service's 10 s stop_frame_timeout_s, past which Pipecat would have
+    # given the context up (5 s was exceeded once, 6.3 s, with the machine at load 20).
+    assert all(0 < f["value"] < 10 for f in ttfb), ttfb
 
     assert any("unreachable" in e for e in result["dead_errors"]), result["dead_errors"]
 
@@ -205,6 +217,101 @@ def test_readme_example_runs(server, tmp_path):
         assert wav.getframerate() == 24000 and wav.getnframes() > 0
 
 
+_TURNS = r"""
+import asyncio, json, sys, time
+from loguru import logger
+logger.remove()
+from pipecat.frames.frames import (ErrorFrame, LLMFullResponseEndFrame, LLMFullResponseStartFrame,
+    LLMTextFrame, TTSAudioRawFrame, TTSStartedFrame, TTSStoppedFrame, TTSTextFrame)
+from pipecat.observers.base_observer import BaseObserver
+from pipecat.tests.utils import SleepFrame, run_test
+from chattts_client import SynthesisOptions
+from chattts_client.pipecat import ChatTTSTTSService
+
+target, num_tokens, turns = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+
+class MarksAtStop(BaseObserver):  # the marks the stream had received as each stop frame left
+    def __init__(self, tts):
+        super().__init__()
+        self.tts, self.seen = tts, []
+
+    async def on_push_frame(self, data):
+        if data.source is self.tts and isinstance(data.frame, TTSStoppedFrame):
+            self.seen.append([m.name for m in self.tts._stream.timeline.marks])
+
+def tokens(text):
+    words = text.split(" ")
+    return [LLMTextFrame(w + (" " if i < len(words) - 1 else "")) for i, w in enumerate(words)]
+
+async def main():
+    options = SynthesisOptions(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)
+    tts = ChatTTSTTSService(target, options)
+    marks = MarksAtStop(tts)
+
+    def frames():  # every turn at once, as fast as an LLM could stream them
+        for text in turns:
+            yield LLMFullResponseStartFrame()
+            yield from tokens(text)
+            yield LLMFullResponseEndFrame()
+        deadline = time.monotonic() + 60
+        while len(marks.seen) < len(turns) and time.monotonic() < deadline:
+            yield SleepFrame(sleep=0.05)
+
+    down, up = await run_test(tts, frames_to_send=frames(), observers=[marks])
+    out = []
+    for f in down:
+        if isinstance(f, TTSAudioRawFrame):
+            out.append({"t": "audio", "ctx": f.context_id, "bytes": len(f.audio)})
+        elif isinstance(f, (TTSStartedFrame, TTSStoppedFrame)):
+            out.append({"t": type(f).__name__, "ctx": f.context_id})
+        elif isinstance(f, TTSTextFrame):
+            out.append({"t": "word", "ctx": f.context_id, "text": f.text})
+    print(json.dumps({"frames": out, "errors": [f.error for f in up if isinstance(f, ErrorFrame)],
+                      "marks_at_stop": marks.seen}))
+
+asyncio.run(main())
+"""
+
+TURNS_TOKENS = 60
+# Back-to-back turns; the second makes no sound (a horizontal rule is markup, not speech).
+TURNS = ["First turn here.", "\n---\n", "Third turn."]
+
+
+def test_turns_end_at_their_marks_with_their_own_audio_and_words(server):
+    python = client_venv("pipecat", [*client_floor_pins(), PIPECAT_AI])
+    out = run_in(python, _TURNS, server.target, str(TURNS_TOKENS), json.dumps(TURNS))
+    result = json.loads(out.strip().splitlines()[-1])
+    frames = result["frames"]
+    contexts = list(dict.fromkeys(f["ctx"] for f in frames))
+    assert len(contexts) == len(TURNS), frames
+    one_utterance = _reference_bytes(server.target, "One.", TURNS_TOKENS)
+    for k, (ctx, text) in enumerate(zip(contexts, TURNS, strict=True)):
+        own = [f for f in frames if f["ctx"] == ctx]
+        kinds = [f["t"] for f in own]
+        assert kinds[0] == "TTSStartedFrame" and kinds[-1] == "TTSStoppedFrame", kinds
+        assert kinds.count("TTSStoppedFrame") == 1, kinds
+        # All of its audio and none of another turn's: one utterance per sentence.
+        spoken = text.strip() != "---"
+        assert sum(f["bytes"] for f in own if f["t"] == "audio") == spoken * one_utterance, k
+        # Its words: as timed by the server, or the text no word timed, which Pipecat itself
+        # hands on at the context's end ("---").
+        assert [f["text"] for f in own if f["t"] == "word"] == text.split()
+        # The turn ended once its mark had come back (the k-th mark the service sent).
+        assert result["marks_at_stop"][k][k] == f"turn-{k + 1}", result["marks_at_stop"]
+    # Frames of one turn never interleave with another's.
+    order = [f["ctx"] for f in frames]
+    assert order == sorted(order, key=contexts.index), order
+    # Only Pipecat's own report of the turn that made no sound.
+    assert len(result["errors"]) == 1 and "completed with no audio" in result["errors"][0]
+
+
+def test_no_timer_decides_a_turn():
+    """Turn ends come from marks: the settle window and the unspoken-text timeout are gone."""
+    source = (REPO / "client" / "chattts_client" / "pipecat.py").read_text()
+    for timer in ("asyncio.sleep", "call_later", "settle", "UNSPOKEN_TIMEOUT_S", "loop.time"):
+        assert timer not in source, timer
+
+
 _REFUSED = r"""
 import asyncio, json, sys
 from loguru import logger
@@ -212,10 +319,12 @@ logger.remove()
 from pipecat.frames.frames import (ErrorFrame, LLMFullResponseEndFrame, LLMFullResponseStartFrame,
                                    LLMTextFrame, TTSAudioRawFrame)
 from pipecat.tests.utils import SleepFrame, run_test
+from chattts_client import ClientOptions, SynthesisOptions
 from chattts_client.pipecat import ChatTTSTTSService
 
 async def main():
-    tts = ChatTTSTTSService(target=sys.argv[1], token=sys.argv[2], max_new_tokens=8)
+    tts = ChatTTSTTSService(ClientOptions(sys.argv[1], token=sys.argv[2]),
+                            SynthesisOptions(max_new_tokens=8))
     tokens = [LLMTextFrame(t) for t in ["One", " two", " three", " four", " five."]]
     down, up = await run_test(tts, frames_to_send=[
         LLMFullResponseStartFrame(), *tokens, LLMFullResponseEndFrame(), SleepFrame(sleep=1.0)])

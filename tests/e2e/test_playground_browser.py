@@ -1,6 +1,6 @@
 """The playground page in a real headless Chromium (Debian's, driven by Selenium): it loads,
 streams a sentence word by word over the WebSocket, plays it (the AudioContext receives and
-outputs samples) and draws the timeline. The screenshot for bench/results comes from
+outputs samples), draws the timeline and highlights each word of the text while it plays. The screenshot for bench/results comes from
 tools/playground_check.py, not from here."""
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from _playground import browser_missing, run_playground  # noqa: E402
 
 TEXT = "Turn left in two hundred meters, then keep right at the fork."
 MAX_TOKENS = 40  # per sentence: the random-weight model would otherwise speak to the cap
+SAMPLE_RATE_HZ = 24000  # the page's PCM
+# Exactly this many audio tokens a sentence (about 2.5 s) when words are highlighted: the
+# random-weight model, left to end where it likes, may say six words in half a second.
+HIGHLIGHT_TOKENS = 120
 
 
 @pytest.fixture(scope="module")
@@ -48,4 +52,66 @@ def test_playground_streams_plays_and_draws_the_timeline(srv, route):
         assert len(state["textSent"]) == len(TEXT.split())  # word by word
         assert state["utteranceEnds"]
     assert run.timeline_pixels > 500 and "first audio:" in run.stats_text
+    wait_until(lambda: engine_idle(srv), 10, "the server to be idle")
+
+
+def _plays_at_ms(chunks: list[dict], position_s: float) -> float:
+    """The page-clock time at which the stream's audio reaches `position_s`, from where the page
+    scheduled each chunk's samples (worked out here, apart from the page's own mapping)."""
+    sample = position_s * SAMPLE_RATE_HZ
+    played = [c for c in chunks if "firstSample" in c]  # a whole-file format: the last one
+    for chunk in played:
+        first, n = chunk["firstSample"], chunk["playedSamples"]
+        if first <= sample < first + n:
+            return chunk["playStartMs"] + (sample - first) * 1000 / SAMPLE_RATE_HZ
+    return played[-1]["playEndMs"]
+
+
+# WebSocket PCM plays as it arrives; POST's FLAC (with SSE) plays once whole, so every word's
+# timing is known before its audio starts.
+@pytest.mark.parametrize("route, response_format", [("ws", "pcm"), ("post", "flac")])
+def test_playground_highlights_each_word_in_order_as_it_plays(srv, route, response_format):
+    """Word timings (WebSocket messages, or POST's SSE events), on the audio clock: the
+    highlighted word only moves forward, each while its own audio plays, and it is the caller's
+    text of that word."""
+    run = run_playground(
+        http_url(srv) + "/",
+        TEXT,
+        route=route,
+        stream_format="sse",
+        response_format=response_format,
+        token=TOKEN,
+        max_tokens=HIGHLIGHT_TOKENS,
+        min_tokens=HIGHLIGHT_TOKENS,
+        until_played_out=True,
+    )
+    state, chunks = run.state, run.state["chunks"]
+    assert state["error"] is None, (state["error"], run.browser_log)
+    assert run.spoken_text == TEXT  # the text sent, shown whole
+    words = state["words"]
+    assert words and state["wordTimingSource"] == "estimate"  # the dev model's source
+    highlights = state["highlights"]
+    indices = [h["index"] for h in highlights]
+    assert indices == sorted(set(indices)), indices  # in order, never back, never twice
+    for h in highlights:
+        word = words[h["index"]]
+        assert h["shown"] == word["sourceText"] and word["sourceText"] in TEXT
+        assert word["startS"] <= h["positionS"] < word["endS"]
+        # Not before its audio plays; the upper bound leaves room for a loaded browser's timers.
+        start_ms = _plays_at_ms(chunks, word["startS"])
+        end_ms = _plays_at_ms(chunks, word["endS"])
+        assert start_ms - 50 <= h["atMs"] <= end_ms + 750, (h, word, start_ms, end_ms)
+    # A word can be highlighted once its timing is known, while its audio plays. The estimate
+    # comes with an utterance's end: on a machine that generates slower than real time, most
+    # of a streamed utterance has played by then. The page polls every 15 ms.
+    chances = [
+        k
+        for k, w in enumerate(words)
+        if _plays_at_ms(chunks, w["endS"]) - max(w["arrivedMs"], _plays_at_ms(chunks, w["startS"]))
+        >= 100
+    ]
+    if route == "post":  # the whole file plays once complete: every timing came before it
+        assert all(w["arrivedMs"] <= _plays_at_ms(chunks, w["startS"]) for w in words), words
+    assert chances, ("no word was timed while it played", words, chunks)
+    assert len(set(chances) & set(indices)) >= max(1, len(chances) // 2), (chances, indices)
     wait_until(lambda: engine_idle(srv), 10, "the server to be idle")

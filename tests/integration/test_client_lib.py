@@ -20,6 +20,9 @@ import soundfile as sf
 from chattts_client import (
     AsyncTTSClient,
     AudioChunkEvent,
+    ClientOptions,
+    MarkEvent,
+    SynthesisOptions,
     TTSClient,
     UtteranceEndEvent,
     VoiceInfo,
@@ -96,6 +99,15 @@ class FakeServicer(tts_pb2_grpc.TextToSpeechServicer):
                     tts_pb2.StreamingSynthesizeResponse, utterance_index, request.text.text
                 )
                 utterance_index += 1
+                if request.text.mark:  # answered after the audio of the text before it
+                    offset = utterance_index * NUM_CHUNKS * CHUNK_SAMPLES
+                    yield tts_pb2.StreamingSynthesizeResponse(
+                        mark=tts_pb2.Mark(
+                            name=request.text.mark,
+                            sample_offset=offset,
+                            offset_s=offset / SAMPLE_RATE_HZ,
+                        )
+                    )
 
     def ListVoices(self, request, context):  # type: ignore[no-untyped-def]
         self.metadata.append(dict(context.invocation_metadata()))
@@ -254,6 +266,110 @@ def test_async_client_error_is_rpc_error(fake) -> None:  # type: ignore[no-untyp
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+# --- push stream ----------------------------------------------------------------------------
+
+
+def test_push_stream_sends_each_call_as_it_is_made_and_yields_events(fake) -> None:  # type: ignore[no-untyped-def]
+    """Text pushed after audio came back (requests and responses flow at once), a mark, a clear
+    with a mark at the cut, end_input half-closes; the timeline keeps the text and events."""
+    servicer, target = fake
+
+    async def run():  # type: ignore[no-untyped-def]
+        async with AsyncTTSClient(target, token=TOKEN) as client:
+            stream = client.open_stream(config=make_config(voice="alice"), timeout=CALL_TIMEOUT_S)
+            stream.push("one ")
+            events = []
+            async with stream:
+                async for event in stream:
+                    events.append(event)
+                    if isinstance(event, UtteranceEndEvent) and event.text == "one ":
+                        stream.mark("turn-1", "two ")
+                    elif isinstance(event, MarkEvent) and event.name == "turn-1":
+                        stream.flush()
+                        stream.clear("three", mark="cut")
+                    elif isinstance(event, UtteranceEndEvent) and event.text == "three":
+                        stream.end_input()
+                        stream.end_input()  # idempotent
+                        with pytest.raises(RuntimeError, match="ended"):
+                            stream.push("four")
+            return events, stream
+
+    events, stream = asyncio.run(asyncio.wait_for(run(), 2 * CALL_TIMEOUT_S))
+    requests = servicer.stream_requests
+    assert requests[0].config.voice.preset == "alice"
+    sent = [(r.text.text, r.text.flush, r.text.clear, r.text.mark) for r in requests[1:]]
+    assert sent == [
+        ("one ", False, False, ""),
+        ("two ", False, False, "turn-1"),
+        ("", True, False, ""),
+        ("", False, True, ""),
+        ("", False, False, "cut"),  # a mark at the cut, before the text after it
+        ("three", False, False, ""),
+    ]
+    marks = [e for e in events if isinstance(e, MarkEvent)]
+    assert [m.name for m in marks] == ["turn-1", "cut"]
+    assert marks[0].sample_offset == 2 * NUM_CHUNKS * CHUNK_SAMPLES and not marks[0].dropped
+    assert stream.sent_text == "one two three" and stream.input_ended
+    assert stream.timeline.marks == marks  # the stream's timeline saw every event
+    assert stream.stats.num_chunks == 6 * NUM_CHUNKS and stream.stats.num_utterances == 6
+    assert servicer.metadata[0]["authorization"] == f"Bearer {TOKEN}"
+
+
+def test_push_stream_cancel_ends_the_call(fake) -> None:  # type: ignore[no-untyped-def]
+    _, target = fake
+
+    async def run():  # type: ignore[no-untyped-def]
+        async with AsyncTTSClient(target) as client:
+            stream = client.open_stream(timeout=CALL_TIMEOUT_S)
+            stream.push("one")  # never half-closed: only the cancel ends the call
+            first = await stream.__anext__()
+            stream.cancel()
+            rest = [e async for e in stream]  # ends: no CancelledError into this task
+            return first, rest, await stream.call.code()  # type: ignore[attr-defined]
+
+    first, rest, code = asyncio.run(asyncio.wait_for(run(), 2 * CALL_TIMEOUT_S))
+    assert isinstance(first, AudioChunkEvent) and rest == []
+    assert code == grpc.StatusCode.CANCELLED
+
+
+# --- options --------------------------------------------------------------------------------
+
+
+def test_client_options_check_themselves_and_build_either_client(fake) -> None:  # type: ignore[no-untyped-def]
+    servicer, target = fake
+    with pytest.raises(ValueError, match="tls=True"):
+        ClientOptions(target, ca_cert=b"x")
+    with pytest.raises(ValueError, match="together"):
+        ClientOptions(target, tls=True, client_key=b"x")
+    with pytest.raises(ValueError, match="positive"):
+        ClientOptions(target, max_message_bytes=0)
+    options = ClientOptions(target, token=TOKEN)
+    with TTSClient.from_options(options) as client:
+        assert client.options == options
+        assert len(client.list_voices(timeout=CALL_TIMEOUT_S)) == 2
+    assert TTSClient.from_options(target).options == ClientOptions(target)
+
+    async def run():  # type: ignore[no-untyped-def]
+        async with AsyncTTSClient.from_options(options) as client:
+            return await client.list_voices(timeout=CALL_TIMEOUT_S)
+
+    assert len(asyncio.run(run())) == 2
+    assert [m.get("authorization") for m in servicer.metadata] == [f"Bearer {TOKEN}"] * 2
+
+
+def test_synthesis_options_are_make_config_plus_word_timing() -> None:
+    options = SynthesisOptions(voice="seed:5", speed=2, top_k=20, max_new_tokens=100)
+    assert options.to_config() == make_config(voice="seed:5", speed=2, top_k=20, max_new_tokens=100)
+    assert not options.to_config().word_timing
+    varied = options.to_config(word_timing=True, sample_rate_hz=16000)
+    assert varied.word_timing and varied.audio_format.sample_rate_hz == 16000
+    assert varied.voice.seed == 5 and varied.sampling.max_new_tokens == 100
+    with pytest.raises(ValueError, match="voice"):
+        SynthesisOptions(voice="seed:abc")  # at construction, not at the first call
+    with pytest.raises(ValueError, match="encoding"):
+        SynthesisOptions(encoding="mp3")
+
+
 # --- TLS ------------------------------------------------------------------------------------
 
 
@@ -335,6 +451,8 @@ def test_mutual_tls_with_token_sync_and_async(tmp_path) -> None:  # type: ignore
         )
         with TTSClient(target, **kwargs) as client:  # type: ignore[arg-type]
             _check_synthesize_events(list(client.synthesize("Hello.", timeout=CALL_TIMEOUT_S)))
+        with TTSClient.from_options(ClientOptions(target, **kwargs)) as client:  # type: ignore[arg-type]
+            assert len(client.list_voices(timeout=CALL_TIMEOUT_S)) == 2
 
         async def run():  # type: ignore[no-untyped-def]
             async with AsyncTTSClient(target, **kwargs) as client:  # type: ignore[arg-type]
@@ -348,7 +466,7 @@ def test_mutual_tls_with_token_sync_and_async(tmp_path) -> None:  # type: ignore
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE
     finally:
         server.stop(grace=None)
-    assert [m["authorization"] for m in servicer.metadata] == [f"Bearer {TOKEN}"] * 2
+    assert [m["authorization"] for m in servicer.metadata] == [f"Bearer {TOKEN}"] * 3
 
 
 # --- make_config ----------------------------------------------------------------------------

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -16,7 +18,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from chattts_server.engine.engine import ChatTTSEngine
 from chattts_server.engine.runner import ModelRunner
 from chattts_server.server import TTSServer
-from serverutil import DEV_MODEL_CACHE, InProcessServer, tiny_server_config, wait_serving
+from serverutil import (
+    DEV_MODEL_CACHE,
+    InProcessServer,
+    free_port,
+    tiny_server_config,
+    wait_serving,
+)
 
 
 def _grpcurl() -> str:
@@ -112,3 +120,47 @@ def test_reflection_can_be_turned_off(tiny_model_dir):
             timeout=60,
         )
         assert listed.returncode != 0
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_listen_when_ready_refuses_connections_until_the_model_is_ready(tiny_model_dir):
+    """--listen-when-ready: while the model loads both ports are held (their numbers known) but
+    refuse connections, so a TCP-checking proxy sees the replica as down; then SERVING."""
+    release = threading.Event()
+    base = tiny_server_config(DEV_MODEL_CACHE)
+    config = replace(
+        base, network=replace(base.network, http_port=free_port(), listen_when_ready=True)
+    )
+
+    def slow_runner():
+        release.wait(60)
+        return ModelRunner.load(config.model, config.engine)
+
+    class Server(InProcessServer):
+        def __enter__(self):
+            self._thread.start()
+
+            async def start():
+                self.server = TTSServer(
+                    config,
+                    engine=ChatTTSEngine(config.model, config.engine, runner_factory=slow_runner),
+                )
+                return await self.server.start()
+
+            self.port = self.call(start())
+            return self
+
+    with Server(config) as srv:
+        http_port = srv.server.http_port
+        assert srv.port and http_port
+        assert _refused(srv.port) and _refused(http_port)
+        release.set()
+        wait_serving(srv.target, timeout_s=60)
+        assert not _refused(http_port)

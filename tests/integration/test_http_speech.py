@@ -326,7 +326,15 @@ def test_tls_from_the_same_certificate_files_and_503_while_loading(
 # -- draining (last: it stops the module's server) ------------------------------------------------
 
 
-def test_drain_is_503_and_streams_in_flight_finish(srv):
+def _refuses_connections(url: str) -> bool:
+    try:
+        httpx2.get(url + "/health", timeout=2)
+    except httpx2.ConnectError:
+        return True
+    return False
+
+
+def test_drain_closes_the_listener_and_streams_in_flight_finish(srv):
     url = http_url(srv) + "/v1/audio/speech"
     auth = {"authorization": f"Bearer {TOKEN}"}
     body = {"input": TEXT, "voice": "alloy", "response_format": "pcm", "chattts": fixed(N)}
@@ -344,11 +352,14 @@ def test_drain_is_503_and_streams_in_flight_finish(srv):
     reader = threading.Thread(target=in_flight, daemon=True)
     reader.start()
     assert started.wait(30)
-    drained = asyncio.run_coroutine_threadsafe(srv.server.drain(grace_s=30), srv.loop)
-    wait_until(lambda: httpx2.get(http_url(srv) + "/health").status_code == 503, 5, "draining")
-    refused = httpx2.post(url, json=body, headers=auth, timeout=30)
-    assert refused.status_code == 503
-    assert refused.json()["error"]["type"] == "service_unavailable_error"
+    with httpx2.Client(timeout=30) as kept:  # a keep-alive connection, as a proxy holds one
+        assert kept.get(http_url(srv) + "/health").status_code == 200
+        drained = asyncio.run_coroutine_threadsafe(srv.server.drain(grace_s=30), srv.loop)
+        # The listener closes (a proxy's next connect fails, its TCP or /health check too) and
+        # the idle keep-alive connection with it, so no request reaches the draining server.
+        wait_until(lambda: _refuses_connections(http_url(srv)), 5, "the listener closed")
+        with pytest.raises(httpx2.TransportError):
+            kept.post(url, json=body, headers=auth)
     checked.set()
     reader.join(60)
     assert result["bytes"] == 2 * 4 * samples_for(60)  # the stream in flight finished whole

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -358,6 +359,14 @@ def _health(target: str) -> int | None:
             return None
 
 
+def _refuses_connections(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
 def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
     with launch(["--grace-s", "10", "--no-warmup"], DEV_MODEL_CACHE, metrics=False) as srv:
         target = srv.target
@@ -365,10 +374,17 @@ def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
         s = Streamer(target, request("Finish me please.", 40))
         s.start()
         assert s.first.wait(30)
-        srv.proc.send_signal(signal.SIGTERM)
-        wait_until(
-            lambda: _health(target) == health_pb2.HealthCheckResponse.NOT_SERVING, 5, "NOT_SERVING"
-        )
+        with grpc.insecure_channel(target) as channel:
+            watch = health_pb2_grpc.HealthStub(channel).Watch(
+                health_pb2.HealthCheckRequest(), timeout=10
+            )
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+            srv.proc.send_signal(signal.SIGTERM)
+            # A watcher hears NOT_SERVING at once; then the listener closes, so no proxy or
+            # client balancer can open a new connection to the draining replica.
+            assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+            watch.cancel()
+        wait_until(lambda: _refuses_connections(srv.port), 5, "the listener closed")
         err = _code(target, request())
         assert err.code() == grpc.StatusCode.UNAVAILABLE
         assert s.result(30) == grpc.StatusCode.OK

@@ -24,6 +24,7 @@ FLAGS = {
     "--port": 50051,
     "--metrics-port": 0,
     "--http-port": 0,
+    "--listen-when-ready": False,
     "--keepalive-time-s": 30.0,
     "--keepalive-timeout-s": 10.0,
     "--max-connection-age-s": 0.0,
@@ -47,6 +48,7 @@ FLAGS = {
     "--max-tokens": 1536,
     "--max-new-tokens": 768,
     "--prefill-chunk-tokens": 256,
+    "--interactive-hold-tokens": 64,
     "--output-buffer-chunks": 8,
     "--no-warmup": False,
     "--first-chunk-tokens": 8,  # None (the decoder's 8, 32, 8) until config held the defaults

@@ -198,3 +198,14 @@ def test_a_line_whose_first_token_holds_no_word_yet_is_not_taken_for_a_rule(firs
     assert reader.feed(first) == ""
     out = reader.feed(rest + "\n")
     assert out == strip_markdown(first + rest) + "\n" and re.search(r"[a-z]{3}", out)
+
+
+def test_a_flush_before_any_text_on_a_line_keeps_the_line() -> None:
+    # A mark or a flush with nothing buffered used to decide the empty line as a rule, and
+    # the line's text that followed was skipped.
+    reader = MarkdownReader()
+    assert reader.flush() == ""
+    assert reader.feed("Turn **left** now") + reader.flush() == "Turn left now"
+    assert reader.feed("\n") + reader.flush() == "\n"
+    assert reader.feed("  ") + reader.flush() == ""
+    assert reader.feed("- then stop") + reader.end() == "then stop."

@@ -37,6 +37,25 @@ ENGLISH = [
     ("Take the I-95 north", "Take the I ninety five north"),
     ("merge onto US-101", "merge onto US one oh one"),
     ("then the I-405", "then the I four oh five"),
+    # a compass letter after a road is its direction; an exit's letter is read as a letter
+    ("Take exit 12B toward I-95 N.", "Take exit twelve B toward I ninety five north."),
+    ("merge onto US-101 S, then exit 4A", "merge onto US one oh one south, then exit four A"),
+    ("keep left for I-405 NB", "keep left for I four oh five northbound"),
+    ("take CA-1 N toward the coast", "take CA one north toward the coast"),
+    # street words: St. and Dr. by context (a name before: Street, Drive; a name after: Saint,
+    # Doctor), the others always
+    ("Turn right onto Main St. then left", "Turn right onto Main Street then left"),
+    ("Turn onto Main St. Then keep right", "Turn onto Main Street. Then keep right"),
+    ("Continue toward St. Louis", "Continue toward Saint Louis"),
+    ("St. Charles Ave. is ahead", "Saint Charles Avenue is ahead"),
+    ("Turn left on 5th Ave.", "Turn left on fifth Avenue."),
+    ("the hospital on 42nd St", "the hospital on forty second Street"),
+    ("Dr. Lee's office on Elm Dr.", "Doctor Lees office on Elm Drive."),
+    (
+        "follow Sunset Blvd to Oak Rd., then Hwy 1",
+        "follow Sunset Boulevard to Oak Road, then Highway one",
+    ),
+    ("Mt. Rainier exit", "Mount Rainier exit"),
     # times and dates
     ("At 10:30", "At ten thirty"),
     ("Arrive at 10:05", "Arrive at ten oh five"),
@@ -93,6 +112,7 @@ CHINESE = [
     ("第3个出口", "第三个出口"),
     ("从12B出口离开", "从十二B出口离开"),
     ("沿G4京港澳高速行驶", "沿G四京港澳高速行驶"),
+    ("右转进入Main St.", "右转进入Main Street。"),
     ("共1,234人", "共一千二百三十四人"),
     ("前方200米 [uv_break] 右转", "前方两百米 [uv_break] 右转"),
 ]

@@ -32,6 +32,17 @@ def test_a_period_after_a_digit_waits_for_more_text():
     assert b.feed("14 roughly. ") == ["Pi is 3.14 roughly."]
 
 
+def test_a_title_before_a_name_is_no_sentence_end_and_waits_at_the_end_of_the_buffer():
+    b = TextReleaser(SENTENCES_ONLY)
+    assert b.feed("Continue toward St.") == []
+    assert b.feed(" Louis. Dr. Lee is on Main St. Then") == [
+        "Continue toward St. Louis.",
+    ]
+    assert b.flush() == ["Dr. Lee is on Main St. Then"]
+    assert split_sentences("Exit at Elm St. now.") == ["Exit at Elm St. now."]
+    assert split_sentences("Stop at Elm St.") == ["Stop at Elm St."]
+
+
 def test_control_tokens_are_never_split_and_pass_through():
     assert split_sentences("Wait [uv_break] a moment [laugh]. Go [lbreak]") == [
         "Wait [uv_break] a moment [laugh].",

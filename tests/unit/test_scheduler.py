@@ -286,3 +286,42 @@ def test_within_a_class_the_prefill_budget_goes_by_arrival():
     assert [(n.request_id, n.slot_id) for n in plan.new_slots] == [("third", 0)]
     # The lower slot arrived later: second's prompt goes first.
     assert [(c.slot_id, c.length) for c in plan.prefill] == [(1, 16)]
+
+
+def test_less_urgent_rows_skip_decode_steps_until_an_interactive_first_audio():
+    s = Scheduler(num_slots=4, max_tokens=200, prefill_chunk_tokens=64, interactive_hold_tokens=3)
+    bulk, default = add_at(s, "bulk", Priority.BULK), add_at(s, "default", Priority.DEFAULT)
+    prefilled(s, bulk, default)
+    assert (default.slot_id, bulk.slot_id) == (0, 1)  # seated by class first
+    assert [r.slot_id for r in s.schedule().decode] == [0, 1]
+    nav = add_at(s, "nav", Priority.INTERACTIVE)
+    late = add_at(s, "late-bulk", Priority.BULK)
+    decoded, prefills = [], []
+    for _ in range(3):
+        plan = s.schedule()
+        decoded.append([r.slot_id for r in plan.decode])
+        prefills.append([c.slot_id for c in plan.prefill])
+        sampled = [Sampled(r.slot_id, False) for r in plan.decode]
+        done = [Sampled(c.slot_id, False) for c in plan.prefill if c.completes_prompt]
+        s.update_from_output(plan, ModelOutput(sampled=sampled + done))
+    # nav (slot 2) prefills and decodes alone while it has no audio; late-bulk (slot 3) holds
+    # its slot but its prefill waits too.
+    assert (nav.slot_id, late.slot_id) == (2, 3)
+    assert decoded == [[], [2], [2]] and prefills == [[2], [], []]
+    nav.record_audio(100, now=1.0)  # its first chunk went out: everyone runs again
+    plan = s.schedule()
+    assert [r.slot_id for r in plan.decode] == [0, 1, 2]
+    assert [c.slot_id for c in plan.prefill] == [3]
+
+
+def test_the_hold_ends_after_its_token_bound_even_without_audio():
+    s = Scheduler(num_slots=2, max_tokens=200, prefill_chunk_tokens=64, interactive_hold_tokens=2)
+    bulk = add_at(s, "bulk", Priority.BULK)
+    prefilled(s, bulk)
+    nav = add_at(s, "nav", Priority.INTERACTIVE)
+    prefilled(s, nav)  # its prefill samples token 1
+    plan = s.schedule()
+    assert [r.slot_id for r in plan.decode] == [1]
+    s.update_from_output(plan, ModelOutput(sampled=[Sampled(1, False)]))
+    assert nav.num_generated == 2 and nav.first_audio_at is None
+    assert [r.slot_id for r in s.schedule().decode] == [0, 1]

@@ -70,8 +70,14 @@ class StreamSettings:
     chunking: ChunkingOptions = field(default_factory=ChunkingOptions)
     text_release: ReleasePolicy = field(default_factory=ReleasePolicy)
     """When streamed text is released, and the longest utterance (by estimated duration)."""
+    ssml: bool = False
+    """Read the text as an SSML document (text/ssml); `markdown` is then False."""
+    ssml_ignore_unknown: bool = False
+    """SSML: read an element outside the table as its text instead of refusing it."""
     markdown: bool = True
     """Read the text as markdown (markup not spoken); False reads every character as text."""
+    word_timing: bool = False
+    """Send each utterance's word timings (WordTimings) before its end."""
     priority: Priority = Priority.DEFAULT
     """The stream's class: admission order, reserved slots, the engine's prefill order."""
 
@@ -113,7 +119,10 @@ class Validator:
             audio=self._audio(config.audio_format, f"{prefix}.audio_format"),
             chunking=self._chunking(config.chunking, f"{prefix}.chunking"),
             text_release=self._text_release(config, prefix),
+            ssml=config.text_format == tts_pb2.SSML,
+            ssml_ignore_unknown=config.ssml_ignore_unknown_elements,
             markdown=self._markdown(config.text_format, f"{prefix}.text_format"),
+            word_timing=config.word_timing,
             priority=self._priority(config.priority, f"{prefix}.priority"),
         )
 
@@ -136,9 +145,11 @@ class Validator:
 
     @staticmethod
     def _markdown(text_format: int, path: str) -> bool:
-        if text_format not in (tts_pb2.TEXT_FORMAT_UNSPECIFIED, tts_pb2.MARKDOWN, tts_pb2.PLAIN):
+        """Whether the text is markdown (the default); InvalidRequestError for a value that
+        names no format."""
+        if text_format not in tts_pb2.TextFormat.values():
             raise InvalidRequestError(path, f"unknown text format value {text_format}")
-        return bool(text_format != tts_pb2.PLAIN)
+        return text_format not in (tts_pb2.PLAIN, tts_pb2.SSML)
 
     def _text_release(self, config: tts_pb2.SynthesisConfig, prefix: str) -> ReleasePolicy:
         """The stream's release policy; its duration budget comes from the server's per-utterance

@@ -23,11 +23,12 @@ from ..engine.types import InvalidRequestError
 from .auth import authorization_of
 from .convert import StreamSettings, Validator
 from .errors import ClientGoneError, ClientStalledError, abort_with, is_ours
-from .events import AudioOut, SessionEvent, to_pb
+from .events import AudioOut, MarkReached, SessionEvent, UtteranceEnded, to_pb
 from .synthesis import Send, Synthesis
 from .text_reader import TextFragment
 
 _M = TypeVar("_M", bound=Message)
+_R = TypeVar("_R", bound=Message)
 
 SERVICE = "chattts.v1.TextToSpeech"
 _STALLED_STATUS_WAIT_S = 1.0
@@ -172,7 +173,8 @@ async def _fragments(
             )
         if which != "text":
             raise InvalidRequestError("text", "every message after the config must carry text")
-        yield TextFragment(message.text.text, message.text.flush, message.text.clear)
+        text = message.text
+        yield TextFragment(text.text, text.flush, text.clear, text.mark)
 
 
 def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> None:
@@ -194,12 +196,19 @@ def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> No
 
 
 def _synthesize_reply(event: SessionEvent) -> tts_pb2.SynthesizeResponse:
-    if isinstance(event, AudioOut):
-        return tts_pb2.SynthesizeResponse(audio=to_pb(event))
-    return tts_pb2.SynthesizeResponse(utterance_end=to_pb(event))
+    return _reply(tts_pb2.SynthesizeResponse, event)
 
 
 def _streaming_reply(event: SessionEvent) -> tts_pb2.StreamingSynthesizeResponse:
+    return _reply(tts_pb2.StreamingSynthesizeResponse, event)
+
+
+def _reply(response: Callable[..., _R], event: SessionEvent) -> _R:
+    """The event in its field of the response's oneof (the same names in both responses)."""
     if isinstance(event, AudioOut):
-        return tts_pb2.StreamingSynthesizeResponse(audio=to_pb(event))
-    return tts_pb2.StreamingSynthesizeResponse(utterance_end=to_pb(event))
+        return response(audio=to_pb(event))
+    if isinstance(event, UtteranceEnded):
+        return response(utterance_end=to_pb(event))
+    if isinstance(event, MarkReached):
+        return response(mark=to_pb(event))
+    return response(word_timings=to_pb(event))

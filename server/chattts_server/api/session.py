@@ -1,7 +1,14 @@
 """One client stream's synthesis state: settings, audio encoder, sample offsets, utterance count.
 
-A `Session` turns sentences into engine requests and engine events into encoded domain events
-(`AudioOut`, `UtteranceEnded`); the servicer converts those to protobuf, once (`events.to_pb`).
+A `Session` plays the stream's items (api/stream_items.py) on one timeline of samples: an
+utterance becomes an engine request and its engine events become encoded domain events
+(`AudioOut`, then `WordTimingsOut` when asked for, then `UtteranceEnded`), a mark a
+`MarkReached` at the samples sent so far, a silence `AudioOut` of zeros. The servicer converts
+those to protobuf, once (`events.to_pb`); the HTTP doors to JSON (`events.to_json`).
+
+Offsets count the samples whose chunks were sent. The sample encodings end each utterance
+with its last samples, so a mark's offset is exactly the audio before it; OGG_OPUS (and the
+HTTP codecs) hold up to one frame (20 ms) across an utterance's end, sent with what follows.
 """
 
 from __future__ import annotations
@@ -15,11 +22,23 @@ import numpy as np
 
 from ..audio.containers import CONTAINER_ENCODINGS, make_container_encoder
 from ..audio.encoding import EncodedChunk, make_encoder
-from ..engine.types import AudioChunk, Engine, EngineEvent, UtteranceDone, UtteranceRequest
+from ..engine.types import (
+    AudioChunk,
+    Engine,
+    EngineEvent,
+    Spoken,
+    UtteranceDone,
+    UtteranceRequest,
+)
+from ..text.spans import Traced
 from .convert import StreamSettings
-from .events import AudioOut, SessionEvent, UtteranceEnded
+from .events import AudioOut, MarkReached, SessionEvent, UtteranceEnded
+from .stream_items import MarkAt, Silence, Speak, StreamItem
+from .timeline import own_text, word_timings
 
 _OFFLOADED_ENCODINGS = ("OGG_OPUS", "MP3", "AAC", "FLAC")
+_SILENCE_CHUNK_S = 0.5
+"""A silence is sent in chunks of at most this long, as audio is."""
 
 
 class Session:
@@ -36,6 +55,7 @@ class Session:
         self.num_utterances = 0
         """Utterances begun; the next one gets this index."""
         self.sample_offset = 0
+        """Samples (at the chunks' rate) of every chunk sent so far."""
         self._speaking: asyncio.Event | None = None
         """Set to interrupt the utterance being spoken (None between utterances)."""
         self.native_rate = engine.model_info.sample_rate
@@ -47,21 +67,29 @@ class Session:
         # event loop. The sample encodings (well under 1 ms a chunk) are not worth a thread hop.
         self._offload = encoding in _OFFLOADED_ENCODINGS
 
-    def _request(self, sentence: str) -> UtteranceRequest:
+    @property
+    def sample_rate_hz(self) -> int:
+        """The rate of the chunks and of every offset."""
+        return self._encoder.sample_rate_hz
+
+    def _request(self, item: Speak) -> UtteranceRequest:
         s = self.settings
         return UtteranceRequest(
             request_id=f"{self.stream_id}-{self.num_utterances}",
-            text=sentence,
+            text=item.text.text,
             voice=s.voice,
-            speed=s.speed,
+            speed=s.speed if item.speed is None else item.speed,
             refine=s.refine,
             sampling=s.sampling,
             chunking=s.chunking,
             deadline=self.deadline,
+            source=item.text,
             priority=s.priority,
         )
 
-    def _audio(self, encoded: EncodedChunk, utterance_index: int) -> AudioOut:
+    def _audio(
+        self, encoded: EncodedChunk, utterance_index: int, silence: bool = False
+    ) -> AudioOut:
         event = AudioOut(
             data=encoded.data,
             sample_offset=self.sample_offset,
@@ -69,6 +97,7 @@ class Session:
             utterance_index=utterance_index,
             sample_rate_hz=self._encoder.sample_rate_hz,
             encoding=self.settings.audio.encoding,
+            silence=silence,
         )
         self.sample_offset += encoded.num_samples
         return event
@@ -84,14 +113,50 @@ class Session:
         if self._speaking is not None:
             self._speaking.set()
 
-    async def speak(self, sentence: str) -> AsyncGenerator[SessionEvent, None]:
-        """Synthesize one sentence: audio as it comes, then its `UtteranceEnded`."""
+    def play(self, item: StreamItem) -> AsyncGenerator[SessionEvent, None]:
+        """The events of one stream item, in order."""
+        if isinstance(item, Speak):
+            return self.speak(item)
+        if isinstance(item, MarkAt):
+            return self._one(self.mark(item))
+        return self.silence(item)
+
+    @staticmethod
+    async def _one(event: SessionEvent) -> AsyncGenerator[SessionEvent, None]:
+        yield event
+
+    def mark(self, item: MarkAt) -> MarkReached:
+        """A mark: where the audio sent so far ends (all of the text before it, or the cut)."""
+        offset = self.sample_offset
+        return MarkReached(item.name, offset, offset / self.sample_rate_hz, item.dropped)
+
+    async def silence(self, item: Silence) -> AsyncGenerator[SessionEvent, None]:
+        """`item.duration_s` of zeros at the model's rate, encoded like audio; it belongs to the
+        last utterance begun (0 before any)."""
+        index = max(0, self.num_utterances - 1)
+        remaining = round(item.duration_s * self.native_rate)
+        step = round(_SILENCE_CHUNK_S * self.native_rate)
+        while remaining > 0:
+            n = min(step, remaining)
+            remaining -= n
+            encoded = await self._encode(np.zeros(n, dtype=np.float32))
+            if encoded.data:
+                yield self._audio(encoded, index, silence=True)
+        tail = self._encoder.end_utterance()
+        if tail.data:
+            yield self._audio(tail, index, silence=True)
+
+    async def speak(self, item: Speak) -> AsyncGenerator[SessionEvent, None]:
+        """Synthesize one utterance: audio as it comes, its word timings if asked for, then its
+        `UtteranceEnded`."""
         index = self.num_utterances
-        request = self._request(sentence)
+        request = self._request(item)
         self.num_utterances += 1
         started = time.monotonic()
         first_audio_s: float | None = None
-        native_samples = 0
+        start_offset = self.sample_offset
+        spoken: Traced | None = None
+        pcm: list[np.ndarray] = []
         interrupted = self._speaking = asyncio.Event()
         events = aiter(self.engine.synthesize(request))
         try:
@@ -99,9 +164,11 @@ class Session:
                 event = await _next_or_interrupted(events, interrupted)
                 if event is None:
                     break
-                if isinstance(event, AudioChunk):
+                if isinstance(event, Spoken):
+                    spoken = event.text
+                elif isinstance(event, AudioChunk):
                     first_audio_s = first_audio_s or time.monotonic() - started
-                    native_samples += len(event.pcm)
+                    pcm.append(event.pcm)
                     encoded = await self._encode(event.pcm)
                     if encoded.data:
                         yield self._audio(encoded, index)
@@ -109,7 +176,10 @@ class Session:
                     tail = self._encoder.end_utterance()
                     if tail.data:
                         yield self._audio(tail, index)
-                    yield UtteranceEnded(index, event, event.num_samples / self.native_rate)
+                    said = event.spoken or spoken
+                    if self.settings.word_timing and said is not None:
+                        yield self._timings(index, item, said, pcm, start_offset, cut=False)
+                    yield self._ended(index, item, event, start_offset)
                     return
         finally:
             self._speaking = None
@@ -118,16 +188,56 @@ class Session:
         tail = self._encoder.end_utterance()
         if tail.data:
             yield self._audio(tail, index)
+        if self.settings.word_timing:
+            said = spoken if spoken is not None else item.text
+            yield self._timings(index, item, said, pcm, start_offset, cut=True)
         now_s = time.monotonic() - started
+        native_samples = sum(len(p) for p in pcm)
         cleared = UtteranceDone(
-            text=sentence,
+            text=spoken.text if spoken is not None else item.text.text,
             num_tokens=native_samples // self.engine.model_info.samples_per_token,
             num_samples=native_samples,
             time_to_first_audio_s=now_s if first_audio_s is None else first_audio_s,
             generation_time_s=now_s,
             finish_reason="cleared",
         )
-        yield UtteranceEnded(index, cleared, native_samples / self.native_rate)
+        yield self._ended(index, item, cleared, start_offset)
+
+    def _timings(
+        self,
+        index: int,
+        item: Speak,
+        spoken: Traced,
+        pcm: list[np.ndarray],
+        start_offset: int,
+        cut: bool,
+    ) -> SessionEvent:
+        audio = np.concatenate(pcm) if pcm else np.zeros(0, dtype=np.float32)
+        return word_timings(
+            index,
+            item,
+            spoken,
+            audio,
+            cut=cut,
+            native_rate=self.native_rate,
+            speed=self.settings.speed if item.speed is None else item.speed,
+            stream_offset=start_offset,
+            stream_samples=self.sample_offset - start_offset,
+            stream_rate=self.sample_rate_hz,
+        )
+
+    def _ended(
+        self, index: int, item: Speak, done: UtteranceDone, start_offset: int
+    ) -> UtteranceEnded:
+        return UtteranceEnded(
+            index,
+            done,
+            done.num_samples / self.native_rate,
+            sample_offset=start_offset,
+            num_samples=self.sample_offset - start_offset,
+            source_text=own_text(item),
+            source_span=item.text.span(),
+        )
 
     def finish(self) -> list[SessionEvent]:
         """End of stream: whatever the encoder still holds (e.g. the last Ogg page), which

@@ -7,7 +7,7 @@ import time
 
 from ..engine.types import Priority
 from ..metrics import Metrics
-from .events import AudioOut, SessionEvent
+from .events import AudioOut, SessionEvent, UtteranceEnded
 
 log = logging.getLogger("chattts_server.api.synthesis")
 
@@ -34,14 +34,14 @@ class StreamRecord:
     def on_event(self, event: SessionEvent) -> None:
         now = time.monotonic()
         if isinstance(event, AudioOut):
-            if self.first_audio_s is None:
+            if self.first_audio_s is None and not event.silence:
                 self.first_audio_s = now - self.started
                 self.metrics.observe_ttfa(self.first_audio_s, self.priority.label)
             elif self.last_chunk_at is not None:
                 self.metrics.observe_chunk_gap(now - self.last_chunk_at)
             self.last_chunk_at = now
             self.num_chunks += 1
-        else:
+        elif isinstance(event, UtteranceEnded):
             self.num_utterances += 1
             self.audio_s += event.audio_duration_s
             self.num_tokens += event.done.num_tokens

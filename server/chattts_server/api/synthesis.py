@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from typing import TypeVar
 
@@ -39,7 +39,8 @@ from ..audio.encoding import SUPPORTED_ENCODINGS, available_encodings
 from ..config import AdmissionConfig, LimitsConfig
 from ..engine.types import Engine, InvalidRequestError, ModelInfo, Priority
 from ..metrics import Metrics
-from ..text.stream import utterances
+from ..text.stream import utterances_traced
+from ..text.timing import ESTIMATE
 from ..voices import VoiceLibrary
 from . import auth
 from .admission import Admission, AdmissionRejected
@@ -47,8 +48,10 @@ from .convert import StreamSettings, Validator
 from .errors import ClientGoneError, ClientStalledError, is_ours, status_name
 from .events import SessionEvent
 from .session import Session
+from .ssml_text import ssml_stream_items
+from .stream_items import Speak, StreamItem
 from .stream_record import StreamRecord
-from .text_reader import EndOfText, TextFragment, UtteranceQueue, read_text
+from .text_reader import EndOfText, TextFragment, UtteranceQueue, front_end, read_text
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +93,11 @@ class Synthesis:
             encodings = available_encodings(SUPPORTED_ENCODINGS + CONTAINER_ENCODINGS)
         self._validator = Validator(
             self.voices, model, max_text_chars=self.limits.max_text_chars, encodings=encodings
+        )
+        log.info(
+            "word timing (when a stream asks): source %s, the utterance's audio shared out "
+            "by the duration model and snapped to its pauses (no attention alignment)",
+            ESTIMATE,
         )
 
     @property
@@ -153,15 +161,14 @@ class Synthesis:
         """One text (validated already), read as markdown or plain text by the settings and
         split into sentences, spoken in turn; InvalidRequestError naming `text_field` if
         nothing is left to read. Returns the stream's record once all is sent."""
-        s = settings
-        sentences = utterances(text, s.text_release.max_segment_s, s.speed, s.markdown)
-        if not sentences:
-            exc = InvalidRequestError(text_field, "holds nothing to read once markdown is removed")
+        try:
+            items = _whole_text_items(text, settings, text_field)
+        except InvalidRequestError as exc:
             self.refused(method, exc)
-            raise exc
+            raise
         async with self._admitted(method, queue_timeout_s, settings.priority) as record:
             session = Session(self.engine, settings, deadline)
-            await self._run(session, _items(sentences), record, send)
+            await self._run(session, _items(items), record, send)
         return record
 
     async def stream(
@@ -185,10 +192,9 @@ class Synthesis:
                     fragments,
                     queue,
                     self.validator,
-                    settings.text_release,
+                    front_end(settings),
                     self.limits.max_stream_chars,
                     on_clear=session.interrupt,
-                    markdown=settings.markdown,
                 )
             )
             try:
@@ -221,17 +227,17 @@ class Synthesis:
     async def _run(
         self,
         session: Session,
-        items: AsyncIterator[str | BaseException],
+        items: AsyncIterator[StreamItem | BaseException],
         record: StreamRecord,
         send: Send,
     ) -> None:
-        """Speak each utterance in turn, each event handed to `send` under the stall timeout;
-        a failure sets the record's status and is raised."""
+        """Play each stream item in turn (an utterance, a mark, a silence), each event handed
+        to `send` under the stall timeout; a failure sets the record's status and is raised."""
         try:
             async for item in items:
                 if isinstance(item, BaseException):
                     raise item
-                async with aclosing(session.speak(item)) as events:
+                async with aclosing(session.play(item)) as events:
                     async for event in events:
                         record.on_event(event)
                         await self.deliver(send(event))
@@ -281,12 +287,29 @@ class Synthesis:
             raise TimeoutError("deadline exceeded while queued") from None
 
 
-async def _items(items: list[str]) -> AsyncGenerator[str | BaseException, None]:
+def _whole_text_items(text: str, settings: StreamSettings, text_field: str) -> list[StreamItem]:
+    """A whole text's stream items: an SSML document's utterances, silences and marks, or the
+    sentences of markdown or plain text; InvalidRequestError naming `text_field` when it cannot
+    be read or nothing is left to say."""
+    s = settings
+    max_s = s.text_release.max_segment_s
+    if s.ssml:
+        items = ssml_stream_items(text, max_s, s.speed, s.ssml_ignore_unknown, text_field)
+        if not items:
+            raise InvalidRequestError(text_field, "holds nothing to speak: an empty SSML document")
+        return items
+    sentences = utterances_traced(text, max_s, s.speed, s.markdown)
+    if not sentences:
+        raise InvalidRequestError(text_field, "holds nothing to read once markdown is removed")
+    return [Speak(u, text[span[0] : span[1]] if (span := u.span()) else "") for u in sentences]
+
+
+async def _items(items: Sequence[StreamItem]) -> AsyncGenerator[StreamItem | BaseException, None]:
     for item in items:
         yield item
 
 
-async def _drain(queue: UtteranceQueue) -> AsyncGenerator[str | BaseException, None]:
+async def _drain(queue: UtteranceQueue) -> AsyncGenerator[StreamItem | BaseException, None]:
     while True:
         item = await queue.get()
         if isinstance(item, EndOfText):

@@ -2,8 +2,9 @@
 
 `read_text` reads a stream's `TextFragment`s after its config (the gRPC servicer converts
 `StreamingSynthesizeRequest`s, the WebSocket its JSON messages), validates each fragment, feeds
-it to the stream's text front end (`StreamText`: markdown, then the release policy) and puts
-every released utterance on the queue the speaking side drains. A whitespace-only fragment is
+it to the stream's text front end (api/text_front_end.py: markdown or plain text, or an SSML
+document, then the release policy) and puts every stream item it releases on the queue the
+speaking side drains. A whitespace-only fragment is
 text like any other (LLMs emit `" "` and `"\n\n"` tokens): spaces separate words, a newline
 ends a sentence; an empty one is a no-op. It also wakes without a new message: when text is
 buffered and `idle_ms` pass with no message, the buffer is released (a caption reader pauses,
@@ -11,10 +12,16 @@ an LLM stalls on a tool call), and a sentence end held by the markdown stage is 
 a short quiet spell. One read of the request stream is kept pending across those wake-ups,
 because cancelling a read would end the request iterator.
 
-Queue protocol (`UtteranceQueue`): strings (utterances, in order), then exactly one of
-`EndOfText` (the client half-closed, or the door saw it go away) or the exception the reading
-ended with (an InvalidRequestError: the stream ends INVALID_ARGUMENT naming the field; anything
-else ends it with that failure too, never as a normal end of text).
+Marks: a fragment's `mark` ends the text before it as a flush does, so it always falls between
+utterances, and is queued after them (`MarkAt`). A clear drops the queued utterances and
+silences and re-queues the queued marks as dropped, in order: the speaking side answers them
+after the cut utterance's end, at the cut. A mark riding with clear is placed after the cut.
+
+Queue protocol (`UtteranceQueue`): stream items (api/stream_items.py: `Speak`, `MarkAt`,
+`Silence`, in order), then exactly one of `EndOfText` (the client half-closed, or the door saw
+it go away) or the exception the reading ended with (an InvalidRequestError: the stream ends
+INVALID_ARGUMENT naming the field; anything else ends it with that failure too, never as a
+normal end of text).
 """
 
 from __future__ import annotations
@@ -26,11 +33,13 @@ from dataclasses import dataclass
 
 from ..engine.types import InvalidRequestError
 from ..text import control_tokens
-from ..text.release import ReleasePolicy
-from ..text.stream import StreamText
-from .convert import Validator
+from .convert import StreamSettings, Validator
+from .ssml_text import SsmlText
+from .stream_items import MarkAt, Speak, StreamItem, check_mark_name
+from .text_front_end import MarkdownText, TextFrontEnd
 
 _TEXT_FIELD = "text.text"
+_MARK_FIELD = "text.mark"
 
 
 @dataclass(frozen=True)
@@ -38,8 +47,8 @@ class EndOfText:
     """The text is over (half-close, or the client went away): speak what is queued, end."""
 
 
-UtteranceQueue = asyncio.Queue["str | BaseException | EndOfText"]
-"""Released utterances from `read_text` to the speaking side."""
+UtteranceQueue = asyncio.Queue[StreamItem | BaseException | EndOfText]
+"""Stream items from `read_text` to the speaking side."""
 
 
 @dataclass(frozen=True)
@@ -52,35 +61,43 @@ class TextFragment:
     """Speak everything buffered now."""
     clear: bool = False
     """Barge-in: drop what is buffered and queued, stop the utterance being spoken."""
+    mark: str = ""
+    """A name placed after this fragment's text (which it flushes); "" for none."""
+
+
+def front_end(settings: StreamSettings) -> TextFrontEnd:
+    """The stream's text front end by its text format: SSML, or markdown / plain text."""
+    if settings.ssml:
+        return SsmlText(settings.text_release, _TEXT_FIELD, settings.ssml_ignore_unknown)
+    return MarkdownText(settings.text_release, settings.markdown)
 
 
 async def read_text(
     fragments: AsyncIterator[TextFragment],
     queue: UtteranceQueue,
     validator: Validator,
-    policy: ReleasePolicy,
+    releaser: TextFrontEnd,
     max_stream_chars: int,
     on_clear: Callable[[], None] | None = None,
-    markdown: bool = True,
 ) -> None:
-    """Read text messages into utterances on queue until the request stream ends.
+    """Read text messages into stream items on queue until the request stream ends.
 
-    `on_clear` is called on `TextInput.clear` after the buffered text and the queued
-    utterances are dropped (it stops the utterance being spoken). `markdown` reads the text as
-    markdown (markup not spoken, see text/markdown.py)."""
-    releaser = StreamText(policy, markdown)  # markdown, then the release policy
+    `releaser` is the stream's text front end (`front_end`: markdown, plain or SSML, then the
+    release policy). `on_clear` is called on `TextInput.clear` after the buffered text and the
+    queued utterances are dropped (it stops the utterance being spoken)."""
     iterator = aiter(fragments)
     next_message: asyncio.Future[TextFragment] | None = None
     last_message_at = time.monotonic()
     total_chars = 0
 
-    def put(utterances: list[str]) -> None:
-        for utterance in utterances:
-            try:
-                control_tokens.check(utterance)  # a token may arrive split over fragments
-            except ValueError as exc:
-                raise InvalidRequestError(_TEXT_FIELD, str(exc)) from None
-            queue.put_nowait(utterance)
+    def put(items: list[StreamItem]) -> None:
+        for item in items:
+            if isinstance(item, Speak):
+                try:
+                    control_tokens.check(item.text.text)  # a token may arrive split over fragments
+                except ValueError as exc:
+                    raise InvalidRequestError(_TEXT_FIELD, str(exc)) from None
+            queue.put_nowait(item)
 
     try:
         while True:
@@ -102,6 +119,8 @@ async def read_text(
             next_message = None
             last_message_at = time.monotonic()
             validator.text(text_input.text, _TEXT_FIELD, allow_empty=True)
+            if text_input.mark and (why := check_mark_name(text_input.mark)) is not None:
+                raise InvalidRequestError(_MARK_FIELD, why)
             total_chars += len(text_input.text)
             if total_chars > max_stream_chars:
                 raise InvalidRequestError(
@@ -109,13 +128,15 @@ async def read_text(
                 )
             if text_input.clear:
                 releaser.clear()
-                _drop_queued_utterances(queue)
+                _drop_queued_items(queue)
                 if on_clear is not None:
                     on_clear()
             put(releaser.feed(text_input.text))
-            if text_input.flush:
+            if text_input.flush or text_input.mark:
                 put(releaser.flush())
-        put(releaser.flush())
+            if text_input.mark:
+                queue.put_nowait(MarkAt(text_input.mark))
+        put(releaser.end())
         queue.put_nowait(EndOfText())
     except asyncio.CancelledError:
         raise
@@ -129,11 +150,16 @@ async def read_text(
                 next_message.exception()  # retrieved: asyncio would log it at collection
 
 
-def _drop_queued_utterances(queue: UtteranceQueue) -> None:
-    """Remove the utterances not yet taken by the speaking side (only strings are queued before
-    the end marker, so nothing else is lost)."""
+def _drop_queued_items(queue: UtteranceQueue) -> None:
+    """Remove what the speaking side has not taken yet; its marks go back, in order, as dropped
+    (only stream items are queued before the end marker, so nothing else is lost)."""
+    marks: list[MarkAt] = []
     while True:
         try:
-            queue.get_nowait()
+            item = queue.get_nowait()
         except asyncio.QueueEmpty:
-            return
+            break
+        if isinstance(item, MarkAt):
+            marks.append(MarkAt(item.name, dropped=True))
+    for mark in marks:
+        queue.put_nowait(mark)

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .types import AudioChunk, EngineEvent, UtteranceRequest
+from .types import AudioChunk, EngineEvent, UtteranceDone, UtteranceRequest
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class RequestHandle:
     def emit(self, event: EngineEvent) -> None:
         if isinstance(event, AudioChunk):
             self.produced += 1
-        else:
+        elif isinstance(event, UtteranceDone):
             self.finished = True
         self.loop.call_soon_threadsafe(self._queue.put_nowait, event)
 

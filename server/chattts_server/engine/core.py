@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from ..config import EngineConfig
+from ..text.spans import Traced
 from .request import EngineRequest
 from .scheduler import Scheduler
 from .step_io import FinishedAudio, ModelOutput, PreparedPrompt, SchedulerOutput
@@ -64,6 +65,8 @@ class RequestOutput:
     """The request failed (others are unaffected); no more outputs follow."""
     codes: np.ndarray | None = None
     """With `done`: (num_tokens, num_vq) audio codes of the utterance (parity tests)."""
+    spoken: Traced | None = None
+    """With the utterance's first audio: the text it speaks (`types.Spoken`), sent before it."""
 
     @property
     def finished(self) -> bool:
@@ -79,9 +82,12 @@ class EngineCore:
         prefill_chunk_tokens: int,
         max_new_tokens: int,
         is_paused: Callable[[str], bool] = lambda request_id: False,
+        interactive_hold_tokens: int = 0,
     ) -> None:
         self.runner = runner
-        self.scheduler = Scheduler(num_slots, max_tokens, prefill_chunk_tokens, max_new_tokens)
+        self.scheduler = Scheduler(
+            num_slots, max_tokens, prefill_chunk_tokens, max_new_tokens, interactive_hold_tokens
+        )
         self.is_paused = is_paused
         """Whether a request's reader is behind; its generation then skips steps."""
         self.consecutive_failures = 0
@@ -107,6 +113,7 @@ class EngineCore:
             prefill_chunk_tokens=config.prefill_chunk_tokens,
             max_new_tokens=config.max_new_tokens,
             is_paused=is_paused,
+            interactive_hold_tokens=config.interactive_hold_tokens,
         )
 
     # -- requests in -----------------------------------------------------------------------
@@ -201,6 +208,8 @@ class EngineCore:
         chunks = [pcm for pcm in chunks if pcm.size]
         if not chunks:
             return
+        if request.first_audio_at is None:
+            self._output(request).spoken = request.spoken
         for pcm in chunks:
             request.record_audio(len(pcm), now)
         self._output(request).audio.extend(chunks)

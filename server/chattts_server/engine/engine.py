@@ -30,6 +30,7 @@ from .types import (
     EngineUnavailableError,
     InvalidRequestError,
     ModelInfo,
+    Spoken,
     UtteranceDone,
     UtteranceRequest,
 )
@@ -234,6 +235,8 @@ class ChatTTSEngine:
         handle = self._handles.get(output.request_id)
         if handle is None:
             return
+        if output.spoken is not None:
+            handle.emit(Spoken(output.spoken))
         for pcm in output.audio:
             handle.emit(AudioChunk(pcm))
         if output.error is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..text.spans import Traced
 from .step_io import FinishedAudio
 from .types import Priority, UtteranceDone
 
@@ -63,6 +64,8 @@ class EngineRequest:
     """Set by abort; the scheduler frees the slot at its next schedule, before any more work."""
     finish_reason: str | None = None
     """'eos', 'max_tokens', 'cancelled' or 'error' once FINISHED."""
+    spoken: Traced | None = None
+    """What the final pass speaks (its `PreparedPrompt.spoken`), sent with the first audio."""
 
     @property
     def rank(self) -> tuple[int, int]:
@@ -94,4 +97,5 @@ class EngineRequest:
             time_to_first_audio_s=(self.first_audio_at or now) - self.submitted_at,
             generation_time_s=(self.last_audio_at or now) - self.submitted_at,
             finish_reason=self.finish_reason,
+            spoken=end.spoken,
         )

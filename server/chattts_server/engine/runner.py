@@ -31,6 +31,7 @@ from ..model.llama import DecodeBatch, LlamaDecoder, PromptRun
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
+from ..text.spans import Traced
 from .chunking import ChunkingConfig
 from .prompts import PromptBuilder
 from .slot_sampler import SlotSampler
@@ -96,7 +97,8 @@ class _SlotState:
     phase: Phase
     prompt: torch.Tensor
     """(L, D) prompt embeddings of the current pass, in the GPT dtype."""
-    text: str
+    spoken: Traced
+    """The text the pass reads (normalized; after refine, refined), traced to the caller's."""
     sampling: SamplingParams
     """The current pass's sampling (`_pass_sampling`)."""
     next_embed: torch.Tensor | None = None
@@ -300,7 +302,9 @@ class ModelRunner:
         """Build the first pass's prompt and keep it until the request gets a slot.
 
         Raises InvalidRequestError (e.g. a malformed speaker embedding) or ValueError."""
-        text = self.prompts.normalize(params.text)
+        source = params.source if params.source is not None else Traced.source(params.text)
+        spoken = self.prompts.normalize_traced(source)
+        text = spoken.text
         if params.refine.enabled:
             prompt = self.prompts.refine_prompt(text, params.refine.prompt())
             phase = Phase.REFINE
@@ -308,7 +312,7 @@ class ModelRunner:
             prompt = self.prompts.code_prompt(text, params.voice, params.speed)
             phase = Phase.CODES
         state = _SlotState(
-            params, phase, prompt.embeds.to(self.dtype), text, _pass_sampling(params, phase)
+            params, phase, prompt.embeds.to(self.dtype), spoken, _pass_sampling(params, phase)
         )
         self._pending[request_id] = state
         return self._prepared(state)
@@ -317,8 +321,13 @@ class ModelRunner:
     def _prepared(state: _SlotState) -> PreparedPrompt:
         s = state.sampling
         prompt_len = int(state.prompt.shape[0])
+        final = state.phase is Phase.CODES
         return PreparedPrompt(
-            prompt_len, s.max_new_tokens, s.min_new_tokens, final=state.phase is Phase.CODES
+            prompt_len,
+            s.max_new_tokens,
+            s.min_new_tokens,
+            final=final,
+            spoken=state.spoken if final else None,
         )
 
     # -- one engine step ---------------------------------------------------------------------
@@ -358,8 +367,9 @@ class ModelRunner:
         return {
             slot_id: FinishedAudio(
                 pcm=tails.get(slot_id, empty),
-                text=state.text,
+                text=state.spoken.text,
                 codes=np.asarray(state.codes, dtype=np.int64).reshape(-1, self.num_vq),
+                spoken=state.spoken,
             )
             for slot_id, state in states.items()
         }
@@ -368,7 +378,7 @@ class ModelRunner:
         """After the refine pass: the audio-code prompt from the refined text, on the same slot
         (into `output.prepared`), or the request's failure (into `output.failed`)."""
         state = self._slots[slot_id]
-        refined = self.prompts.refined_text(state.text_tokens) or state.text
+        refined = self.prompts.refined_text(state.text_tokens) or state.spoken.text
         p = state.params
         try:
             prompt = self.prompts.code_prompt(refined, p.voice, p.speed)
@@ -379,7 +389,8 @@ class ModelRunner:
             log.exception("slot %d: the audio-code prompt failed", slot_id)
             output.failed[slot_id] = EngineError("could not prepare the audio-code prompt")
             return
-        state.phase, state.text, state.text_tokens = Phase.CODES, refined, []
+        state.phase, state.text_tokens = Phase.CODES, []
+        state.spoken = state.spoken.rewrite(refined)
         state.prompt = prompt.embeds.to(self.dtype)
         state.sampling = _pass_sampling(p, Phase.CODES)
         self._seat(slot_id, state)

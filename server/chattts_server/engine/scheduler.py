@@ -28,7 +28,7 @@ from .step_io import (
     PreparedPrompt,
     SchedulerOutput,
 )
-from .types import InvalidRequestError, RequestFailure
+from .types import InvalidRequestError, Priority, RequestFailure
 
 
 @dataclass
@@ -51,8 +51,12 @@ class Scheduler:
         max_tokens: int,
         prefill_chunk_tokens: int,
         max_new_tokens: int | None = None,
+        interactive_hold_tokens: int = 0,
     ) -> None:
         self.num_slots = num_slots
+        self.interactive_hold_tokens = interactive_hold_tokens
+        """While an INTERACTIVE request has sent no audio and its pass has sampled fewer
+        tokens than this, less urgent requests skip decode steps (0: never)."""
         self.max_tokens = max_tokens
         """KV positions per slot: a pass's prompt plus its generated tokens must fit."""
         self.prefill_chunk_tokens = prefill_chunk_tokens
@@ -189,6 +193,7 @@ class Scheduler:
         request.max_new_tokens = min(prepared.max_new_tokens or self.max_new_tokens, room)
         request.prompt_len = prepared.prompt_len
         request.final_pass = prepared.final
+        request.spoken = prepared.spoken
         request.num_prefilled = 0
         request.num_generated = 0
         request.pass_end = None
@@ -210,27 +215,47 @@ class Scheduler:
     def _plan_rows(self, plan: SchedulerOutput, is_paused: Callable[[EngineRequest], bool]) -> None:
         """The step's model rows: each decoding slot's token, in slot order, and prompt chunks
         within the step's prefill budget, the most urgent class first, then arrival: a
-        navigation prompt's prefill is not held behind a backlog's."""
+        navigation prompt's prefill is not held behind a backlog's. While an INTERACTIVE
+        request waits for its first audio (`_first_audio_hold`), less urgent requests neither
+        decode nor prefill."""
         prefilling: list[EngineRequest] = []
+        holding = self._first_audio_hold()
         for slot_id in sorted(self.running):
             request = self.running[slot_id]
             if request.pass_end is not None:
                 continue  # waiting for its next prompt (`next_pass`)
             if not request.prefill_done:
                 prefilling.append(request)
-            elif not is_paused(request):
+            elif not is_paused(request) and not (
+                holding is not None and request.priority > holding
+            ):
                 row = DecodeRow(slot_id, request.input_position, request.num_generated)
                 plan.decode.append(row)
         budget = self.prefill_chunk_tokens
         for request in sorted(prefilling, key=_rank):
-            if budget <= 0:
-                break
+            if budget <= 0 or (holding is not None and request.priority > holding):
+                break  # the rest are as urgent or less, and held the same
             assert request.slot_id is not None
             length = min(budget, request.prompt_len - request.num_prefilled)
             completes = request.num_prefilled + length >= request.prompt_len
             chunk = PrefillChunk(request.slot_id, request.num_prefilled, length, completes)
             plan.prefill.append(chunk)
             budget -= length
+
+    def _first_audio_hold(self) -> Priority | None:
+        """INTERACTIVE while such a request in a slot waits for its first audio (within
+        `interactive_hold_tokens` of its pass): its first chunk then needs ~16 steps at a small
+        batch, not at the backlog's, which on a 2-core CPU is several times slower per step.
+        None when nothing holds the others back."""
+        limit = self.interactive_hold_tokens
+        for request in self.running.values():
+            if (
+                request.priority is Priority.INTERACTIVE
+                and request.first_audio_at is None
+                and request.num_generated < limit
+            ):
+                return Priority.INTERACTIVE
+        return None
 
     def _fail_alone(
         self, request: EngineRequest, error: RequestFailure, decisions: StepDecisions

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..text.spans import Traced
 from .types import RequestFailure
 
 
@@ -31,6 +32,9 @@ class PreparedPrompt:
     """Tokens the pass samples before its end token is allowed (the audio pass: at least 1)."""
     final: bool = True
     """Its end ends the utterance; False for the refine pass (audio codes follow, same slot)."""
+    spoken: Traced | None = None
+    """The final pass: the text its audio speaks, traced to the request's source (sent to the
+    reader with the first audio, `types.Spoken`)."""
 
 
 @dataclass(frozen=True)
@@ -141,3 +145,5 @@ class FinishedAudio:
     """The text spoken: normalized, and refined if the refine pass ran."""
     codes: np.ndarray
     """(num_tokens, num_vq) int64 audio codes of the utterance (for parity tests and debugging)."""
+    spoken: Traced | None = None
+    """`text` traced to the request's source."""

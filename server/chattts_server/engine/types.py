@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from ..config import CHUNK_TOKEN_BOUNDS, FIRST_CHUNK_TOKENS, LOOKAHEAD_TOKENS, MAX_CHUNK_TOKENS
+from ..text.spans import Traced
 
 
 class EngineError(Exception):
@@ -174,6 +175,18 @@ class UtteranceRequest:
     """time.monotonic() after which the request is abandoned."""
     priority: Priority = Priority.DEFAULT
     """Its stream's class: the scheduler seats and prefills more urgent requests first."""
+    source: Traced | None = None
+    """`text` traced to the caller's text (a stream's utterance, api/stream_items.Speak), so
+    the spoken words keep their spans; None: `text` is its own source."""
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """Sent before an utterance's first audio: the text its audio speaks (normalized, refined
+    if the refine pass ran), each character traced to the caller's text (`source`). A door
+    that is cut off mid-utterance (barge-in) still knows what was being said."""
+
+    text: Traced
 
 
 @dataclass
@@ -198,9 +211,11 @@ class UtteranceDone:
     """Submission to the last audio chunk produced."""
     finish_reason: str
     """'eos' (the model ended the sentence) or 'max_tokens' (the token cap cut it)."""
+    spoken: Traced | None = None
+    """`text` traced to the caller's text, as in `Spoken`."""
 
 
-EngineEvent = AudioChunk | UtteranceDone
+EngineEvent = Spoken | AudioChunk | UtteranceDone
 
 
 @dataclass(frozen=True)

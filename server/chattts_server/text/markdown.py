@@ -212,6 +212,10 @@ class MarkdownReader:
 
     def _advance(self, final: bool) -> Traced:
         line = self._line
+        if line.kind is None and not line.raw.strip():
+            # Nothing on the line yet: a flush here (a mark, a flush before any text) must not
+            # decide the line, or the text that follows on it would be skipped as a rule.
+            return EMPTY
         if line.kind is None:
             self._decide(final)
             if line.kind is None:

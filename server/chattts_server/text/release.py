@@ -17,8 +17,9 @@ natural. A CJK character counts as a word. Every released utterance is then cut 
 boundaries into pieces whose estimated speech fits the per-utterance token cap
 (`duration.split_by_duration`), so no utterance ends mid-word at the cap.
 
-Inline control tokens (`[uv_break]`) are never split, a period inside one is no sentence end, and
-"3." at the end of the buffer waits: it may become "3.5".
+Inline control tokens (`[uv_break]`) are never split, a period inside one is no sentence end,
+"3." at the end of the buffer waits: it may become "3.5", and so does a title's period ("toward
+St." may go on "Louis"; "St. Louis" and "Dr. Smith" are no sentence ends).
 
 Each released utterance can come traced to the caller's text (`feed_traced`,
 `split_sentences_traced`, text/spans.py): cuts and squeezed whitespace keep every word's span.
@@ -36,6 +37,13 @@ from .spans import EMPTY, Traced
 
 _ASCII_END = re.compile(r"[.!?;]+[\"')\]]*(?=\s|$)")
 _DECIMAL_PENDING = re.compile(r"\d\.$")
+# "St. Louis", "Dr. Smith": a title's period before a name is no sentence end; at the end of
+# the buffer it waits, as "3." does, for the name that may follow. "Elm St. then": a street
+# word's period before a lowercase word is none either.
+_TITLE_PERIOD = re.compile(
+    r"\b(?:St|Dr|Mt|Mr|Mrs|Ms)\.(?=\s+[A-Z]|\s*$)"
+    r"|\b(?:St|Dr|Ave|Rd|Blvd|Ln|Hwy|Pkwy|Ct|Pl)\.(?=\s+[a-z])"
+)
 _CJK_END = re.compile(r"[。！？；…]+[”’」』）]*")
 _NEWLINE = re.compile(r"\n+")
 # An ASCII comma or colon only when a space follows ("1,000" and "10:30" are no boundaries).
@@ -88,10 +96,13 @@ def _protected(text: str) -> list[tuple[int, int]]:
 def _sentence_ends(text: str) -> list[int]:
     """Offsets just after each sentence end in text, skipping ends inside control tokens."""
     protected = _protected(text)
+    titles = {m.end() for m in _TITLE_PERIOD.finditer(text)}
     points = set()
     for pattern in (_ASCII_END, _CJK_END, _NEWLINE):
         for m in pattern.finditer(text):
             if any(a <= m.start() < b for a, b in protected):
+                continue
+            if pattern is _ASCII_END and m.end() in titles:
                 continue
             if m.end() == len(text) and _DECIMAL_PENDING.search(text):
                 continue

@@ -161,8 +161,13 @@ def _hour_ampm(m: re.Match[str]) -> str:
 
 
 # -- road names, phone numbers --------------------------------------------------------------
-# I-95, US-101, M25, A4, B1234, E40: letters then the road number, read as people say it.
-_ROAD = re.compile(r"\b(?P<pre>[A-Z]{1,3})-?(?P<num>\d{1,4})(?P<suf>[A-Z]?)\b")
+# I-95, US-101, M25, A4, B1234, E40: letters then the road number, read as people say it; a
+# compass letter after it is the direction of travel ("I-95 N": "I ninety five north").
+_ROAD = re.compile(
+    r"\b(?P<pre>[A-Z]{1,3})-?(?P<num>\d{1,4})(?P<suf>[A-Z]?)\b"
+    r"(?:(?P<gap>\s)(?P<dir>[NSEW]B?)\b(?![.'-]\w))?"
+)
+_DIRECTIONS = {"N": "north", "S": "south", "E": "east", "W": "west"}
 
 
 def road_number(run: str) -> str:
@@ -181,7 +186,60 @@ def _road(m: re.Match[str]) -> str:
     if len(m.group("pre")) == 3 and "-" not in m.group():
         return m.group()  # e.g. 'ABC123': a code, not a road; the final pass reads it
     suffix = f" {m.group('suf')}" if m.group("suf") else ""
-    return f"{m.group('pre')} {road_number(m.group('num'))}{suffix}"
+    heading = ""
+    if m.group("dir"):
+        heading = (
+            " " + _DIRECTIONS[m.group("dir")[0]] + ("bound" if len(m.group("dir")) > 1 else "")
+        )
+    return f"{m.group('pre')} {road_number(m.group('num'))}{suffix}{heading}"
+
+
+# -- street words ---------------------------------------------------------------------------
+# "St." is Street after a street's name ("Main St.", "5th St") and Saint before a name
+# ("St. Louis", "toward St. Mary's"); "Dr." likewise Drive or Doctor. The rest have one reading.
+_STREET_WORDS = {
+    "Ave": "Avenue",
+    "Av": "Avenue",
+    "Rd": "Road",
+    "Blvd": "Boulevard",
+    "Ln": "Lane",
+    "Hwy": "Highway",
+    "Pkwy": "Parkway",
+    "Expy": "Expressway",
+    "Fwy": "Freeway",
+    "Ct": "Court",
+    "Pl": "Place",
+    "Sq": "Square",
+    "Cir": "Circle",
+    "Ter": "Terrace",
+}
+_BEFORE_A_NAME = {"St": ("Street", "Saint"), "Dr": ("Drive", "Doctor"), "Mt": ("Mount", "Mount")}
+_STREET = re.compile(
+    rf"\b(?P<abbr>{'|'.join([*_STREET_WORDS, *_BEFORE_A_NAME])})\b(?P<dot>\.)?(?!\w|\.\w)"
+)
+_NAME_BEFORE = re.compile(r"(?:\b[A-Z][\w'’]*|\b\d+(?:st|nd|rd|th)?)\s+$")
+_NAME_AFTER = re.compile(r"\s+[A-Z]")
+
+
+def _street(m: re.Match[str]) -> str:
+    abbr, text = m.group("abbr"), m.string
+    named_before = bool(_NAME_BEFORE.search(text, 0, m.start()))
+    name_after = bool(_NAME_AFTER.match(text, m.end()))
+    if abbr in _BEFORE_A_NAME:
+        street, title = _BEFORE_A_NAME[abbr]
+        if name_after and not named_before:
+            return title  # "St. Louis": the period is the abbreviation's, not a sentence end
+        word = street
+    else:
+        word = _STREET_WORDS[abbr]
+    # "Main St. Then": the period also ends the sentence; "Main St. then": it does not.
+    ends = m.group("dot") and (m.end() == len(text) or name_after)
+    return word + ("." if ends else "")
+
+
+def street_words(text: Traced) -> Traced:
+    """Only the street-word rule: for English street names inside Chinese text."""
+    return text.sub(_STREET, _street)
 
 
 # +1 555 123 4567, (555) 123-4567, 0800 123 456, 555-1234: digits one by one, a pause per group.
@@ -226,6 +284,7 @@ RULES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] 
     (_CLOCK, _clock),
     (_HOUR_AMPM, _hour_ampm),
     (_ROAD, _road),
+    (_STREET, _street),
     # WeTextProcessing reads "1,234" as "thousand two hundred ..." (no "one").
     (_GROUPED, lambda m: decimal(m.group().replace(",", ""))),
 )

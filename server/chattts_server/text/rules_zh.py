@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from . import rules_en
 from .spans import Traced
 
 _DIGITS = "零一二三四五六七八九"
@@ -97,10 +98,11 @@ RULES: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] 
 
 
 def before_library(text: Traced) -> Traced:
-    """The rules in order, each replacement traced to what it replaced."""
+    """The rules in order, each replacement traced to what it replaced; English street words
+    ("进入Main St.") read as in English text."""
     for pattern, repl in RULES:
         text = text.sub(pattern, repl)
-    return text
+    return rules_en.street_words(text)
 
 
 _DIGIT_RUN = re.compile(r"\d+")

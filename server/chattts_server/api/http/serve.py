@@ -14,6 +14,7 @@ import ssl
 from typing import Any
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ...config import LimitsConfig, SecurityConfig
 from .protocol import protocol_class
@@ -73,6 +74,17 @@ class HTTPServer:
         sockets = [s for server in self.server.servers for s in (server.sockets or ())]
         self.port = int(sockets[0].getsockname()[1])
         return self.port
+
+    def stop_listening(self) -> None:
+        """The drain's first step: close the listeners, so a proxy's next connection is refused
+        (a TCP check fails, a connect retry goes to another replica), and close idle keep-alive
+        connections so no proxy reuses one. Requests in progress keep their connection until
+        their response ends; WebSockets run on until `stop` (the grace period)."""
+        for listener in self.server.servers:
+            listener.close()
+        for connection in list(self.server.server_state.connections):
+            if isinstance(connection, HttpToolsProtocol):
+                connection.shutdown()  # idle: closed now; busy: closed after this response
 
     async def stop(self) -> None:
         """Close the listeners and idle connections, let responses that are ending finish

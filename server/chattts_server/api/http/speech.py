@@ -11,7 +11,9 @@ while reading a chunked one) and parsed within bounds (client_json.py). The resp
 for admission and the first audio chunk, so every failure before audio is an ordinary HTTP
 error with an OpenAI error object; then it streams: `stream_format=audio` sends the encoded
 bytes as chunks (chunked transfer encoding, no Content-Length), `sse` sends
-`speech.audio.delta` events with base64 audio and one `speech.audio.done` with usage. A
+`speech.audio.delta` events with base64 audio and one `speech.audio.done` with usage, and, as a
+documented extension, `speech.word_timings` events (with `"chattts": {"word_timing": true}`:
+each utterance's words, after its audio deltas; the WebSocket's `word_timings` message). A
 failure after the first byte ends an `sse` stream with an `error` event and cuts an `audio`
 body short (the connection is dropped: the client sees an incomplete chunked body); a stalled
 reader's body is cut the same way. A client that goes away cancels its generation at once: a
@@ -37,7 +39,7 @@ from ...voices import VoiceLibrary
 from ..client_json import parse_json
 from ..convert import StreamSettings, Validator
 from ..errors import ClientGoneError, ClientStalledError, is_ours
-from ..events import AudioOut, SessionEvent
+from ..events import AudioOut, MarkReached, SessionEvent, WordTimingsOut, to_json
 from ..synthesis import Synthesis
 from .errors import HTTPFailure, PayloadTooLargeError, http_failure
 from .openai_fields import check_speed, content_type, openai_settings, synthesis_config
@@ -208,11 +210,10 @@ class SpeechResponse(Response):
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
 
         async def send_event(event: SessionEvent) -> None:
-            if isinstance(event, AudioOut):
+            body = _body(event, sse)
+            if body is not None:
                 await start()
-                await send(
-                    {"type": "http.response.body", "body": _body(event, sse), "more_body": True}
-                )
+                await send({"type": "http.response.body", "body": body, "more_body": True})
 
         try:
             record = await synthesis.synthesize(
@@ -264,10 +265,25 @@ class SpeechResponse(Response):
             self._dropped = True
 
 
-def _body(event: AudioOut, sse: bool) -> bytes:
-    if not sse:
-        return event.data
-    return _sse({"type": "speech.audio.delta", "audio": base64.b64encode(event.data).decode()})
+def _body(event: SessionEvent, sse: bool) -> bytes | None:
+    """What an event adds to the body: audio (as is, or a delta event), and over SSE the
+    timeline's extension events; None for what the body does not carry."""
+    if isinstance(event, AudioOut):
+        if not sse:
+            return event.data
+        return _sse({"type": "speech.audio.delta", "audio": base64.b64encode(event.data).decode()})
+    if sse and isinstance(event, WordTimingsOut | MarkReached):
+        return _sse({**to_json(event), "type": SSE_EXTENSION_EVENTS[type(event)]})
+    return None
+
+
+SSE_EXTENSION_EVENTS: dict[type, str] = {
+    WordTimingsOut: "speech.word_timings",
+    MarkReached: "speech.mark",
+}
+"""Our SSE events beside OpenAI's (`speech.audio.delta`, `speech.audio.done`): the WebSocket's
+`word_timings` and `mark` messages under these types (word timings when
+`chattts.word_timing` is true; marks come from SSML only)."""
 
 
 def _sse(payload: dict[str, Any]) -> bytes:

@@ -14,13 +14,21 @@ client -> server
                             a fragment of text (TextInput); `flush` speaks what is buffered,
                             `clear` is barge-in (drop the buffer, stop the utterance being
                             spoken, speak what follows).
+                            `"mark": "name"` places a mark after the text (TextInput.mark).
   {"type": "flush"} / {"type": "clear"}   the same without text.
+  {"type": "mark", "name": "..."}         a mark without text.
   {"type": "end"}           no more text: speak what is buffered, then the server closes.
 
 server -> client
   binary frames             audio, in the configured encoding, in order.
   {"type": "utterance_end", "utterance_index", "text", "audio_duration_s",
-   "time_to_first_audio_s", "generation_time_s", "num_tokens", "finish_reason"}
+   "time_to_first_audio_s", "generation_time_s", "num_tokens", "finish_reason",
+   "sample_offset", "num_samples", "source_text", "source_start", "source_end"}
+  {"type": "mark", "name", "sample_offset", "offset_s", "dropped"}   the answer to a mark.
+  {"type": "word_timings", "utterance_index", "source", "words": [{"text", "start_sample",
+   "end_sample", "start_s", "end_s", "source_start", "source_end", "source_text",
+   "has_source"}, ...]}     with `"word_timing": true` in the config: an utterance's words,
+                            right before its utterance_end (api/events.py `to_json`).
   {"type": "done", "num_utterances", "audio_duration_s", "num_tokens"}   then close 1000.
   {"type": "error", "error": {"message", "type", "param", "code"}}       then close with
                             1008 (auth), 1007 (bad message or field), 1013 (full, starting
@@ -52,7 +60,7 @@ from ...voices import VoiceLibrary
 from ..client_json import check_json, load_json
 from ..convert import StreamSettings, Validator
 from ..errors import ClientGoneError, ClientStalledError, is_ours
-from ..events import AudioOut, SessionEvent, UtteranceEnded
+from ..events import AudioOut, SessionEvent, to_json
 from ..synthesis import Synthesis
 from ..text_reader import TextFragment
 from .errors import HTTPFailure, http_failure
@@ -91,20 +99,31 @@ def _fragment(message: dict[str, Any]) -> TextFragment:
         raise InvalidRequestError("config", "config may be sent only once, as the first message")
     if kind in ("flush", "clear"):
         return TextFragment("", flush=kind == "flush", clear=kind == "clear")
+    if kind == "mark":
+        name = _string(message, "name")
+        if not name:
+            raise InvalidRequestError("name", "is required: the mark's name")
+        return TextFragment("", mark=name)
     if kind != "text":
         raise InvalidRequestError(
-            "type", f"must be text, flush, clear or end, got {str(kind)[:20]!r}"
+            "type", f"must be text, flush, clear, mark or end, got {str(kind)[:20]!r}"
         )
-    text = message.get("text", "")
-    if not isinstance(text, str):
-        raise InvalidRequestError("text", "must be a string")
     flags = {}
     for name in ("flush", "clear"):
         value = message.get(name, False)
         if not isinstance(value, bool):
             raise InvalidRequestError(name, "must be true or false")
         flags[name] = value
-    return TextFragment(text, **flags)
+    return TextFragment(
+        _string(message, "text"), flags["flush"], flags["clear"], _string(message, "mark")
+    )
+
+
+def _string(message: dict[str, Any], name: str) -> str:
+    value = message.get(name, "")
+    if not isinstance(value, str):
+        raise InvalidRequestError(name, "must be a string")
+    return value
 
 
 def ws_settings(
@@ -238,8 +257,7 @@ async def _speak(
         if isinstance(event, AudioOut):
             await write(event.data)
         else:
-            assert isinstance(event, UtteranceEnded)
-            await write(json.dumps(_utterance_end(event)))
+            await write(json.dumps(to_json(event)))
 
     try:
         record = await synthesis.stream(METHOD, fragments, settings, send)
@@ -293,17 +311,3 @@ def _gone(ws: WebSocket) -> bool:
         ws.application_state != WebSocketState.CONNECTED
         or ws.client_state == WebSocketState.DISCONNECTED
     )
-
-
-def _utterance_end(event: UtteranceEnded) -> dict[str, Any]:
-    done = event.done
-    return {
-        "type": "utterance_end",
-        "utterance_index": event.utterance_index,
-        "text": done.text,
-        "audio_duration_s": event.audio_duration_s,
-        "time_to_first_audio_s": done.time_to_first_audio_s,
-        "generation_time_s": done.generation_time_s,
-        "num_tokens": done.num_tokens,
-        "finish_reason": done.finish_reason,
-    }

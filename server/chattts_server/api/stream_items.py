@@ -1,0 +1,83 @@
+"""What a stream's text side hands its speaking side, in order: the items of its timeline.
+
+The text reader (api/text_reader.py, plain text and markdown) and the SSML reader produce the
+same items; the speaking side (`Synthesis._run`) answers each in turn on the stream's one
+timeline of samples:
+
+    Speak(text)        an utterance: its audio, then its UtteranceEnd (and WordTimings)
+    MarkAt(name)       a Mark event at the sample offset where the audio so far ends
+    Silence(1.5)       1.5 s of silence written into the audio, counted in the offsets
+
+A mark always falls between utterances (a mark ends the text before it as a flush does), so its
+offset is exact: the samples sent when the speaking side reaches it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TypeAlias
+
+from ..text.spans import Traced
+
+MAX_MARK_CHARS = 256
+"""Longest mark name (tts.proto TextInput.mark)."""
+MAX_SILENCE_S = 60.0
+"""Longest one Silence item (SSML's <break> asks for far less)."""
+
+
+@dataclass(frozen=True)
+class Speak:
+    """One utterance to synthesize."""
+
+    text: Traced
+    """`.text` is what the engine reads; `.spans` where each of its characters came from in the
+    caller's text (code points of everything sent on the stream)."""
+    source: str
+    """The caller's text over `text.span()` (markup inside included; "" when no span): the text
+    the utterance's and its words' `source_text` are cut from."""
+    speed: int | None = None
+    """Its `[speed_N]` level when it has its own (SSML `<prosody rate>`); None: the stream's."""
+
+    @classmethod
+    def of(cls, text: Traced, caller_text: str, offset: int = 0) -> Speak:
+        """`text` with its source cut from `caller_text`, which starts at `offset` of the
+        caller's text."""
+        span = text.span()
+        source = "" if span is None else caller_text[span[0] - offset : span[1] - offset]
+        return cls(text, source)
+
+
+@dataclass(frozen=True)
+class MarkAt:
+    """A caller's mark: answered with a Mark event when the speaking side reaches it."""
+
+    name: str
+    """1 to `MAX_MARK_CHARS` characters (checked by `check_mark_name` where it is read)."""
+    dropped: bool = False
+    """A clear dropped the text before it (set by the reader on clear): the Mark says so."""
+
+
+@dataclass(frozen=True)
+class Silence:
+    """Silence of `duration_s` in the audio (SSML <break>): exact, counted in sample offsets."""
+
+    duration_s: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.duration_s) and 0 <= self.duration_s <= MAX_SILENCE_S):
+            raise ValueError(f"silence must be 0 to {MAX_SILENCE_S:g} s, got {self.duration_s}")
+
+
+StreamItem: TypeAlias = Speak | MarkAt | Silence
+
+
+def check_mark_name(name: str) -> str | None:
+    """Why `name` is no mark name (None: it is one)."""
+    if not name:
+        return "must not be empty"
+    if len(name) > MAX_MARK_CHARS:
+        return f"is {len(name)} characters; the limit is {MAX_MARK_CHARS}"
+    if "\x00" in name:
+        return "must not contain NUL characters"
+    return None

@@ -1,0 +1,81 @@
+"""An utterance's words placed on the stream's timeline (SynthesisConfig.word_timing).
+
+`text/timing.py` places the words of the spoken text in the utterance's audio at the model's
+rate; here they move to the stream's timeline (the chunks' rate, from the utterance's first
+sample) and get the caller's own text of their span. A cleared utterance is timed as the whole
+would have been (its audio so far, stretched to the duration model's length when shorter) and
+keeps the words that begin before the cut, the last one ending at the cut.
+
+The model's own alignment (its attention, TIMING_MODEL_ATTENTION) would be another source;
+this server serves the estimate and logs so when it binds the model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..text.duration import estimate_duration_s
+from ..text.spans import Traced
+from ..text.timing import ESTIMATE, estimate_timing
+from ..text.words import spoken_words
+from .events import TimedWord, WordTimingsOut
+from .stream_items import Speak
+
+
+def own_text(item: Speak) -> str:
+    """The caller's text of an utterance without its markup: the characters of its source that
+    some spoken character came from, and the whitespace between them."""
+    span = item.text.span()
+    if span is None:
+        return ""
+    covered = [c.isspace() for c in item.source]
+    for r in item.text.spans.ranges:
+        if r is not None:
+            for k in range(r[0] - span[0], r[1] - span[0]):
+                covered[k] = True
+    return "".join(c for c, keep in zip(item.source, covered, strict=True) if keep)
+
+
+def word_timings(
+    utterance_index: int,
+    item: Speak,
+    spoken: Traced,
+    pcm: np.ndarray,
+    *,
+    cut: bool,
+    native_rate: int,
+    speed: int,
+    stream_offset: int,
+    stream_samples: int,
+    stream_rate: int,
+) -> WordTimingsOut:
+    """The words of `spoken` (what the engine said for `item`) in `pcm` (its audio at
+    `native_rate`, up to the cut if `cut`), on the stream's timeline: the utterance's audio is
+    samples [stream_offset, stream_offset + stream_samples) at `stream_rate`."""
+    words = spoken_words(spoken)
+    num_native = len(pcm)
+    if cut:
+        whole = max(num_native, round(estimate_duration_s(spoken.text, speed) * native_rate))
+        timing = estimate_timing(spoken.text, words, whole, sample_rate=native_rate, speed=speed)
+    else:
+        timing = estimate_timing(
+            spoken.text, words, num_native, sample_rate=native_rate, speed=speed, pcm=pcm
+        )
+    base = item.text.span()
+    out: list[TimedWord] = []
+
+    def on_stream(native: int) -> int:
+        scaled = round(min(native, num_native) * stream_rate / native_rate)
+        return stream_offset + min(stream_samples, scaled)
+
+    for w in timing.words:
+        if cut and w.start_sample >= num_native:
+            break  # begins after the cut (nothing was heard of it)
+        start, end = on_stream(w.start_sample), on_stream(w.end_sample)
+        source = ""
+        if w.span is not None and base is not None:
+            source = item.source[w.span[0] - base[0] : w.span[1] - base[0]]
+        out.append(
+            TimedWord(w.text, start, end, start / stream_rate, end / stream_rate, w.span, source)
+        )
+    return WordTimingsOut(utterance_index, tuple(out), ESTIMATE)
