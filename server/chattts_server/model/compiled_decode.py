@@ -43,6 +43,9 @@ __all__ = ["CompileResult", "CompiledDecode", "compilable", "set_inductor_cache"
 
 log = logging.getLogger(__name__)
 
+_MAX_GRAPHS = 64
+"""Graphs of the layer step warm-up may compile (2 batch classes x modes x layer kinds)."""
+
 
 def set_inductor_cache(path: Path) -> None:
     """Have inductor keep its compiled kernels and graphs in ``path`` (a restart reuses them:
@@ -172,7 +175,10 @@ class CompiledDecode:
         )
         slots = torch.arange(batch, device=device)
         positions = torch.full((batch,), 8, dtype=torch.long, device=device)
-        self._step(slots, x, positions, cache.kv, mode, mark_dynamic=True)
+        # One graph per (batch class, mode, layer kind): a mixed mode has two kinds, and
+        # dynamo's default limit of 8 would quietly leave the ninth graph eager.
+        with torch._dynamo.config.patch(recompile_limit=_MAX_GRAPHS):
+            self._step(slots, x, positions, cache.kv, mode, mark_dynamic=True)
         return time.perf_counter() - started
 
 
