@@ -14,6 +14,9 @@ other processes hits them alike; the header prints the load average. For each ba
 - scattered: slot ids 0, 2, 4, ... (first mode): attention over the slot range, queries
              scattered into it.
 - gathered:  slot ids 0, 3, 6, ... (first mode): the range is over 2B, so K/V are gathered.
+- <mode>+c:  with --compile, that mode's step as one torch.compile graph
+             (model/compiled_decode.py), for each mode whose kernels trace; the seconds each
+             graph took to compile (or load from inductor's cache) are printed first.
 
 Each mode's step is also printed as a multiple of its memory floor: the bytes a step must read
 (that mode's linear weights plus the live K/V of every row, positions 0..pos in the cache's
@@ -27,7 +30,8 @@ floor, speed-up vs fp32 'dense-onednn', the server's default before autotune).
 
 Usage: python bench/bench_decode_step.py [--layers 20 --hidden 768 --heads 12 --inter 3072]
        [--batches 1,2,4,8,16] [--context 100] [--steps 10] [--modes dense,dense-onednn,...]
-       [--layouts scattered,gathered] [--probe-mib 512] [--stat median|min] [--markdown bench/results/decode_step.md]
+       [--layouts scattered,gathered] [--probe-mib 512] [--stat median|min] [--compile]
+       [--markdown bench/results/decode_step.md]
        python bench/bench_decode_step.py --smoke    # tiny shapes, two steps, writes nothing
 """
 
@@ -40,11 +44,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaModel
 
 from chattts_server.model.autotune import measure_snr
+from chattts_server.model.compiled_decode import CompiledDecode, compilable
 from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.linear_modes import MODES, modes_for
 from chattts_server.model.llama import LlamaDecoder, LlamaShape, served_kv_dtype
@@ -137,6 +143,18 @@ def _ours_step(
     return lambda: decoder.decode(slots, x, positions, cache, mode=mode)
 
 
+def _compiled_step(
+    compiled: CompiledDecode, cache: SlotKVCache, batch: int, context: int, mode: str
+) -> Callable[[], object]:
+    """As `_ours_step` (slots 0..B-1), through the compiled decode step."""
+    device = cache.kv.device
+    positions = torch.tensor(_positions(batch, context), device=device)
+    slots = torch.arange(batch, device=device)
+    decoder = compiled.decoder
+    x = torch.randn(batch, decoder.shape.hidden_size, device=device, dtype=decoder.norm.dtype)
+    return lambda: compiled.run(slots, x, positions, cache, mode)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=20)
@@ -173,6 +191,11 @@ def main() -> None:
         help="extra columns (first mode): scattered, gathered (empty for none)",
     )
     parser.add_argument("--markdown", default="", help="also write the table here")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time each traceable mode's step compiled (column <mode>+c)",
+    )
     parser.add_argument(
         "--smoke", action="store_true", help="tiny shapes, batches 1,2, two steps, no markdown"
     )
@@ -253,7 +276,20 @@ def main() -> None:
             f"hidden SNR dB (budget {MIN_SNR_DB:g}): "
             + ", ".join(f"{m} {v:.1f}" for m, v in snr.items())
         )
-    names = ["bare", *modes, *extra]
+    compiled = CompiledDecode(decoder) if args.compile else None
+    traced = [m for m in modes if compilable(decoder, m)] if compiled is not None else []
+    names = ["bare", *modes, *extra, *(f"{m}+c" for m in traced)]
+    if compiled is not None:
+        with torch.inference_mode():
+            seconds = {
+                (m, b): compiled.compile_for(cache_for(m), b, m)
+                for m in traced
+                for b in sorted({min(batches), max(batches)})
+            }
+        print(
+            "compile s (mode, batch): "
+            + ", ".join(f"{m} B{b} {sec:.1f}" for (m, b), sec in seconds.items())
+        )
     print(" ".join(f"{n:>12}" for n in ["B", *names, "auto", "GB/s"]))
     rows: list[tuple[int, dict[str, float], dict[str, float], float]] = []
     with torch.inference_mode():
@@ -268,12 +304,17 @@ def main() -> None:
                 steps[name] = _ours_step(
                     decoder, cache_for(modes[0]), slot_ids, args.context, modes[0]
                 )
+            for name in traced:
+                steps[f"{name}+c"] = _compiled_step(
+                    cast("CompiledDecode", compiled), cache_for(name), batch, args.context, name
+                )
             ms = _interleaved_ms(steps, args.steps, device, STATS[args.stat])
             gbs = probe_bytes / ms[PROBE] / 1e6
             floor = {
                 m: _step_bytes(decoder, m, cache_for(m), batch, args.context) / gbs / 1e6
                 for m in modes
             }
+            floor |= {f"{m}+c": floor[m] for m in traced}
             rows.append((batch, ms, floor, gbs))
             auto = min(within, key=ms.__getitem__) if within else "-"
             cells = [

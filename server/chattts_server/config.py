@@ -122,6 +122,30 @@ class ModelConfig:
         unset="autotune/ beside --dev-model-cache, ~/.cache/chattts-stream/autotune",
     )
 
+    compile: str = option(
+        "off",
+        "CPU decode step with each layer torch.compile'd (inductor): off; on = every batch size "
+        "(every linear mode); auto = only where it measured faster than "
+        "eager at warm-up",
+        choices=("off", "auto", "on"),
+    )
+    compile_budget_s: float = option(
+        300.0,
+        "seconds warm-up may spend compiling the decode step (checked before each graph; "
+        "sizes left over run eagerly); a restart with inductor's cache takes seconds",
+        bounds=(0, None),
+    )
+    compile_cache_dir: Path | None = option(
+        None,
+        "inductor's cache of compiled kernels and graphs (~ is expanded; "
+        "TORCHINDUCTOR_CACHE_DIR wins)",
+        unset="inductor/ beside --dev-model-cache",
+    )
+
+    def compile_folder(self) -> Path:
+        """Where inductor keeps the compiled decode step, so that a restart reuses it."""
+        return (self.compile_cache_dir or self.dev_model_cache.parent / "inductor").expanduser()
+
     def autotune_folder(self) -> Path | None:
         """Where autotune results are kept, or None with --autotune-cache off."""
         if not self.autotune_cache:

@@ -146,3 +146,16 @@ def test_smoke_runs_wrote_nothing_into_bench_results(
     results_before: dict[str, tuple[int, int]],
 ) -> None:
     assert _results_snapshot() == results_before
+
+
+@pytest.mark.slow
+def test_decode_step_bench_times_the_compiled_step() -> None:
+    """`--compile` adds each traceable mode's compiled step (`<mode>+c`) and its compile cost."""
+    script = REPO / "bench" / "bench_decode_step.py"
+    done = _run(
+        [sys.executable, str(script), "--smoke", "--compile", "--modes", "dense"], timeout_s=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert re.search(r"^compile s \(mode, batch\): dense B1 \d+\.\d", done.stdout, re.M)
+    header = next(line for line in done.stdout.splitlines() if line.split()[:1] == ["B"])
+    assert "dense+c" in header.split(), done.stdout

@@ -38,6 +38,9 @@ FLAGS = {
     "--quantize": "auto",  # "none" until issue 29
     "--autotune-cache": "on",
     "--autotune-cache-dir": None,
+    "--compile": "off",
+    "--compile-budget-s": 300.0,
+    "--compile-cache-dir": None,
     "--threads": 0,
     "--adaptive-threads": "on",
     "--voices-dir": None,

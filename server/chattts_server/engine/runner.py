@@ -22,6 +22,7 @@ import torch
 from ..config import EngineConfig, ModelConfig
 from ..model.audio_constants import FRAMES_PER_TOKEN
 from ..model.autotune_cache import AutotuneCache, tune_or_reuse, weights_digest
+from ..model.compiled_decode import set_inductor_cache, tune_compiled
 from ..model.cuda_graphs import DecodeGraphs, length_buckets
 from ..model.errors import ModelLoadError
 from ..model.hifigan import HiFiGANVocoder
@@ -130,16 +131,21 @@ class ModelRunner:
         quantize: str = "none",
         decode_graphs: str = "off",
         autotune_cache: AutotuneCache | None = None,
+        compile_step: str = "off",
+        compile_budget_s: float = 300.0,
     ) -> None:
         """`decode_graphs`: 'cuda' captures the decode step as CUDA graphs at warm-up; 'eager'
         runs the same padded static-shape path without graphs (CPU tests); 'off' (the CPU
         default) decodes with dynamic shapes, fastest where no graph can be replayed.
-        `autotune_cache`: where warm-up's linear-mode choice is reused from; None measures."""
+        `autotune_cache`: where warm-up's linear-mode choice is reused from; None measures.
+        `compile_step` ('off', 'auto', 'on') and `compile_budget_s`: whether warm-up compiles
+        the CPU decode step (`model/compiled_decode.py`) and how long it may spend."""
         self.modules = modules
         self.config = config
         self.device = device
         self.dtype = dtype
         self.quantize = quantize
+        self.compile_step, self.compile_budget_s = compile_step, compile_budget_s
         shapes = modules.shapes
         self.num_vq = shapes.embed.num_vq
         self.num_audio_tokens = shapes.embed.num_audio_tokens
@@ -276,6 +282,8 @@ class ModelRunner:
         )
         graphs = "cuda" if device.type == "cuda" and engine_config.cuda_graphs else "off"
         folder = model_config.autotune_folder()
+        if model_config.compile != "off":
+            set_inductor_cache(model_config.compile_folder())
         return cls(
             modules,
             engine_config,
@@ -284,6 +292,8 @@ class ModelRunner:
             quantize=model_config.quantize,
             decode_graphs=graphs,
             autotune_cache=AutotuneCache(folder) if folder is not None else None,
+            compile_step=model_config.compile,
+            compile_budget_s=model_config.compile_budget_s,
         )
 
     # -- per request -------------------------------------------------------------------------
@@ -533,6 +543,8 @@ class ModelRunner:
             self.autotune_cache,
             self.weights_digest,
         )
+        # The decode step as one compiled graph where that measured faster (CPU; bounded).
+        tune_compiled(self.llama, sizes, self.cache, self.compile_step, self.compile_budget_s)
         if self.graphs is not None:
             try:
                 self.graphs.capture_all()  # after autotune: each graph bakes in its size's mode

@@ -39,6 +39,7 @@ see ``LlamaDecoder.from_state_dict``).
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -84,6 +85,10 @@ def _int8_engine(engine: str) -> bool:
     return engine in torch.backends.quantized.supported_engines
 
 
+_LIBRARY = torch.library.Library("chattts", "DEF")
+"""Ops that let compiled graphs (model/compiled_decode.py) call kernels inductor cannot."""
+
+
 class DenseLinear(nn.Module):
     weight: Tensor
     bias: Tensor | None
@@ -116,9 +121,28 @@ class OneDNNLinear(nn.Module):
         self.input_dtype = compute_dtype
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.compiler.is_compiling():  # model/compiled_decode.py: an opaque call
+            return torch.ops.chattts.onednn_linear(x.to(self.input_dtype), self.weight, self.bias)
         return torch.ops.mkldnn._linear_pointwise(
             x.to(self.input_dtype), self.weight, self.bias, "none", [], ""
         )
+
+
+def _onednn_linear_impl(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def _onednn_linear_fake(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+# ``OneDNNLinear`` inside a compiled graph: inductor lowers ``_linear_pointwise`` itself only for
+# weights it froze as constants, and ours are inputs; this op it calls as is. (Defined through
+# Library, not custom_op: custom_op's aliasing check cannot read an opaque oneDNN weight.)
+_LIBRARY.define("onednn_linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
+for _key in ("CPU", "MkldnnCPU"):  # the packed weight dispatches as MkldnnCPU
+    _LIBRARY.impl("onednn_linear", _onednn_linear_impl, _key)
+torch.library.register_fake("chattts::onednn_linear", _onednn_linear_fake, lib=_LIBRARY)
 
 
 def _int8_per_channel(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -155,11 +179,48 @@ class DynamicInt8Linear(nn.Module):
         self.reduce_range = engine == "fbgemm" and not vnni
         self.nbytes = q.numel() + 4 * scales.numel()
         self.input_dtype = torch.float32
+        self.out_features = q.shape[0]
+        # A compiled graph cannot hold the packed weight (a TorchScript object): it passes
+        # this handle to chattts::int8_dynamic_linear, which looks the weight up.
+        self.handle = next(_handles)
+        _PACKED_INT8[self.handle] = self.packed
+        self.register_buffer("handle_tensor", torch.tensor(self.handle), persistent=False)
+
+    def __del__(self) -> None:
+        _PACKED_INT8.pop(getattr(self, "handle", -1), None)
 
     def forward(self, x: Tensor) -> Tensor:
+        if torch.compiler.is_compiling():  # model/compiled_decode.py
+            return torch.ops.chattts.int8_dynamic_linear(
+                x.to(self.input_dtype), self.handle_tensor, self.out_features, self.reduce_range
+            )
         return torch.ops.quantized.linear_dynamic(
             x.to(self.input_dtype), self.packed, self.reduce_range
         )
+
+
+_PACKED_INT8: dict[int, object] = {}
+_handles = itertools.count()
+
+
+def _int8_dynamic_linear_impl(
+    x: Tensor, handle: Tensor, out_features: int, reduce_range: bool
+) -> Tensor:
+    packed = _PACKED_INT8[int(handle)]
+    return torch.ops.quantized.linear_dynamic(x, packed, reduce_range)  # type: ignore[arg-type]
+
+
+def _int8_dynamic_linear_fake(
+    x: Tensor, handle: Tensor, out_features: int, reduce_range: bool
+) -> Tensor:
+    return x.new_empty((*x.shape[:-1], out_features))
+
+
+_LIBRARY.define(
+    "int8_dynamic_linear(Tensor x, Tensor handle, int out_features, bool reduce_range) -> Tensor"
+)
+_LIBRARY.impl("int8_dynamic_linear", _int8_dynamic_linear_impl, "CPU")
+torch.library.register_fake("chattts::int8_dynamic_linear", _int8_dynamic_linear_fake, lib=_LIBRARY)
 
 
 class WeightOnlyInt8Linear(nn.Module):

@@ -29,6 +29,7 @@ from .attention import (
     SlotRangeAttention,
     bf16_attention_faster,
 )
+from .compiled_decode import CompiledDecode
 from .kv_cache import SlotKVCache
 from .linear_modes import ModeTable
 from .llama_layers import Layer, LlamaShape, q_kv, rms_norm
@@ -78,11 +79,12 @@ class DecodeBatch:
     """(B,) KV positions of the inputs."""
 
 
-def _decode_attention(cache: SlotKVCache, slot_ids: Tensor, positions: Tensor) -> Attention:
+def _decode_attention(
+    cache: SlotKVCache, slot_ids: Tensor, positions: Tensor, slot_list: list[int]
+) -> Attention:
     """Slots close together are read in place (`SlotRangeAttention`); only a range more than
-    twice the batch (slots far apart) gathers the rows' K/V (`GatherAttention`)."""
-    # Python ints for the views: one host read of two small tensors per step.
-    slot_list = slot_ids.tolist()
+    twice the batch (slots far apart) gathers the rows' K/V (`GatherAttention`). `slot_list`:
+    the slot ids as Python ints for the views (one host read per step)."""
     if max(slot_list) - min(slot_list) + 1 > 2 * len(slot_list):
         return GatherAttention(cache, slot_ids, positions, int(positions.max()) + 1)
     return SlotRangeAttention(cache, slot_ids, positions, slot_list)
@@ -128,6 +130,9 @@ class LlamaDecoder(nn.Module):
         self._modes = ModeTable({1: "dense"})
         self.prefill_mode: str | None = None
         """The mode prefill uses; None: the largest decode batch size's."""
+        self.compiled: CompiledDecode | None = None
+        """The torch.compile'd decode step and the batch sizes it serves (warm-up sets it,
+        ``model/compiled_decode.py``); None: every decode step runs eagerly."""
 
     @classmethod
     def from_state_dict(
@@ -278,10 +283,14 @@ class LlamaDecoder(nn.Module):
         0..position of the row's slot. Returns final-normed hidden states (B, D). The linear
         mode is the :attr:`mode_table`'s for B unless ``mode`` forces one. Slots close together
         are read in place (`SlotRangeAttention`); only a range more than twice the batch (slots
-        far apart) gathers the rows' K/V (`GatherAttention`).
+        far apart) gathers the rows' K/V (`GatherAttention`). Batch sizes warm-up chose the
+        compiled step for (:attr:`compiled`) run it instead.
         """
-        attention = _decode_attention(cache, slot_ids, positions)
-        return self._forward(embeds, positions, attention, mode or self.mode_for(len(embeds)))
+        mode = mode or self.mode_for(len(embeds))
+        if self.compiled is not None and self.compiled.covers(len(embeds), mode):
+            return self.compiled.run(slot_ids, embeds, positions, cache, mode)
+        attention = _decode_attention(cache, slot_ids, positions, slot_ids.tolist())
+        return self._forward(embeds, positions, attention, mode)
 
     def forward_batch(
         self,
@@ -297,7 +306,10 @@ class LlamaDecoder(nn.Module):
 
         The linear mode is the :attr:`mode_table`'s for the total row count while that is
         within the table, else prefill's (a big batch is compute-bound, like a long prompt).
+        A decode batch alone runs as :meth:`decode` (compiled where warm-up chose it).
         """
+        if not prompts and decode is not None:
+            return [], self.decode(decode.slot_ids, decode.embeds, decode.positions, cache, mode)
         parts: list[tuple[int, Attention]] = []
         embeds: list[Tensor] = []
         positions: list[Tensor] = []
@@ -311,9 +323,10 @@ class LlamaDecoder(nn.Module):
                 torch.arange(run.start_pos, run.start_pos + num_tokens, device=run.embeds.device)
             )
         if decode is not None:
-            parts.append(
-                (len(decode.embeds), _decode_attention(cache, decode.slot_ids, decode.positions))
+            attention = _decode_attention(
+                cache, decode.slot_ids, decode.positions, decode.slot_ids.tolist()
             )
+            parts.append((len(decode.embeds), attention))
             embeds.append(decode.embeds)
             positions.append(decode.positions)
         if not parts:
