@@ -92,7 +92,9 @@ def test_words_recovered_within_one_token_of_the_path() -> None:
         assert abs(timed.end_sample / SAMPLES_PER_TOKEN - true_end) <= 1, word
         assert timed.span == word.span
     ends = [w.end_sample for w in timing.words]
-    assert all(a.end_sample <= b.start_sample for a, b in zip(timing.words, timing.words[1:]))
+    assert all(
+        a.end_sample <= b.start_sample for a, b in zip(timing.words, timing.words[1:], strict=False)
+    )
     assert max(ends) <= num_samples
 
 
