@@ -70,11 +70,11 @@ def test_captured_weights_are_transformers_attention_over_the_text() -> None:
         seq = torch.cat([prompts[slot], steps[row : row + 1]])
         attentions = ref(inputs_embeds=seq[None], output_attentions=True).attentions
         a, b = text[slot]
-        for layer, head in heads:
+        found = capture.row_weights(row)
+        assert capture.order == [(0, 1), (1, 3), (1, 0)]
+        for i, (layer, head) in enumerate(capture.order):
             expected = attentions[layer][0, head, -1, a:b]
-            torch.testing.assert_close(
-                capture.weights[row][(layer, head)], expected / expected.sum(), atol=1e-5, rtol=1e-4
-            )
+            torch.testing.assert_close(found[i], expected / expected.sum(), atol=1e-5, rtol=1e-4)
 
 
 def _steered(head: int, gain: float) -> LlamaDecoder:

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from chattts_proto.chattts.v1 import tts_pb2
+from chattts_server.api.events import to_pb
+from chattts_server.api.stream_items import Speak
+from chattts_server.api.timeline import word_timings
 from chattts_server.model.alignment_heads import (
     MIN_SCORE,
     alignment_path,
@@ -113,3 +117,43 @@ def test_hovering_back_never_makes_words_overlap() -> None:
     timing = attention_timing(words, alignment, 50, 10)
     (a, b) = timing.words
     assert a.end_sample <= b.start_sample and b.end_sample == 50
+
+
+def test_the_timeline_sends_the_alignment_as_timing_model_attention() -> None:
+    """An utterance that finished with its alignment: its words on the stream's timeline from
+    it (half the rate here), with the caller's spans, sent as TIMING_MODEL_ATTENTION; without
+    one, and when cut, the estimate."""
+    caller = "turn left now"
+    spoken = Traced.source(caller, offset=100)
+    item = Speak.of(spoken, caller, offset=100)
+    alignment = TokenAlignment((0, 0, 0, 1, 1, 2, 2, 2), ((0, 4), (5, 9), (10, 13)))
+    pcm = np.zeros(8 * SAMPLES_PER_TOKEN, dtype=np.float32)
+    common = dict(native_rate=24000, speed=5, stream_offset=1000, stream_rate=12000)
+    event = word_timings(
+        3,
+        item,
+        spoken,
+        pcm,
+        cut=False,
+        stream_samples=4 * SAMPLES_PER_TOKEN,
+        alignment=alignment,
+        samples_per_token=SAMPLES_PER_TOKEN,
+        **common,
+    )
+    half = SAMPLES_PER_TOKEN // 2
+    assert [(w.start_sample, w.end_sample) for w in event.words] == [
+        (1000, 1000 + 3 * half),
+        (1000 + 3 * half, 1000 + 5 * half),
+        (1000 + 5 * half, 1000 + 8 * half),
+    ]
+    assert [(w.source_span, w.source_text) for w in event.words] == [
+        ((100, 104), "turn"),
+        ((105, 109), "left"),
+        ((110, 113), "now"),
+    ]
+    assert to_pb(event).source == tts_pb2.TIMING_MODEL_ATTENTION
+    for kwargs in ({"cut": False}, {"cut": True, "alignment": alignment}):
+        estimated = word_timings(
+            3, item, spoken, pcm, stream_samples=4 * SAMPLES_PER_TOKEN, **common, **kwargs
+        )
+        assert to_pb(estimated).source == tts_pb2.TIMING_ESTIMATE

@@ -22,8 +22,11 @@ from .types import VoiceSpec
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog, then runs back into the forest."
-"""Plain English the model reads straight (no numbers for the normalizer to expand)."""
+CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog."
+"""Plain English the model reads straight (no numbers for the normalizer to expand), short:
+its ~180 decode steps are added to every warm-up."""
+MAX_STEPS = 240
+"""Calibration decodes no more than this (a slow `[speed_N]` estimate would run longer)."""
 CALIBRATION_SPEED = 5
 CALIBRATION_SLOT = 0
 """Warm-up runs before any request, so every slot is free."""
@@ -46,7 +49,7 @@ def calibrate_alignment_heads(
         return ()
     embeds = prompt.embeds.to(decoder.norm.dtype)
     steps = round(estimate_duration_s(text, CALIBRATION_SPEED) * tokens_per_s)
-    steps = min(steps, cache.kv.shape[4] - embeds.shape[0])
+    steps = min(steps, MAX_STEPS, cache.kv.shape[4] - embeds.shape[0])
     hidden = decoder.prefill(CALIBRATION_SLOT, embeds, 0, cache)
     weights = head_weights(
         decoder, cache, CALIBRATION_SLOT, hidden, prompt.text_tokens.positions, next_embed, steps

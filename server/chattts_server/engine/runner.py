@@ -479,9 +479,7 @@ class ModelRunner:
     def _keep_alignment(self, plan: SchedulerOutput, capture: AlignmentCapture) -> None:
         """Each captured row's text token: the argmax of its heads' weights averaged."""
         rows = [r.row for r in capture.rows]
-        weights = torch.stack(
-            [torch.stack(list(capture.weights[r].values())).mean(0) for r in rows]
-        )
+        weights = torch.stack([capture.row_weights(r).mean(0) for r in rows])
         for r, token in zip(rows, weights.argmax(dim=1).tolist(), strict=True):
             self._slots[plan.decode[r].slot_id].alignment.append(int(token))
 

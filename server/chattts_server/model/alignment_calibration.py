@@ -39,7 +39,7 @@ def head_weights(
     hidden, position = prompt_hidden[-1], prompt_hidden.shape[0]
     device, dtype = prompt_hidden.device, decoder.norm.dtype
     slots = torch.tensor([slot_id], device=device)
-    found: dict[HeadId, list[Tensor]] = {h: [] for h in heads}
+    found: list[Tensor] = []
     for _ in range(steps):
         if position >= cache.kv.shape[4]:  # the slot is full
             break
@@ -47,7 +47,9 @@ def head_weights(
         positions = torch.tensor([position], device=device)
         embed = next_embed(hidden).to(dtype)[None]
         hidden = decoder.decode(slots, embed, positions, cache, capture=capture)[0]
-        for head, w in capture.weights[0].items():
-            found[head].append(w)
+        found.append(capture.row_weights(0))
         position += 1
-    return {h: torch.stack(ws).cpu().numpy() for h, ws in found.items() if ws}
+    if not found:
+        return {}
+    weights = torch.stack(found, dim=1).cpu().numpy()  # (heads, steps, text tokens)
+    return {head: weights[i] for i, head in enumerate(capture.order)}

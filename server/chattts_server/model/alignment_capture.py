@@ -46,27 +46,37 @@ class AlignmentCapture:
     shape: LlamaShape
     row_offset: int = 0
     """Rows of the forward before the first `CaptureRow.row` (prompt chunks in a packed one)."""
-    weights: dict[int, dict[HeadId, Tensor]] = field(default_factory=dict)
-    """Filled by the forward: CaptureRow.row -> head -> (text_end - text_start,) fp32 weights."""
+    weights: dict[int, list[Tensor]] = field(default_factory=dict)
+    """Filled by the forward: CaptureRow.row -> per layer with chosen heads, in layer order,
+    (that layer's chosen heads, text_end - text_start) fp32 weights (see `row_weights`)."""
 
     def __post_init__(self) -> None:
         self._by_layer: dict[int, list[int]] = {}
         for layer, head in self.heads:
             self._by_layer.setdefault(layer, []).append(head)
+        self._head_index = {
+            layer: torch.tensor(heads, device=self.cache.kv.device)
+            for layer, heads in self._by_layer.items()
+        }
+
+    @property
+    def order(self) -> list[HeadId]:
+        """The heads in the order of `row_weights`' rows: by layer, then as given."""
+        return [(layer, h) for layer in sorted(self._by_layer) for h in self._by_layer[layer]]
+
+    def row_weights(self, row: int) -> Tensor:
+        """(len(heads), text tokens): one row's weights, heads in `order`."""
+        return torch.cat(self.weights[row])
 
     def __call__(self, layer_id: int, q: Tensor) -> None:
         """`q` (rows, heads, hd): the layer's roped queries; its K/V are in the cache."""
-        heads = self._by_layer.get(layer_id)
-        if not heads:
+        head_index = self._head_index.get(layer_id)
+        if head_index is None:
             return
-        groups = self.shape.num_heads // self.shape.num_kv_heads
-        head_index = torch.tensor(heads, device=q.device)
-        kv_index = head_index // groups
+        kv_index = head_index // (self.shape.num_heads // self.shape.num_kv_heads)
         scale = self.shape.head_dim**-0.5
         for r in self.rows:
             keys = self.cache.kv[layer_id, 0, r.slot_id, kv_index, r.text_start : r.text_end]
             query = q[self.row_offset + r.row, head_index].float()  # (n, hd)
             scores = torch.einsum("nd,ntd->nt", query, keys.float()) * scale
-            found = self.weights.setdefault(r.row, {})
-            for head, w in zip(heads, scores.softmax(dim=-1), strict=True):
-                found[(layer_id, head)] = w
+            self.weights.setdefault(r.row, []).append(scores.softmax(dim=-1))
