@@ -174,9 +174,9 @@ def test_forward_batch_picks_the_mode_by_rows(monkeypatch: pytest.MonkeyPatch) -
     used: list[str] = []
     real_forward = ours._forward
 
-    def spy(x, positions, attention, mode):
+    def spy(x, positions, attention, mode, capture=None):
         used.append(mode)
-        return real_forward(x, positions, attention, mode)
+        return real_forward(x, positions, attention, mode, capture)
 
     monkeypatch.setattr(ours, "_forward", spy)
     cache = SlotKVCache(shape, num_slots=3, max_tokens=64, device="cpu", dtype=torch.float32)

@@ -178,7 +178,9 @@ class Session:
                         yield self._audio(tail, index)
                     said = event.spoken or spoken
                     if self.settings.word_timing and said is not None:
-                        yield self._timings(index, item, said, pcm, start_offset, cut=False)
+                        yield self._timings(
+                            index, item, said, pcm, start_offset, cut=False, done=event
+                        )
                     yield self._ended(index, item, event, start_offset)
                     return
         finally:
@@ -211,6 +213,7 @@ class Session:
         pcm: list[np.ndarray],
         start_offset: int,
         cut: bool,
+        done: UtteranceDone | None = None,
     ) -> SessionEvent:
         audio = np.concatenate(pcm) if pcm else np.zeros(0, dtype=np.float32)
         return word_timings(
@@ -224,6 +227,8 @@ class Session:
             stream_offset=start_offset,
             stream_samples=self.sample_offset - start_offset,
             stream_rate=self.sample_rate_hz,
+            alignment=done.alignment if done is not None else None,
+            samples_per_token=self.engine.model_info.samples_per_token,
         )
 
     def _ended(

@@ -94,11 +94,18 @@ class Synthesis:
         self._validator = Validator(
             self.voices, model, max_text_chars=self.limits.max_text_chars, encodings=encodings
         )
-        log.info(
-            "word timing (when a stream asks): source %s, the utterance's audio shared out "
-            "by the duration model and snapped to its pauses (no attention alignment)",
-            ESTIMATE,
-        )
+        if model.timing_source == ESTIMATE:
+            log.info(
+                "word timing (when a stream asks): source %s, the utterance's audio shared out "
+                "by the duration model and snapped to its pauses (no attention alignment)",
+                ESTIMATE,
+            )
+        else:
+            log.info(
+                "word timing (when a stream asks): source %s, the alignment heads chosen at "
+                "warm-up (a cleared utterance: the estimate)",
+                model.timing_source,
+            )
 
     @property
     def validator(self) -> Validator:

@@ -6,17 +6,20 @@ sample) and get the caller's own text of their span. A cleared utterance is time
 would have been (its audio so far, stretched to the duration model's length when shorter) and
 keeps the words that begin before the cut, the last one ending at the cut.
 
-The model's own alignment (its attention, TIMING_MODEL_ATTENTION) would be another source;
-this server serves the estimate and logs so when it binds the model.
+With alignment heads (chosen at warm-up, `engine/alignment.py`) a finished utterance carries
+the model's own alignment and its words come from it (`text/attention_timing.py`,
+TIMING_MODEL_ATTENTION); otherwise, and for a cleared utterance, from the estimate. The server
+logs which source it serves when it binds the model.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..text.attention_timing import TokenAlignment, attention_timing
 from ..text.duration import estimate_duration_s
 from ..text.spans import Traced
-from ..text.timing import ESTIMATE, estimate_timing
+from ..text.timing import estimate_timing
 from ..text.words import spoken_words
 from .events import TimedWord, WordTimingsOut
 from .stream_items import Speak
@@ -48,13 +51,19 @@ def word_timings(
     stream_offset: int,
     stream_samples: int,
     stream_rate: int,
+    alignment: TokenAlignment | None = None,
+    samples_per_token: int = 0,
 ) -> WordTimingsOut:
     """The words of `spoken` (what the engine said for `item`) in `pcm` (its audio at
     `native_rate`, up to the cut if `cut`), on the stream's timeline: the utterance's audio is
-    samples [stream_offset, stream_offset + stream_samples) at `stream_rate`."""
+    samples [stream_offset, stream_offset + stream_samples) at `stream_rate`. With the
+    utterance's `alignment` (whole utterances only), by it: each audio token is
+    `samples_per_token` native samples."""
     words = spoken_words(spoken)
     num_native = len(pcm)
-    if cut:
+    if alignment is not None and not cut:
+        timing = attention_timing(words, alignment, num_native, samples_per_token)
+    elif cut:
         whole = max(num_native, round(estimate_duration_s(spoken.text, speed) * native_rate))
         timing = estimate_timing(spoken.text, words, whole, sample_rate=native_rate, speed=speed)
     else:
@@ -78,4 +87,4 @@ def word_timings(
         out.append(
             TimedWord(w.text, start, end, start / stream_rate, end / stream_rate, w.span, source)
         )
-    return WordTimingsOut(utterance_index, tuple(out), ESTIMATE)
+    return WordTimingsOut(utterance_index, tuple(out), timing.source)

@@ -21,12 +21,49 @@ DEFAULT_VOICE_SEED = 2
 """The speaker used when a request names none, so every sentence of a stream sounds alike."""
 
 
+@dataclass(frozen=True)
+class PromptText:
+    """Where the spoken text's tokens lie in an audio-code prompt (for the alignment heads)."""
+
+    start: int
+    """Prompt position of the first text token; the others follow it."""
+    token_chars: tuple[tuple[int, int], ...]
+    """Per text token, its [start, end) in `Prompt.text`."""
+
+    @property
+    def positions(self) -> tuple[int, int]:
+        return self.start, self.start + len(self.token_chars)
+
+
 @dataclass
 class Prompt:
     embeds: torch.Tensor
     """(L, D) float32 prompt embeddings, speaker applied."""
     text: str
     """The text the prompt speaks (normalized)."""
+    text_tokens: PromptText | None = None
+    """Audio-code prompts: where `text`'s tokens are."""
+
+
+def prompt_text(tokenizer: Any, decorated: str, text: str) -> PromptText | None:
+    """The tokens of `text` in `decorated` (its audio-code prompt: `text` stripped, just before
+    `[Ptts]`), by the fast tokenizer's character offsets; None if they cannot be found."""
+    stripped = text.strip()
+    at = decorated.rfind(stripped + "[Ptts]")
+    if not stripped or at < 0:
+        return None
+    shift = text.index(stripped) - at
+    offsets = tokenizer(decorated, add_special_tokens=False, return_offsets_mapping=True)[
+        "offset_mapping"
+    ]
+    inside = [
+        (i, (a + shift, b + shift))
+        for i, (a, b) in enumerate(offsets)
+        if a >= at and b <= at + len(stripped) and b > a
+    ]
+    if not inside or inside[-1][0] - inside[0][0] + 1 != len(inside):
+        return None
+    return PromptText(inside[0][0], tuple(chars for _, chars in inside))
 
 
 class PromptBuilder:
@@ -115,12 +152,13 @@ class PromptBuilder:
             input_ids, _, text_mask = m.tokenizer.encode(
                 decorated, self.num_vq, prompt=self.reference_codes(voice), device=self.device
             )
-            return Prompt(m.embed(input_ids, text_mask)[0].float(), text)
+            tokens = prompt_text(m.tokenizer._tokenizer, decorated[0], text)
+            return Prompt(m.embed(input_ids, text_mask)[0].float(), text, tokens)
         decorated = m.speaker.decorate_code_prompts([text], f"[speed_{speed}]", None, "spk")
         input_ids, _, text_mask = m.tokenizer.encode(decorated, self.num_vq, device=self.device)
         emb = m.embed(input_ids, text_mask)  # (1, L, D)
         m.speaker.apply(emb, self.speaker(voice), input_ids, m.tokenizer.spk_emb_ids, self.device)
-        return Prompt(emb[0].float(), text)
+        return Prompt(emb[0].float(), text, prompt_text(m.tokenizer._tokenizer, decorated[0], text))
 
     @torch.inference_mode()
     def refine_prompt(self, text: str, refine_prompt: str) -> Prompt:

@@ -98,4 +98,5 @@ class EngineRequest:
             generation_time_s=(self.last_audio_at or now) - self.submitted_at,
             finish_reason=self.finish_reason,
             spoken=end.spoken,
+            alignment=end.alignment,
         )

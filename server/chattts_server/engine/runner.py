@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 from ..config import EngineConfig, ModelConfig
+from ..model.alignment_capture import AlignmentCapture, CaptureRow
+from ..model.alignment_heads import HeadId
 from ..model.audio_constants import FRAMES_PER_TOKEN
 from ..model.autotune_cache import AutotuneCache, tune_or_reuse, weights_digest
 from ..model.compiled_decode import set_inductor_cache, tune_compiled
@@ -31,9 +33,12 @@ from ..model.llama import DecodeBatch, LlamaDecoder, PromptRun
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
+from ..text.attention_timing import ATTENTION, TokenAlignment
 from ..text.spans import Traced
+from ..text.timing import ESTIMATE
+from .alignment import calibrate_alignment_heads
 from .chunking import ChunkingConfig
-from .prompts import PromptBuilder
+from .prompts import PromptBuilder, PromptText
 from .slot_sampler import SlotSampler
 from .step_io import (
     FinishedAudio,
@@ -109,6 +114,19 @@ class _SlotState:
     """Audio-code pass: the streaming decoder's state."""
     codes: list[list[int]] = field(default_factory=list)
     """Audio codes generated so far (num_vq each)."""
+    prompt_text: PromptText | None = None
+    """Audio-code pass: where its text lies in the prompt (for the alignment heads)."""
+    alignment: list[int] = field(default_factory=list)
+    """With alignment heads: per decode step of the audio pass, the text token attended to."""
+
+    def token_alignment(self) -> TokenAlignment | None:
+        """Which text token each audio code attends to. The decode row fed code j makes code
+        j + 1: code 0 (sampled from the prompt) takes the first row's token."""
+        if not self.alignment or self.prompt_text is None or not self.codes:
+            return None
+        path = [self.alignment[0], *self.alignment][: len(self.codes)]
+        path += [path[-1]] * (len(self.codes) - len(path))
+        return TokenAlignment(tuple(path), self.prompt_text.token_chars)
 
 
 class _Row(NamedTuple):
@@ -191,6 +209,8 @@ class ModelRunner:
         """Prepared prompts of requests waiting for a slot, by request id."""
         self._slots: dict[int, _SlotState] = {}
         """State of the request in each occupied slot, by slot id."""
+        self.alignment_heads: tuple[HeadId, ...] = ()
+        """The heads whose attention times words (chosen at warm-up); (): the estimate."""
 
     def _build_graphs(self, decode_graphs: str) -> DecodeGraphs:
         config = self.config
@@ -261,6 +281,7 @@ class ModelRunner:
                 "off" if self.graphs is None else "cuda" if self.graphs.capture else "eager"
             ),
             decode_graphs_error=self.graphs_error,
+            timing_source=ATTENTION if self.alignment_heads else ESTIMATE,
             chunking=ChunkingOptions(
                 config.first_chunk_tokens, config.max_chunk_tokens, config.lookahead_tokens
             ),
@@ -314,6 +335,7 @@ class ModelRunner:
         state = _SlotState(
             params, phase, prompt.embeds.to(self.dtype), spoken, _pass_sampling(params, phase)
         )
+        state.prompt_text = prompt.text_tokens
         self._pending[request_id] = state
         return self._prepared(state)
 
@@ -370,6 +392,7 @@ class ModelRunner:
                 text=state.spoken.text,
                 codes=np.asarray(state.codes, dtype=np.int64).reshape(-1, self.num_vq),
                 spoken=state.spoken,
+                alignment=state.token_alignment(),
             )
             for slot_id, state in states.items()
         }
@@ -392,6 +415,7 @@ class ModelRunner:
         state.phase, state.text_tokens = Phase.CODES, []
         state.spoken = state.spoken.rewrite(refined)
         state.prompt = prompt.embeds.to(self.dtype)
+        state.prompt_text = prompt.text_tokens
         state.sampling = _pass_sampling(p, Phase.CODES)
         self._seat(slot_id, state)
         output.prepared[slot_id] = self._prepared(state)
@@ -430,7 +454,12 @@ class ModelRunner:
                 decode.slot_ids, decode.embeds, decode.positions, max_position
             )
         else:
-            prompt_hidden, decode_hidden = self.llama.forward_batch(prompts, decode, self.cache)
+            capture = self._alignment_capture(plan)
+            prompt_hidden, decode_hidden = self.llama.forward_batch(
+                prompts, decode, self.cache, capture=capture
+            )
+            if capture is not None:
+                self._keep_alignment(plan, capture)
         rows = [
             _Row(chunk.slot_id, 0, hidden[-1])
             for chunk, hidden in zip(plan.prefill, prompt_hidden, strict=True)
@@ -442,6 +471,27 @@ class ModelRunner:
                 for r, h in zip(plan.decode, decode_hidden, strict=True)
             ]
         return rows
+
+    def _alignment_capture(self, plan: SchedulerOutput) -> AlignmentCapture | None:
+        """With alignment heads, the audio pass's decode rows over their text; else None (the
+        forward computes nothing extra)."""
+        if not self.alignment_heads:
+            return None
+        rows = []
+        for i, r in enumerate(plan.decode):
+            state = self._slots[r.slot_id]
+            if state.phase is Phase.CODES and state.prompt_text is not None:
+                rows.append(CaptureRow(i, r.slot_id, *state.prompt_text.positions))
+        if not rows:
+            return None
+        return AlignmentCapture(self.alignment_heads, rows, self.cache, self.llama.shape)
+
+    def _keep_alignment(self, plan: SchedulerOutput, capture: AlignmentCapture) -> None:
+        """Each captured row's text token: the argmax of its heads' weights averaged."""
+        rows = [r.row for r in capture.rows]
+        weights = torch.stack([capture.row_weights(r).mean(0) for r in rows])
+        for r, token in zip(rows, weights.argmax(dim=1).tolist(), strict=True):
+            self._slots[plan.decode[r].slot_id].alignment.append(int(token))
 
     def _decode_batch(self, plan: SchedulerOutput) -> DecodeBatch:
         embeds = []
@@ -566,9 +616,31 @@ class ModelRunner:
         stream = self.audio.open()
         stream.push(torch.zeros(24, d, device=self.device))
         self.audio.finish({0: stream})
+        self.alignment_heads = self._calibrate_alignment()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         log.info("warm-up (decode batches %s) took %.2f s", sizes, time.monotonic() - started)
+
+    def _calibrate_alignment(self) -> tuple[HeadId, ...]:
+        """The alignment heads, from one calibration sentence (`engine/alignment.py`); none
+        with CUDA graphs (their replayed decode cannot capture attention)."""
+        if self.graphs is not None:
+            log.info("alignment heads: not calibrated (CUDA graphs replay the decode step)")
+            return ()
+        return calibrate_alignment_heads(
+            self.llama,
+            self.cache,
+            self.prompts,
+            lambda hidden: self._greedy_code_embed(hidden),
+            self.info.sample_rate / self.info.samples_per_token,
+        )
+
+    def _greedy_code_embed(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(D,) hidden -> (D,) the next input: the embedding of each codebook's likeliest code."""
+        logits = torch.einsum("d,qvd->qv", hidden.float(), self.head_code)
+        codes = logits.argmax(dim=-1)
+        codebooks = torch.arange(self.num_vq, device=self.device)
+        return self.emb_code[codebooks, codes].sum(0)
 
     def _drop_graphs(self, exc: Exception) -> None:
         """A capture failed (driver, memory, an op that cannot be captured): serve with the

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..text.attention_timing import TokenAlignment
 from ..text.spans import Traced
 from .types import RequestFailure
 
@@ -147,3 +148,5 @@ class FinishedAudio:
     """(num_tokens, num_vq) int64 audio codes of the utterance (for parity tests and debugging)."""
     spoken: Traced | None = None
     """`text` traced to the request's source."""
+    alignment: TokenAlignment | None = None
+    """With alignment heads: the text token each audio code attends to."""

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 
 from ..config import CHUNK_TOKEN_BOUNDS, FIRST_CHUNK_TOKENS, LOOKAHEAD_TOKENS, MAX_CHUNK_TOKENS
+from ..text.attention_timing import TokenAlignment
 from ..text.spans import Traced
 
 
@@ -213,6 +214,8 @@ class UtteranceDone:
     """'eos' (the model ended the sentence) or 'max_tokens' (the token cap cut it)."""
     spoken: Traced | None = None
     """`text` traced to the caller's text, as in `Spoken`."""
+    alignment: TokenAlignment | None = None
+    """With alignment heads: the text token each audio token attends to (word timing)."""
 
 
 EngineEvent = Spoken | AudioChunk | UtteranceDone
@@ -247,6 +250,9 @@ class ModelInfo:
     (the graphs' padded static-shape path without capture) or 'off' (plain eager decode)."""
     decode_graphs_error: str = ""
     """Why CUDA graphs that were asked for are not in use: the capture error at warm-up."""
+    timing_source: str = "estimate"
+    """Where word timing comes from: 'attention' (alignment heads chosen at warm-up) or
+    'estimate' (none qualified; text/timing.py)."""
     chunking: ChunkingOptions = DEFAULT_CHUNKING
     """The server's chunk schedule (its flags, every field set); a request's `chunking`
     overrides it field by field and is checked against it (`ChunkingOptions.check`)."""

@@ -21,6 +21,7 @@ from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from . import linear_modes
+from .alignment_capture import AlignmentCapture
 from .attention import (
     Attention,
     GatherAttention,
@@ -231,14 +232,24 @@ class LlamaDecoder(nn.Module):
 
     # -- forward ------------------------------------------------------------------------------
 
-    def _forward(self, x: Tensor, positions: Tensor, attention: Attention, mode: str) -> Tensor:
+    def _forward(
+        self,
+        x: Tensor,
+        positions: Tensor,
+        attention: Attention,
+        mode: str,
+        capture: AlignmentCapture | None = None,
+    ) -> Tensor:
         """The layer body every forward shares: x (rows, D) at `positions` (rows,) -> final-normed
-        hidden states (rows, D); `attention` writes each layer's K/V and attends."""
+        hidden states (rows, D); `attention` writes each layer's K/V and attends. `capture`
+        (alignment heads only; None: nothing extra) records chosen heads' weights."""
         cos = self.rope_cos[positions][:, None]  # (rows, 1, hd)
         sin = self.rope_sin[positions][:, None]
         for i, layer in enumerate(cast("list[Layer]", self.layers)):
             q, kv = q_kv(self.shape, layer, x, cos, sin, mode)
             attn = attention(i, q, kv)
+            if capture is not None:
+                capture(i, q)
             # The o kernel takes attention's output in its own dtype (bf16 K/V into a bf16
             # kernel: no round trip); the adds promote bf16 kernel outputs to x's dtype.
             x = x + layer.o(attn, mode)[0]
@@ -276,6 +287,7 @@ class LlamaDecoder(nn.Module):
         positions: Tensor,
         cache: SlotKVCache,
         mode: str | None = None,
+        capture: AlignmentCapture | None = None,
     ) -> Tensor:
         """One token for each row: ``embeds`` (B, D) at ``positions`` (B,) of ``slot_ids`` (B,).
 
@@ -284,13 +296,18 @@ class LlamaDecoder(nn.Module):
         mode is the :attr:`mode_table`'s for B unless ``mode`` forces one. Slots close together
         are read in place (`SlotRangeAttention`); only a range more than twice the batch (slots
         far apart) gathers the rows' K/V (`GatherAttention`). Batch sizes warm-up chose the
-        compiled step for (:attr:`compiled`) run it instead.
+        compiled step for (:attr:`compiled`) run it instead, unless ``capture`` (see
+        `_forward`) asks for attention weights, which only the eager step computes.
         """
         mode = mode or self.mode_for(len(embeds))
-        if self.compiled is not None and self.compiled.covers(len(embeds), mode):
+        if (
+            capture is None
+            and self.compiled is not None
+            and self.compiled.covers(len(embeds), mode)
+        ):
             return self.compiled.run(slot_ids, embeds, positions, cache, mode)
         attention = _decode_attention(cache, slot_ids, positions, slot_ids.tolist())
-        return self._forward(embeds, positions, attention, mode)
+        return self._forward(embeds, positions, attention, mode, capture)
 
     def forward_batch(
         self,
@@ -298,6 +315,7 @@ class LlamaDecoder(nn.Module):
         decode: DecodeBatch | None,
         cache: SlotKVCache,
         mode: str | None = None,
+        capture: AlignmentCapture | None = None,
     ) -> tuple[list[Tensor], Tensor | None]:
         """One forward for a whole engine step: every prompt chunk (as :meth:`prefill` would
         run each) and the decode batch (as :meth:`decode`), their rows stacked so the weights
@@ -307,9 +325,13 @@ class LlamaDecoder(nn.Module):
         The linear mode is the :attr:`mode_table`'s for the total row count while that is
         within the table, else prefill's (a big batch is compute-bound, like a long prompt).
         A decode batch alone runs as :meth:`decode` (compiled where warm-up chose it).
+        ``capture`` (see `_forward`) names rows of the decode batch.
         """
         if not prompts and decode is not None:
-            return [], self.decode(decode.slot_ids, decode.embeds, decode.positions, cache, mode)
+            hidden = self.decode(
+                decode.slot_ids, decode.embeds, decode.positions, cache, mode, capture
+            )
+            return [], hidden
         parts: list[tuple[int, Attention]] = []
         embeds: list[Tensor] = []
         positions: list[Tensor] = []
@@ -336,7 +358,9 @@ class LlamaDecoder(nn.Module):
             in_table = rows <= max(self._modes.table)
             mode = self.mode_for(rows) if in_table or not prompts else self._prefill_mode
         attention = parts[0][1] if len(parts) == 1 else PackedAttention(parts)
-        hidden = self._forward(torch.cat(embeds), torch.cat(positions), attention, mode)
+        if capture is not None:
+            capture.row_offset = rows - (len(decode.embeds) if decode is not None else 0)
+        hidden = self._forward(torch.cat(embeds), torch.cat(positions), attention, mode, capture)
         pieces = list(hidden.split([n for n, _ in parts]))
         return (pieces[:-1], pieces[-1]) if decode is not None else (pieces, None)
 
