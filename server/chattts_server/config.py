@@ -113,7 +113,8 @@ class ModelConfig:
     autotune_cache: bool = option(
         True,
         "keep warm-up's linear-mode timing per CPU, thread count, weights and torch version, "
-        "and reuse it on the next start with the same key (saves 13-15 s on the full model)",
+        "and the alignment heads per weights, and reuse them on the next start with the same "
+        "key (saves 13-15 s on the full model)",
         switch="on-off",
     )
     autotune_cache_dir: Path | None = option(

@@ -5,19 +5,23 @@ the capture does not change what is generated; the prompt's text tokens map to i
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
 import pytest
+import torch
 
+from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
+from chattts_server.engine.runner import ModelRunner
 from chattts_server.engine.types import (
     SamplingParams,
     UtteranceDone,
     UtteranceRequest,
     VoiceSpec,
 )
-from engine_run import make_runner, run_core
+from engine_run import CPU, make_runner, run_core
 
 TEXT = "turn left in two hundred meters, then stop."
 
@@ -84,3 +88,32 @@ def test_a_chosen_head_gives_each_utterance_its_alignment(runner_and_config) -> 
         assert len(alignment.path) == len(codes[rid]) == 20
         assert all(0 <= t < num_text_tokens for t in alignment.path)
         assert len(alignment.token_chars) == num_text_tokens
+
+
+def test_the_chosen_heads_are_kept_in_the_warmup_cache(tiny_model_dir, tmp_path, caplog) -> None:
+    """The first warm-up calibrates and stores its answer; the next start with the same weights
+    reuses it without decoding the calibration sentence, and a stored head is applied."""
+    from chattts_server.model.autotune_cache import AutotuneCache
+    from chattts_server.model.loader import load_chattts
+
+    config = EngineConfig(max_streams=2, max_tokens=256, max_new_tokens=128)
+
+    def start() -> ModelRunner:
+        modules = load_chattts(tiny_model_dir, CPU, torch.float32)
+        runner = ModelRunner(modules, config, CPU, torch.float32, autotune_cache=cache)
+        runner.warmup(2)
+        return runner
+
+    cache = AutotuneCache(tmp_path)
+    first = start()
+    [entry] = tmp_path.glob("alignment-*.json")
+    assert json.loads(entry.read_text())["result"] == []
+    with caplog.at_level(logging.INFO, logger="chattts_server"):
+        second = start()
+    assert "word timing: source estimate (reused" in caplog.text
+    assert second.alignment_heads == first.alignment_heads == ()
+
+    stored = json.loads(entry.read_text())
+    stored["result"] = [[0, 1]]
+    entry.write_text(json.dumps(stored))
+    assert start().alignment_heads == ((0, 1),)

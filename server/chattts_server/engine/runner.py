@@ -21,7 +21,7 @@ import torch
 
 from ..config import EngineConfig, ModelConfig
 from ..model.alignment_capture import AlignmentCapture, CaptureRow
-from ..model.alignment_heads import HeadId
+from ..model.alignment_heads import MIN_SCORE, HeadId
 from ..model.audio_constants import FRAMES_PER_TOKEN
 from ..model.autotune_cache import AutotuneCache, tune_or_reuse, weights_digest
 from ..model.compiled_decode import set_inductor_cache, tune_compiled
@@ -36,7 +36,7 @@ from ..model.vocos import VocosVocoder
 from ..text.attention_timing import ATTENTION, TokenAlignment
 from ..text.spans import Traced
 from ..text.timing import ESTIMATE
-from .alignment import calibrate_alignment_heads
+from .alignment import CALIBRATION_TEXT, calibrate_alignment_heads
 from .chunking import ChunkingConfig
 from .prompts import PromptBuilder, PromptText
 from .slot_sampler import SlotSampler
@@ -174,10 +174,12 @@ class ModelRunner:
             modules.gpt_config, modules.gpt_state_dict, device, dtype, quantize=quantize
         )
         self.autotune_cache = autotune_cache if len(self.llama.modes) > 1 else None
+        self.warmup_cache = autotune_cache
+        """Where warm-up answers are kept (autotune's table, the alignment heads); None: off."""
         self.weights_digest = (
-            weights_digest(modules.gpt_state_dict) if self.autotune_cache is not None else ""
+            weights_digest(modules.gpt_state_dict) if self.warmup_cache is not None else ""
         )
-        """Part of the autotune cache's key: which weights the timing was made with."""
+        """Part of the warm-up cache's keys: which weights the answers were found with."""
         modules.gpt_state_dict.clear()
         self._check_kv_fits(config, device, self.llama.kv_dtype)
         # Graphs pad batches with rows that write to a scratch slot past the requests' slots.
@@ -627,13 +629,33 @@ class ModelRunner:
         if self.graphs is not None:
             log.info("alignment heads: not calibrated (CUDA graphs replay the decode step)")
             return ()
-        return calibrate_alignment_heads(
+        store = self.warmup_cache.with_prefix("alignment") if self.warmup_cache else None
+        key = {
+            "format": 1,
+            "gpt": self.weights_digest,
+            "embed": weights_digest(self.modules.embed.state_dict()),
+            "device": self.device.type,
+            "dtype": str(self.dtype),
+            "kv_dtype": str(self.llama.kv_dtype),
+            "calibration": CALIBRATION_TEXT,
+            "min_score": MIN_SCORE,
+        }
+        cached = store.load_json(key) if store is not None else None
+        if store is not None and isinstance(cached, list):
+            heads = tuple((int(layer), int(head)) for layer, head in cached)
+            source = "attention, heads " + str(heads) if heads else "estimate"
+            log.info("word timing: source %s (reused %s)", source, store.path_for(key))
+            return heads
+        heads = calibrate_alignment_heads(
             self.llama,
             self.cache,
             self.prompts,
             lambda hidden: self._greedy_code_embed(hidden),
             self.info.sample_rate / self.info.samples_per_token,
         )
+        if store is not None:
+            store.store_json(key, [list(head) for head in heads])
+        return heads
 
     def _greedy_code_embed(self, hidden: torch.Tensor) -> torch.Tensor:
         """(D,) hidden -> (D,) the next input: the embedding of each codebook's likeliest code."""

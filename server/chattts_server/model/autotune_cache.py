@@ -83,44 +83,67 @@ def cache_key(
     }
 
 
-class AutotuneCache:
-    """A folder of autotune results, one JSON file per key."""
+class WarmupCache:
+    """A folder of warm-up answers, one JSON file per key (`<prefix>-<digest of the key>.json`,
+    holding the key and the answer): autotune's table and the alignment heads share it."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, prefix: str = "autotune") -> None:
         self.folder = folder.expanduser()
+        self.prefix = prefix
+
+    def with_prefix(self, prefix: str) -> WarmupCache:
+        """The same folder, another kind of answer."""
+        return WarmupCache(self.folder, prefix)
 
     def path_for(self, key: Mapping[str, Any]) -> Path:
         blob = json.dumps(key, sort_keys=True).encode()
-        return self.folder / f"autotune-{hashlib.sha256(blob).hexdigest()[:20]}.json"
+        return self.folder / f"{self.prefix}-{hashlib.sha256(blob).hexdigest()[:20]}.json"
 
-    def load(self, key: Mapping[str, Any]) -> AutotuneResult | None:
-        """The result stored under `key`, or None (absent, unreadable, or another key)."""
+    def load_json(self, key: Mapping[str, Any]) -> Any | None:
+        """The answer stored under `key`, or None (absent, unreadable, or another key)."""
         path = self.path_for(key)
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
             if entry["key"] != json.loads(json.dumps(key)):
                 return None
-            return _result_from(entry["result"])
+            return entry["result"]
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("ignoring autotune cache entry %s: %s", path, exc)
+            log.warning("ignoring %s cache entry %s: %s", self.prefix, path, exc)
             return None
 
-    def store(self, key: Mapping[str, Any], result: AutotuneResult) -> Path | None:
+    def store_json(self, key: Mapping[str, Any], result: Any) -> Path | None:
         """Write `result` under `key`; a folder that cannot be written only costs the reuse."""
         path = self.path_for(key)
-        entry = {"key": dict(key), "result": asdict(result)}
+        entry = {"key": dict(key), "result": result}
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".autotune-", suffix=".tmp")
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{self.prefix}-", suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(entry, f, indent=1, sort_keys=True)
             os.replace(tmp, path)
         except OSError as exc:
-            log.warning("could not write the autotune cache %s: %s", path, exc)
+            log.warning("could not write the %s cache %s: %s", self.prefix, path, exc)
             return None
         return path
+
+
+class AutotuneCache(WarmupCache):
+    """Autotune results in a warm-up cache folder."""
+
+    def load(self, key: Mapping[str, Any]) -> AutotuneResult | None:
+        data = self.load_json(key)
+        if data is None:
+            return None
+        try:
+            return _result_from(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring autotune cache entry %s: %s", self.path_for(key), exc)
+            return None
+
+    def store(self, key: Mapping[str, Any], result: AutotuneResult) -> Path | None:
+        return self.store_json(key, asdict(result))
 
 
 @torch.inference_mode()
