@@ -31,7 +31,7 @@ from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_devi
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
 from ..text.spans import Traced
-from .chunking import ChunkingConfig
+from .chunking import BusyFirstChunk, ChunkingConfig
 from .prompts import PromptBuilder
 from .slot_sampler import SlotSampler
 from .step_io import (
@@ -181,6 +181,10 @@ class ModelRunner:
         )
         self.audio = build_streaming_decoder(modules, config, device)
         """Hidden states to PCM: the ChatTTS Decoder and the vocoder, chunked per stream."""
+        self.busy_first_chunk = BusyFirstChunk(
+            config.busy_batch, config.busy_first_chunk_tokens, config.busy_lookahead_tokens
+        )
+        """A stream that starts while many slots are in use gets a shorter first chunk."""
         self._pending: dict[str, _SlotState] = {}
         """Prepared prompts of requests waiting for a slot, by request id."""
         self._slots: dict[int, _SlotState] = {}
@@ -330,10 +334,12 @@ class ModelRunner:
         for request_id in plan.discarded:
             self._pending.pop(request_id, None)
         output = ModelOutput(finished=self._flush(plan.finished))
+        # The GPT rows this step's streams will share: what a new stream's first chunk waits on.
+        in_use = len(self._slots) + len(plan.new_slots)
         for slot_id in plan.next_pass:
-            self._start_code_pass(slot_id, output)
+            self._start_code_pass(slot_id, output, in_use)
         for new in plan.new_slots:
-            self._seat(new.slot_id, self._pending.pop(new.request_id))
+            self._seat(new.slot_id, self._pending.pop(new.request_id), in_use)
 
         rows = self._finite_rows(self._forward(plan), output)
         code_rows = [r for r in rows if self._slots[r.slot_id].phase is Phase.CODES]
@@ -364,7 +370,7 @@ class ModelRunner:
             for slot_id, state in states.items()
         }
 
-    def _start_code_pass(self, slot_id: int, output: ModelOutput) -> None:
+    def _start_code_pass(self, slot_id: int, output: ModelOutput, in_use: int) -> None:
         """After the refine pass: the audio-code prompt from the refined text, on the same slot
         (into `output.prepared`), or the request's failure (into `output.failed`)."""
         state = self._slots[slot_id]
@@ -383,18 +389,19 @@ class ModelRunner:
         state.spoken = state.spoken.rewrite(refined)
         state.prompt = prompt.embeds.to(self.dtype)
         state.sampling = _pass_sampling(p, Phase.CODES)
-        self._seat(slot_id, state)
+        self._seat(slot_id, state, in_use)
         output.prepared[slot_id] = self._prepared(state)
 
-    def _seat(self, slot_id: int, state: _SlotState) -> None:
+    def _seat(self, slot_id: int, state: _SlotState, in_use: int) -> None:
         """A pass's prompt takes its slot: the slot's sampler row, and for the audio pass the
-        stream that turns its hidden states into audio."""
+        stream that turns its hidden states into audio, its first chunk shorter when `in_use`
+        slots make every step slow (`BusyFirstChunk`)."""
         self._slots[slot_id] = state
         if state.phase is Phase.CODES:
             self.code_sampler.set_row(slot_id, state.sampling)
-            state.stream = self.audio.open(
-                self.audio.default_config.with_options(state.params.chunking)
-            )
+            chunking = state.params.chunking
+            config = self.audio.default_config.with_options(chunking)
+            state.stream = self.audio.open(self.busy_first_chunk.apply(config, in_use, chunking))
         else:
             self.text_sampler.set_row(slot_id, state.sampling)
 
