@@ -36,10 +36,10 @@ LOOKAHEAD_TOKENS = 8
 8 gives >= 60 dB SNR against offline audio in bench/bench_lookahead.py for +171 ms to first
 audio."""
 BUSY_BATCH = 8
-"""Slots in use from which a new stream's first chunk is shortened (`BusyFirstChunk`): at
+"""Decode batch from which a stream's first chunk is shortened (`BusyFirstChunk`): at
 batch 8 and up a CPU decode step costs several times one at batch 1."""
 BUSY_FIRST_CHUNK_TOKENS = 4
-"""First-chunk tokens of a stream that starts at or above BUSY_BATCH."""
+"""First-chunk tokens of a stream whose first chunk comes at or above BUSY_BATCH."""
 BUSY_LOOKAHEAD_TOKENS = 4
 """That first chunk's lookahead (later chunks keep the stream's own)."""
 CHUNK_TOKEN_BOUNDS = {
@@ -199,14 +199,14 @@ class EngineConfig:
     )
     busy_batch: int = option(
         BUSY_BATCH,
-        "from this many slots in use, a new stream's first chunk is shorter "
+        "at a decode batch of this many streams, those still before their first chunk get a shorter one "
         "(--busy-first-chunk-tokens, --busy-lookahead-tokens) for a sooner first audio; "
         "0 = off; a request's own chunking fields win",
         bounds=(0, 1024),
     )
     busy_first_chunk_tokens: int = option(
         BUSY_FIRST_CHUNK_TOKENS,
-        "first-chunk tokens of a stream that starts at or above --busy-batch",
+        "that shorter first chunk's tokens (--busy-batch)",
         bounds=CHUNK_TOKEN_BOUNDS["first_chunk_tokens"],
     )
     busy_lookahead_tokens: int = option(

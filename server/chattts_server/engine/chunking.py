@@ -110,8 +110,9 @@ class ChunkSizes:
 
 @dataclass(frozen=True)
 class BusyFirstChunk:
-    """A shorter first chunk, and a shorter lookahead for it, for a stream that starts while
-    the decode batch is large.
+    """A shorter first chunk, and a shorter lookahead for it, for a stream whose first chunk
+    is still to come while the decode batch is large (the runner decides every step, so a
+    stream that started alone and was joined by a burst shortens too).
 
     Time to first audio is the prompt's prefill plus first_chunk_tokens + lookahead_tokens
     GPT steps, and a step at batch 16 costs several times one at batch 1 on a CPU (memory
@@ -124,7 +125,8 @@ class BusyFirstChunk:
     """
 
     min_batch: int = BUSY_BATCH
-    """Slots in use (this stream included) from which a new stream starts short; 0 = never."""
+    """Decode batch (rows a step samples) from which a stream that has decoded no chunk yet
+    takes the shorter first chunk; 0 = never."""
     first_chunk_tokens: int = BUSY_FIRST_CHUNK_TOKENS
     lookahead_tokens: int = BUSY_LOOKAHEAD_TOKENS
 
@@ -134,7 +136,7 @@ class BusyFirstChunk:
     def apply(
         self, config: ChunkingConfig, batch: int, fixed: ChunkingOptions | None = None
     ) -> ChunkingConfig:
-        """`config` for a stream that starts with `batch` slots in use; shortened only where
+        """`config` for a stream not yet decoded, at decode batch `batch`; shortened only where
         it is longer than this policy's sizes and `fixed` (one request's options) left it
         unset."""
         if not self.applies(batch):

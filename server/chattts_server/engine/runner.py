@@ -334,12 +334,10 @@ class ModelRunner:
         for request_id in plan.discarded:
             self._pending.pop(request_id, None)
         output = ModelOutput(finished=self._flush(plan.finished))
-        # The GPT rows this step's streams will share: what a new stream's first chunk waits on.
-        in_use = len(self._slots) + len(plan.new_slots)
         for slot_id in plan.next_pass:
-            self._start_code_pass(slot_id, output, in_use)
+            self._start_code_pass(slot_id, output)
         for new in plan.new_slots:
-            self._seat(new.slot_id, self._pending.pop(new.request_id), in_use)
+            self._seat(new.slot_id, self._pending.pop(new.request_id))
 
         rows = self._finite_rows(self._forward(plan), output)
         code_rows = [r for r in rows if self._slots[r.slot_id].phase is Phase.CODES]
@@ -370,7 +368,7 @@ class ModelRunner:
             for slot_id, state in states.items()
         }
 
-    def _start_code_pass(self, slot_id: int, output: ModelOutput, in_use: int) -> None:
+    def _start_code_pass(self, slot_id: int, output: ModelOutput) -> None:
         """After the refine pass: the audio-code prompt from the refined text, on the same slot
         (into `output.prepared`), or the request's failure (into `output.failed`)."""
         state = self._slots[slot_id]
@@ -389,19 +387,18 @@ class ModelRunner:
         state.spoken = state.spoken.rewrite(refined)
         state.prompt = prompt.embeds.to(self.dtype)
         state.sampling = _pass_sampling(p, Phase.CODES)
-        self._seat(slot_id, state, in_use)
+        self._seat(slot_id, state)
         output.prepared[slot_id] = self._prepared(state)
 
-    def _seat(self, slot_id: int, state: _SlotState, in_use: int) -> None:
+    def _seat(self, slot_id: int, state: _SlotState) -> None:
         """A pass's prompt takes its slot: the slot's sampler row, and for the audio pass the
-        stream that turns its hidden states into audio, its first chunk shorter when `in_use`
-        slots make every step slow (`BusyFirstChunk`)."""
+        stream that turns its hidden states into audio."""
         self._slots[slot_id] = state
         if state.phase is Phase.CODES:
             self.code_sampler.set_row(slot_id, state.sampling)
-            chunking = state.params.chunking
-            config = self.audio.default_config.with_options(chunking)
-            state.stream = self.audio.open(self.busy_first_chunk.apply(config, in_use, chunking))
+            state.stream = self.audio.open(
+                self.audio.default_config.with_options(state.params.chunking)
+            )
         else:
             self.text_sampler.set_row(slot_id, state.sampling)
 
@@ -510,10 +507,27 @@ class ModelRunner:
 
     def _decode_audio(self, slot_ids: list[int], output: ModelOutput) -> None:
         """Run the streaming decoder for every stream that has a chunk ready (batched)."""
+        self._shorten_first_chunks(slot_ids)
         streams = {s: stream for s in slot_ids if (stream := self._slots[s].stream) is not None}
         for slot_id, pcm in self.audio.step(streams).items():
             if pcm.size:
                 output.audio.setdefault(slot_id, []).append(pcm)
+
+    def _shorten_first_chunks(self, slot_ids: list[int]) -> None:
+        """At a large decode batch (`BusyFirstChunk`), streams that have decoded no chunk yet
+        take the shorter first chunk: decided per step, on the batch the step ran, so a stream
+        that started alone and was joined by a burst before its first chunk shortens too."""
+        batch = len(slot_ids)
+        if not self.busy_first_chunk.applies(batch):
+            return
+        for slot_id in slot_ids:
+            state = self._slots[slot_id]
+            stream = state.stream
+            if stream is None or stream.num_chunks:
+                continue
+            config = self.busy_first_chunk.apply(stream.config, batch, state.params.chunking)
+            if config != stream.config:
+                state.stream = self.audio.reschedule(stream, config)
 
     # -- warm-up -----------------------------------------------------------------------------
 
