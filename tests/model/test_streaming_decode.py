@@ -353,6 +353,24 @@ def test_busy_first_chunk_keeps_length_no_clicks_and_equals_window_path(decoder,
     assert np.abs(stream_all(sd, hiddens, config, (3, 1)) - want).max() <= EXACT_TOL
 
 
+def test_rescheduled_before_its_first_chunk_equals_opened_so(decoder) -> None:
+    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
+    busy = BusyFirstChunk(8, 4, 4).apply(ChunkingConfig(), batch=16)
+    hiddens = hidden_walk(60, seed=5)
+    stream = sd.open()
+    stream.push(hiddens[:6])
+    assert sd.step({0: stream}) == {}  # 6 < 8 + 8: no chunk yet
+    stream = sd.reschedule(stream, busy)
+    parts = list(sd.step({0: stream}).values())  # 4 + 4 > 6: still none
+    for t in range(6, 60):
+        stream.push(hiddens[t : t + 1])
+        parts += sd.step({0: stream}).values()
+    parts.append(sd.finish({0: stream})[0])
+    assert np.array_equal(np.concatenate(parts), stream_all(sd, hiddens, busy))
+    with pytest.raises(ValueError, match="before its first chunk"):
+        sd.reschedule(stream, busy)
+
+
 def test_a_short_first_lookahead_leaves_exact_mode(decoder) -> None:
     sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
     rf_right = sd.receptive_field_tokens[1]
