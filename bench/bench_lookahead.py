@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "client"), str(REPO / "server"), str(REPO / "tools")]
 
 from chattts_devtools.window_decoder import WindowDecoder  # noqa: E402
-from chattts_server.engine.chunking import ChunkingConfig  # noqa: E402
+from chattts_server.engine.chunking import BusyFirstChunk, ChunkingConfig  # noqa: E402
 from chattts_server.engine.streaming_decode import StreamingDecoder  # noqa: E402
 from chattts_server.model.receptive_field import frames_to_tokens  # noqa: E402
 from chattts_server.model.vocos import VocosVocoder  # noqa: E402
@@ -151,7 +151,7 @@ def offline(decoder: torch.nn.Module, vocos: torch.nn.Module, hiddens: torch.Ten
         return vocos.decode(decoder(hiddens.T[None].clone()))[0].numpy()
 
 
-def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, ChunkingConfig]:
+def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, ChunkingConfig, str]:
     recipes = [None] if args.model_dir else args.recipes
     decoder, vocos = build_modules(args.model_dir, recipes[0] or "dev")
     vocoder = VocosVocoder(vocos)
@@ -215,7 +215,60 @@ def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, Chunki
             f"chunk {r.mean_chunk_ms:.0f} ms  vs window path {r.window_path_diff:.1e}",
             flush=True,
         )
-    return rows, sd, base
+    busy = busy_table(sd, others, hiddens, {None: reference, **other_refs}, base)
+    return rows, sd, base, busy
+
+
+BUSY_HEAD_TOKENS = 16
+"""The busy table's local SNR: over the first this many tokens' samples, where the shorter first
+chunk's seam lies (a whole-stream SNR would dilute it)."""
+
+
+def busy_table(
+    sd: StreamingDecoder,
+    others: dict[str, tuple[torch.nn.Module, torch.nn.Module]],
+    hiddens: torch.Tensor,
+    references: dict[str | None, np.ndarray],
+    base: ChunkingConfig,
+) -> str:
+    """What the server's shorter first chunk under load (`BusyFirstChunk`, the defaults) costs
+    in accuracy against the stream's own schedule, and the GPT steps it saves before the first
+    chunk can be decoded (each several times slower at batch 16 than at batch 1)."""
+    policy = BusyFirstChunk()
+    busy = policy.apply(base, batch=policy.min_batch)
+    # --busy-lookahead-tokens at the stream's own lookahead: only the first chunk shorter.
+    first_only = replace(policy, lookahead_tokens=base.lookahead_tokens)
+    shorter_first = first_only.apply(base, batch=policy.min_batch)
+    head = BUSY_HEAD_TOKENS * sd.geometry.samples_per_token
+    decoders = {None: sd} | {
+        name: StreamingDecoder(dec, VocosVocoder(voc)) for name, (dec, voc) in others.items()
+    }
+    lines = [
+        "| first chunk | first lookahead | later lookahead | steps to first chunk | "
+        + " | ".join(
+            f"SNR {name or 'first recipe'} (dB, whole / first {BUSY_HEAD_TOKENS} tok)"
+            for name in decoders
+        )
+        + " |",
+        "|---|---|---|---|" + "---|" * len(decoders),
+    ]
+    for config in (base, shorter_first, busy):
+        cells = []
+        for name, decoder in decoders.items():
+            audio, ref = stream_once(decoder, hiddens, config)[0], references[name]
+            cells.append(f"{_db(snr_db(audio, ref))} / {_db(snr_db(audio[:head], ref[:head]))}")
+        lines.append(
+            f"| {config.first_chunk_tokens} | {config.lookahead_of(0)} | "
+            f"{config.lookahead_tokens} | {config.first_chunk_tokens + config.lookahead_of(0)} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return (
+        "## Shorter first chunk under load (`--busy-batch`)\n\n"
+        "A stream that starts while the decode batch is large gets a shorter first chunk and "
+        "lookahead (server defaults); later chunks keep the stream's own lookahead.\n\n"
+        + "\n".join(lines)
+    )
 
 
 def serving_load(
@@ -384,7 +437,7 @@ def run(args: argparse.Namespace) -> None:
     args.recipes = args.recipes.split(",")
     torch.set_num_threads(args.threads)
 
-    rows, sd, base = sweep(args)
+    rows, sd, base, busy = sweep(args)
     load = ""
     if args.streams:
         decoder, vocos = build_modules(args.model_dir, args.recipes[0])
@@ -410,7 +463,10 @@ def run(args: argparse.Namespace) -> None:
         "+ first-chunk decode. Decode times are the minimum of the repeats per chunk; absolute "
         "values vary between machines and with load.\n\n"
     )
-    (out / "lookahead.md").write_text(header + text + "\n\n" + summary(rows) + load + "\n")
+    print(busy)
+    (out / "lookahead.md").write_text(
+        header + text + "\n\n" + summary(rows) + "\n\n" + busy + load + "\n"
+    )
     plot(rows, first_name, out / "lookahead.png")
     print(f"wrote {out / 'lookahead.md'} and {out / 'lookahead.png'}")
 

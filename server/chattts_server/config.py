@@ -35,6 +35,13 @@ LOOKAHEAD_TOKENS = 8
 """Tokens past a chunk's end that must exist before it is decoded, latency against accuracy:
 8 gives >= 60 dB SNR against offline audio in bench/bench_lookahead.py for +171 ms to first
 audio."""
+BUSY_BATCH = 8
+"""Decode batch from which a stream's first chunk is shortened (`BusyFirstChunk`): at
+batch 8 and up a CPU decode step costs several times one at batch 1."""
+BUSY_FIRST_CHUNK_TOKENS = 4
+"""First-chunk tokens of a stream whose first chunk comes at or above BUSY_BATCH."""
+BUSY_LOOKAHEAD_TOKENS = 4
+"""That first chunk's lookahead (later chunks keep the stream's own)."""
 CHUNK_TOKEN_BOUNDS = {
     "first_chunk_tokens": (1, 512),
     "max_chunk_tokens": (1, 1024),
@@ -213,6 +220,23 @@ class EngineConfig:
     lookahead_tokens: int = option(
         LOOKAHEAD_TOKENS,
         "tokens generated past a chunk before it is decoded; a request may set its own",
+        bounds=CHUNK_TOKEN_BOUNDS["lookahead_tokens"],
+    )
+    busy_batch: int = option(
+        BUSY_BATCH,
+        "at a decode batch of this many streams, those still before their first chunk get a shorter one "
+        "(--busy-first-chunk-tokens, --busy-lookahead-tokens) for a sooner first audio; "
+        "0 = off; a request's own chunking fields win",
+        bounds=(0, 1024),
+    )
+    busy_first_chunk_tokens: int = option(
+        BUSY_FIRST_CHUNK_TOKENS,
+        "that shorter first chunk's tokens (--busy-batch)",
+        bounds=CHUNK_TOKEN_BOUNDS["first_chunk_tokens"],
+    )
+    busy_lookahead_tokens: int = option(
+        BUSY_LOOKAHEAD_TOKENS,
+        "lookahead of that first chunk (later chunks keep --lookahead-tokens)",
         bounds=CHUNK_TOKEN_BOUNDS["lookahead_tokens"],
     )
     vocoder: str = option(

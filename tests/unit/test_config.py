@@ -54,6 +54,9 @@ FLAGS = {
     "--first-chunk-tokens": 8,  # None (the decoder's 8, 32, 8) until config held the defaults
     "--max-chunk-tokens": 32,
     "--lookahead-tokens": 8,
+    "--busy-batch": 8,
+    "--busy-first-chunk-tokens": 4,
+    "--busy-lookahead-tokens": 4,
     "--vocoder": "vocos",
     "--hifigan-checkpoint": None,
     "--cuda-graphs": "on",

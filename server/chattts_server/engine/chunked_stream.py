@@ -67,7 +67,7 @@ class ChunkGeometry:
         config whose seams could not overlap."""
         rf_left, rf_right = self.receptive_field_tokens
         left = rf_left if config.left_context_tokens is None else config.left_context_tokens
-        exact = left >= rf_left and config.lookahead_tokens >= rf_right
+        exact = left >= rf_left and config.min_lookahead_tokens >= rf_right
         if not exact:
             # The next chunk must start early enough to cover what this one could not produce.
             if left * self.samples_per_token < self.end_trim_samples:
@@ -200,6 +200,10 @@ class ChunkedStream:
             self._buf[:used] = self._buf[drop : drop + used].clone()
             self._buf_start = keep_from
 
+    def unplanned_hidden(self) -> Tensor:
+        """The hidden states no chunk has covered yet, (n, D) (all of them before the first)."""
+        return self._hidden(max(self._next_token, self._buf_start), self._num_tokens)
+
     def _hidden(self, ta: int, tb: int) -> Tensor:
         """Hidden states of tokens [ta, tb), a view of the buffer."""
         assert self._buf is not None
@@ -236,12 +240,13 @@ class ChunkedStream:
         hop = geometry.hop_length
         t0 = self._next_token
         t1 = t0 + self._sizes.next_tokens
-        if t1 + config.lookahead_tokens > total:
+        lookahead = config.lookahead_of(self.num_chunks)
+        if t1 + lookahead > total:
             if not self._ended:
                 return None
             t1 = min(t1, total)
         ta = max(0, t0 - self.left_context_tokens)
-        tb = min(total, t1 + config.lookahead_tokens)
+        tb = min(total, t1 + lookahead)
         emit_lo = self._seam[0]
         final = self._ended and t1 == total
         if final:

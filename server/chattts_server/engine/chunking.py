@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..config import FIRST_CHUNK_TOKENS, LOOKAHEAD_TOKENS, MAX_CHUNK_TOKENS
+from ..config import (
+    BUSY_BATCH,
+    BUSY_FIRST_CHUNK_TOKENS,
+    BUSY_LOOKAHEAD_TOKENS,
+    FIRST_CHUNK_TOKENS,
+    LOOKAHEAD_TOKENS,
+    MAX_CHUNK_TOKENS,
+)
 from .types import ChunkingOptions
 
 _MAX_TOKENS = 4096  # the GPT's max_position_embeddings: no window is ever longer
@@ -29,6 +36,8 @@ class ChunkingConfig:
     left_context_tokens: int | None = None
     # Tokens past a chunk's end that must exist before it is decoded (config.LOOKAHEAD_TOKENS).
     lookahead_tokens: int = LOOKAHEAD_TOKENS
+    # The first chunk's lookahead, when shorter (`BusyFirstChunk`); None = lookahead_tokens.
+    first_lookahead_tokens: int | None = None
     # Samples crossfaded at each seam when context or lookahead is below the receptive field.
     crossfade_samples: int = 256
 
@@ -47,8 +56,22 @@ class ChunkingConfig:
             raise ValueError(f"left_context_tokens must be in [0, {_MAX_TOKENS}] or None")
         if not 0 <= self.lookahead_tokens <= _MAX_TOKENS:
             raise ValueError(f"lookahead_tokens must be in [0, {_MAX_TOKENS}]")
+        if self.first_lookahead_tokens is not None and not (
+            0 <= self.first_lookahead_tokens <= self.lookahead_tokens
+        ):
+            raise ValueError("first_lookahead_tokens must be in [0, lookahead_tokens] or None")
         if not 0 <= self.crossfade_samples <= 48000:
             raise ValueError("crossfade_samples must be in [0, 48000]")
+
+    def lookahead_of(self, chunk_index: int) -> int:
+        """Lookahead tokens of a stream's chunk `chunk_index` (0: the first)."""
+        if chunk_index == 0 and self.first_lookahead_tokens is not None:
+            return self.first_lookahead_tokens
+        return self.lookahead_tokens
+
+    @property
+    def min_lookahead_tokens(self) -> int:
+        return self.lookahead_of(0)
 
     def with_options(self, options: ChunkingOptions) -> ChunkingConfig:
         """This schedule with the options' set fields (server flags or one request) applied."""
@@ -83,3 +106,45 @@ class ChunkSizes:
 
     def advance(self) -> None:
         self._size = min(float(self._config.max_chunk_tokens), self._size * self._config.growth)
+
+
+@dataclass(frozen=True)
+class BusyFirstChunk:
+    """A shorter first chunk, and a shorter lookahead for it, for a stream whose first chunk
+    is still to come while the decode batch is large (the runner decides every step, so a
+    stream that started alone and was joined by a burst shortens too).
+
+    Time to first audio is the prompt's prefill plus first_chunk_tokens + lookahead_tokens
+    GPT steps, and a step at batch 16 costs several times one at batch 1 on a CPU (memory
+    reads are shared; attention, norms and sampling are not). Halving those steps under load
+    halves that part of the wait. The cost is one more chunk per stream (sizes 4, 8, 16, 32
+    instead of 8, 16, 32) and a first seam decoded with less right context, crossfaded like
+    every short-lookahead seam (bench/bench_lookahead.py, its busy row). Later chunks keep
+    the stream's own lookahead. A request that sets its own first chunk or lookahead keeps
+    it (`apply`'s `fixed`).
+    """
+
+    min_batch: int = BUSY_BATCH
+    """Decode batch (rows a step samples) from which a stream that has decoded no chunk yet
+    takes the shorter first chunk; 0 = never."""
+    first_chunk_tokens: int = BUSY_FIRST_CHUNK_TOKENS
+    lookahead_tokens: int = BUSY_LOOKAHEAD_TOKENS
+
+    def applies(self, batch: int) -> bool:
+        return 0 < self.min_batch <= batch
+
+    def apply(
+        self, config: ChunkingConfig, batch: int, fixed: ChunkingOptions | None = None
+    ) -> ChunkingConfig:
+        """`config` for a stream not yet decoded, at decode batch `batch`; shortened only where
+        it is longer than this policy's sizes and `fixed` (one request's options) left it
+        unset."""
+        if not self.applies(batch):
+            return config
+        fixed = fixed or ChunkingOptions()
+        changes: dict[str, int] = {}
+        if fixed.first_chunk_tokens is None:
+            changes["first_chunk_tokens"] = min(config.first_chunk_tokens, self.first_chunk_tokens)
+        if fixed.lookahead_tokens is None and self.lookahead_tokens < config.lookahead_tokens:
+            changes["first_lookahead_tokens"] = self.lookahead_tokens
+        return replace(config, **changes) if changes else config

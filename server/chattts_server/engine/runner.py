@@ -37,7 +37,7 @@ from ..text.attention_timing import ATTENTION, TokenAlignment
 from ..text.spans import Traced
 from ..text.timing import ESTIMATE
 from .alignment import CALIBRATION_TEXT, calibrate_alignment_heads
-from .chunking import ChunkingConfig
+from .chunking import BusyFirstChunk, ChunkingConfig
 from .prompts import PromptBuilder, PromptText
 from .slot_sampler import SlotSampler
 from .step_io import (
@@ -207,6 +207,10 @@ class ModelRunner:
         )
         self.audio = build_streaming_decoder(modules, config, device)
         """Hidden states to PCM: the ChatTTS Decoder and the vocoder, chunked per stream."""
+        self.busy_first_chunk = BusyFirstChunk(
+            config.busy_batch, config.busy_first_chunk_tokens, config.busy_lookahead_tokens
+        )
+        """A stream that starts while many slots are in use gets a shorter first chunk."""
         self._pending: dict[str, _SlotState] = {}
         """Prepared prompts of requests waiting for a slot, by request id."""
         self._slots: dict[int, _SlotState] = {}
@@ -565,10 +569,27 @@ class ModelRunner:
 
     def _decode_audio(self, slot_ids: list[int], output: ModelOutput) -> None:
         """Run the streaming decoder for every stream that has a chunk ready (batched)."""
+        self._shorten_first_chunks(slot_ids)
         streams = {s: stream for s in slot_ids if (stream := self._slots[s].stream) is not None}
         for slot_id, pcm in self.audio.step(streams).items():
             if pcm.size:
                 output.audio.setdefault(slot_id, []).append(pcm)
+
+    def _shorten_first_chunks(self, slot_ids: list[int]) -> None:
+        """At a large decode batch (`BusyFirstChunk`), streams that have decoded no chunk yet
+        take the shorter first chunk: decided per step, on the batch the step ran, so a stream
+        that started alone and was joined by a burst before its first chunk shortens too."""
+        batch = len(slot_ids)
+        if not self.busy_first_chunk.applies(batch):
+            return
+        for slot_id in slot_ids:
+            state = self._slots[slot_id]
+            stream = state.stream
+            if stream is None or stream.num_chunks:
+                continue
+            config = self.busy_first_chunk.apply(stream.config, batch, state.params.chunking)
+            if config != stream.config:
+                state.stream = self.audio.reschedule(stream, config)
 
     # -- warm-up -----------------------------------------------------------------------------
 

@@ -92,6 +92,18 @@ class StreamingDecoder:
         vocoder_state = self.vocoder.open_stream_state() if exact else None
         return DecodeStream(config, self.geometry, left, exact, vocoder_state)
 
+    def reschedule(self, stream: DecodeStream, config: ChunkingConfig) -> DecodeStream:
+        """`stream`, before its first chunk, under another schedule: a new stream holding the
+        same hidden states (nothing has reached the Decoder yet, so nothing else carries)."""
+        if stream.num_chunks:
+            raise ValueError("a stream can be rescheduled only before its first chunk")
+        rescheduled = self.open(config)
+        if stream.num_tokens:
+            rescheduled.push(stream.unplanned_hidden())
+        if stream.ended:
+            rescheduled.end()
+        return rescheduled
+
     def total_samples(self, num_tokens: int) -> int:
         """Samples an offline decode of `num_tokens` tokens returns (and a stream emits)."""
         return self.geometry.total_samples(num_tokens)
