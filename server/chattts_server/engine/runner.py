@@ -181,22 +181,10 @@ class ModelRunner:
         )
         """Part of the warm-up cache's keys: which weights the answers were found with."""
         modules.gpt_state_dict.clear()
-        self._check_kv_fits(config, device, self.llama.kv_dtype)
-        # Graphs pad batches with rows that write to a scratch slot past the requests' slots.
-        num_slots = config.max_streams + (decode_graphs != "off")
-        self.cache = SlotKVCache(
-            self.llama.shape, num_slots, config.max_tokens, device, self.llama.kv_dtype
-        )
+        self.cache = self._build_cache(config, device, with_scratch_slot=decode_graphs != "off")
         self.graphs = None if decode_graphs == "off" else self._build_graphs(decode_graphs)
         self.graphs_error = ""
         """Why the graphs asked for are not used: what their capture raised at warm-up."""
-        log.info(
-            "KV cache: %d slots x %d tokens, %.1f MiB (%s)",
-            config.max_streams,
-            config.max_tokens,
-            self.cache.nbytes / 2**20,
-            self.llama.kv_dtype,
-        )
         self._load_heads(modules.embed)
         self.prompts = PromptBuilder(modules, device)
         self.code_sampler = SlotSampler(
@@ -217,6 +205,25 @@ class ModelRunner:
         """State of the request in each occupied slot, by slot id."""
         self.alignment_heads: tuple[HeadId, ...] = ()
         """The heads whose attention times words (chosen at warm-up); (): the estimate."""
+
+    def _build_cache(
+        self, config: EngineConfig, device: torch.device, with_scratch_slot: bool
+    ) -> SlotKVCache:
+        """The preallocated KV cache, one slot per stream; graphs pad batches with rows that
+        write to a scratch slot past the requests' slots."""
+        self._check_kv_fits(config, device, self.llama.kv_dtype)
+        num_slots = config.max_streams + with_scratch_slot
+        cache = SlotKVCache(
+            self.llama.shape, num_slots, config.max_tokens, device, self.llama.kv_dtype
+        )
+        log.info(
+            "KV cache: %d slots x %d tokens, %.1f MiB (%s)",
+            config.max_streams,
+            config.max_tokens,
+            cache.nbytes / 2**20,
+            self.llama.kv_dtype,
+        )
+        return cache
 
     def _build_graphs(self, decode_graphs: str) -> DecodeGraphs:
         config = self.config
