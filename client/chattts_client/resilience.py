@@ -1,5 +1,5 @@
 """What lets a client ride out replicas that restart, drain or die: the default gRPC service
-config (round robin, retry of UNAVAILABLE before the first response) and keepalive that finds a
+config (round robin, retry of UNAVAILABLE or UNKNOWN before the first response) and keepalive that finds a
 peer that stopped answering. `ClientOptions(service_config=None, keepalive=False)` turns them
 off. The README (Deployment) gives the same JSON for clients in other languages.
 """
@@ -22,12 +22,15 @@ SERVICE_CONFIG: dict[str, Any] = {
             # headers with the first audio): Synthesize, ListVoices and a stream that has not
             # been answered yet, refused by a draining or starting replica or cut before it
             # spoke. A grpc-retry-pushback-ms from the server overrides the backoff.
+            # UNKNOWN too: what a proxy answers for a stream it cut before any response
+            # (HAProxy ends it without trailers when its replica drains or dies); a call that
+            # had audio is committed, so it still fails and says so.
             "retryPolicy": {
                 "maxAttempts": 5,
                 "initialBackoff": "0.1s",
                 "maxBackoff": "1s",
                 "backoffMultiplier": 2,
-                "retryableStatusCodes": ["UNAVAILABLE"],
+                "retryableStatusCodes": ["UNAVAILABLE", "UNKNOWN"],
             },
         }
     ],
