@@ -17,11 +17,16 @@ SERVICE_CONFIG: dict[str, Any] = {
     "loadBalancingConfig": [{"round_robin": {}}],
     "methodConfig": [
         {
-            "name": [{"service": SERVICE}],
+            # Not StreamingSynthesize: with grpc's retries on, a bidi call cancelled at a
+            # barge-in never completed (the Pipecat adapter's barge-in hung, grpcio 1.85); a
+            # stream refused before its first answer fails UNAVAILABLE and the caller retries.
+            "name": [
+                {"service": SERVICE, "method": "Synthesize"},
+                {"service": SERVICE, "method": "ListVoices"},
+            ],
             # grpc resends a call only until its first response arrives (our server sends its
-            # headers with the first audio): Synthesize, ListVoices and a stream that has not
-            # been answered yet, refused by a draining or starting replica or cut before it
-            # spoke. A grpc-retry-pushback-ms from the server overrides the backoff.
+            # headers with the first audio): Synthesize and ListVoices, refused by a draining or
+            # starting replica or cut before it spoke. A grpc-retry-pushback-ms from the server overrides the backoff.
             # UNKNOWN too: what a proxy answers for a stream it cut before any response
             # (HAProxy ends it without trailers when its replica drains or dies); a call that
             # had audio is committed, so it still fails and says so.
