@@ -33,9 +33,8 @@ def _grpcurl() -> str:
     return str(beside_python) if beside_python.exists() else (shutil.which("grpcurl") or "grpcurl")
 
 
-def test_health_is_not_serving_until_the_model_is_ready(tiny_model_dir):
-    release = threading.Event()
-    config = tiny_server_config(DEV_MODEL_CACHE)
+def _slow_loading(config, release: threading.Event) -> InProcessServer:
+    """An in-process server whose model loads only once `release` is set (up to 60 s)."""
 
     def slow_runner():
         release.wait(60)
@@ -55,7 +54,14 @@ def test_health_is_not_serving_until_the_model_is_ready(tiny_model_dir):
             self.port = self.call(start())
             return self
 
-    with Server(config) as srv, grpc.insecure_channel(srv.target) as channel:
+    return Server(config)
+
+
+def test_health_is_not_serving_until_the_model_is_ready(tiny_model_dir):
+    release = threading.Event()
+    config = tiny_server_config(DEV_MODEL_CACHE)
+
+    with _slow_loading(config, release) as srv, grpc.insecure_channel(srv.target) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for service in ("", "chattts.v1.TextToSpeech"):
             reply = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
@@ -139,25 +145,7 @@ def test_listen_when_ready_refuses_connections_until_the_model_is_ready(tiny_mod
         base, network=replace(base.network, http_port=free_port(), listen_when_ready=True)
     )
 
-    def slow_runner():
-        release.wait(60)
-        return ModelRunner.load(config.model, config.engine)
-
-    class Server(InProcessServer):
-        def __enter__(self):
-            self._thread.start()
-
-            async def start():
-                self.server = TTSServer(
-                    config,
-                    engine=ChatTTSEngine(config.model, config.engine, runner_factory=slow_runner),
-                )
-                return await self.server.start()
-
-            self.port = self.call(start())
-            return self
-
-    with Server(config) as srv:
+    with _slow_loading(config, release) as srv:
         http_port = srv.server.http_port
         assert srv.port and http_port
         assert _refused(srv.port) and _refused(http_port)
