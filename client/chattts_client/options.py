@@ -32,8 +32,9 @@ class ClientOptions:
     `tls=True` uses the system roots. `token` is sent as `authorization: Bearer <token>`.
     `tls_server_name` overrides the name checked against the server certificate.
     `service_config` is the channel's gRPC service config (default `SERVICE_CONFIG`: round
-    robin, retry of UNAVAILABLE or UNKNOWN before the first response; None: neither); `keepalive` pings a
-    quiet connection to find a dead peer within seconds (chattts_client.resilience).
+    robin, retry of UNAVAILABLE or UNKNOWN before the first response, streams included; None:
+    neither); `keepalive` pings a quiet connection to find a dead peer within seconds
+    (chattts_client.resilience).
     """
 
     target: str = DEFAULT_TARGET

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -107,9 +107,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             settings=settings,
             **kwargs,
         )
-        # No gRPC retries on this channel: the adapter only streams (streams are not retried),
-        # and with grpc's retries on, a stream cancelled at a barge-in never completed.
-        self._options = replace(ClientOptions.of(client), service_config=None)
+        self._options = ClientOptions.of(client)
         self._client = AsyncTTSClient.from_options(self._options)
         self._synthesis = synthesis
         self._connect_timeout_s = connect_timeout_s

@@ -1,7 +1,7 @@
 """What lets a client ride out replicas that restart, drain or die: the default gRPC service
-config (round robin, retry of UNAVAILABLE or UNKNOWN before the first response) and keepalive that finds a
-peer that stopped answering. `ClientOptions(service_config=None, keepalive=False)` turns them
-off. The README (Deployment) gives the same JSON for clients in other languages.
+config (round robin, retry of UNAVAILABLE or UNKNOWN before the first response, streams
+included) and keepalive that finds a peer that stopped answering.
+`ClientOptions(service_config=None, keepalive=False)` turns them off. The README (Deployment) gives the same JSON for clients in other languages.
 """
 
 from __future__ import annotations
@@ -17,18 +17,17 @@ SERVICE_CONFIG: dict[str, Any] = {
     "loadBalancingConfig": [{"round_robin": {}}],
     "methodConfig": [
         {
-            # Not StreamingSynthesize: with grpc's retries on, a bidi call cancelled at a
-            # barge-in never completed (the Pipecat adapter's barge-in hung, grpcio 1.85); a
-            # stream refused before its first answer fails UNAVAILABLE and the caller retries.
             "name": [
                 {"service": SERVICE, "method": "Synthesize"},
+                {"service": SERVICE, "method": "StreamingSynthesize"},
                 {"service": SERVICE, "method": "ListVoices"},
             ],
             # grpc resends a call only until its first response arrives (our server sends its
-            # headers with the first audio): Synthesize and ListVoices, refused by a draining or
-            # starting replica or cut before it spoke. A grpc-retry-pushback-ms from the server overrides the backoff.
-            # UNKNOWN too: what a proxy answers for a stream it cut before any response
-            # (HAProxy ends it without trailers when its replica drains or dies); a call that
+            # headers with the first audio), a stream with the text it had sent (grpc keeps up
+            # to 256 KiB of it for this): a call refused by a starting or draining replica, or
+            # cut before it spoke. A grpc-retry-pushback-ms from the server overrides the
+            # backoff. UNKNOWN too: what a proxy answers for a stream it cut before any
+            # response (HAProxy ends it without trailers when its replica dies); a call that
             # had audio is committed, so it still fails and says so.
             "retryPolicy": {
                 "maxAttempts": 5,

@@ -105,9 +105,10 @@ async def main():
                 if isinstance(d, TTFBMetricsData) and d.processor == str(tts):
                     out.append({"t": "ttfb", "value": d.value})
     errors = [f.error for f in up if isinstance(f, ErrorFrame)]
-    # Unreachable server: a clear error, upstream, at start.
+    # Unreachable server: a clear error, upstream, at start, once the client's retries (about
+    # 1.5 s of backoff, what rides out a replica restarting) are spent: past run_test's 1 s.
     dead = ChatTTSTTSService(dead_target, options, connect_timeout_s=2.0)
-    _, dead_up = await run_test(dead, frames_to_send=[SleepFrame(sleep=0.1)])
+    _, dead_up = await run_test(dead, frames_to_send=[SleepFrame(sleep=0.1)], start_timeout=10)
     dead_errors = [f.error for f in dead_up if isinstance(f, ErrorFrame)]
     print(json.dumps({"frames": out, "errors": errors, "dead_errors": dead_errors}))
 

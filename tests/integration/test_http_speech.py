@@ -18,6 +18,8 @@ import httpx2
 import numpy as np
 import openai
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from httputil import (
     TOKEN,
@@ -291,6 +293,17 @@ def test_full_server_is_429_with_retry_after_and_a_disconnect_cancels(client, sr
     assert streams_total(srv, "HTTPSpeech", "CANCELLED") == cancelled_before + 1
 
 
+def _upgrade_status(url: str, ca: ssl.SSLContext) -> int:
+    """The HTTP status a WebSocket upgrade to `url` got (101: upgraded)."""
+    try:
+        with connect(url, ssl=ca, open_timeout=10):
+            return 101
+    except InvalidStatus as exc:
+        assert exc.response.headers["retry-after"] == "1"
+        assert json.loads(exc.response.body)["error"]["code"] == "unavailable"
+        return exc.response.status_code
+
+
 def test_tls_from_the_same_certificate_files_and_503_while_loading(
     tiny_model_dir,
     tmp_path,
@@ -302,8 +315,11 @@ def test_tls_from_the_same_certificate_files_and_503_while_loading(
         auth = {"authorization": f"Bearer {TOKEN}"}
         body = {"input": TEXT, "voice": "alloy", "chattts": fixed(N)}
         early = httpx2.post(url + "/v1/audio/speech", json=body, headers=auth, verify=ca)
+        # A WebSocket is refused before its upgrade, so a proxy can resend it elsewhere.
+        early_ws = _upgrade_status(url.replace("https:", "wss:") + "/v1/audio/speech/stream", ca)
         if httpx2.get(url + "/health", verify=ca).status_code == 503:  # still loading after it
             assert early.status_code == 503 and early.json()["error"]["code"] == "unavailable"
+            assert early_ws == 503
         wait_until(lambda: httpx2.get(url + "/health", verify=ca).status_code == 200, 60, "SERVING")
         with openai.OpenAI(
             base_url=url + "/v1",

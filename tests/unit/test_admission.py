@@ -117,3 +117,25 @@ def test_a_full_queue_refuses_the_newest_least_urgent_waiter_for_a_more_urgent_o
 def test_reserved_slots_must_leave_a_place_for_other_streams() -> None:
     with pytest.raises(ValueError):
         Admission(max_streams=2, max_queue=1, reserved_slots=2)
+
+
+def test_a_drain_refuses_new_streams_and_serves_the_queued_ones() -> None:
+    async def test() -> None:
+        admission = Admission(max_streams=1, max_queue=4)
+        admission.accepting = True
+        s = Streams(admission)
+        await s.start("holder", DEFAULT)
+        await s.start("q1", DEFAULT)
+        await s.start("q2", BULK)
+        admission.stop_accepting()
+        await s.start("late", DEFAULT)
+        # Queued before the drain: served in turn (a caller that does not retry would fail).
+        assert s.refused == {"late": "unavailable"} and admission.waiting == 2
+        idle = asyncio.create_task(admission.wait_idle())
+        for name in ["holder", "q1"]:
+            await s.end(name)
+        assert s.admitted == ["holder", "q1", "q2"] and not idle.done()
+        await s.end("q2")
+        await asyncio.wait_for(idle, 1)
+
+    _run(test)

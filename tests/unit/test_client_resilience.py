@@ -27,11 +27,12 @@ def test_readme_json_is_the_library_service_config() -> None:
     assert f"`grpc.http2.ping_timeout_ms` {KEEPALIVE_TIMEOUT_MS}" in section
 
 
-def test_service_config_retries_unavailable_and_a_cut_call_on_the_unary_methods() -> None:
+def test_service_config_retries_unavailable_and_a_cut_call_on_every_method() -> None:
     (method,) = SERVICE_CONFIG["methodConfig"]
     service = "chattts.v1.TextToSpeech"
-    assert method["name"] == [  # not the bidi stream: its cancel hung with retries on
+    assert method["name"] == [
         {"service": service, "method": "Synthesize"},
+        {"service": service, "method": "StreamingSynthesize"},
         {"service": service, "method": "ListVoices"},
     ]
     # UNKNOWN: a proxy's answer for a stream it cut; grpc retries only calls not yet answered.

@@ -1,14 +1,16 @@
 """Steady load on a set of replicas, each call's outcome kept: what the replica tests and
 bench/bench_replicas.py judge a restart or a kill by.
 
-Callers cycle through three kinds of call, as real traffic mixes them: `Synthesize` and a
+Callers cycle through four kinds of call, as real traffic mixes them: `Synthesize` and a
 `StreamingSynthesize` that sends its text in fragments (both on `chattts_client.TTSClient`, with
-the library's default service config and keepalive), and an OpenAI-style `POST
-/v1/audio/speech` streamed back as PCM. A caller that fails backs off 0.2 s, then goes on.
+the library's default service config and keepalive), an OpenAI-style `POST /v1/audio/speech`
+streamed back as PCM, and the WebSocket `/v1/audio/speech/stream` sent the same fragments. A
+caller that fails backs off 0.2 s, then goes on.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -17,11 +19,13 @@ from dataclasses import dataclass, field
 
 import grpc
 import httpx2
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.sync.client import connect as ws_connect
 
 from chattts_client import TTSClient
 from chattts_proto.chattts.v1 import tts_pb2
 
-KINDS = ("synthesize", "stream", "post")
+KINDS = ("synthesize", "stream", "post", "websocket")
 FRAGMENTS = ("Replicas come ", "and go, ", "the call goes on.")
 CALL_TIMEOUT_S = 60.0
 BACKOFF_S = 0.2
@@ -35,7 +39,7 @@ class Outcome:
     started: float
     ended: float = 0.0
     first_audio: float | None = None
-    status: str = "OK"  # "OK", a gRPC status name, "HTTP 503", "cut body", ...
+    status: str = "OK"  # "OK", a gRPC status name, "HTTP 503", "cut body", "close 1006", ...
     served_by: str | None = None  # the proxy's x-served-by (replica name), when behind one
     detail: str = ""  # the error's details, for reports
 
@@ -105,6 +109,8 @@ class Load:
                 self.in_flight[index] = outcome
                 if kind == "post":
                     self._post(http, outcome)
+                elif kind == "websocket":
+                    self._websocket(outcome)
                 else:
                     self._grpc(client, kind, outcome)
                 outcome.ended = time.monotonic()
@@ -150,11 +156,46 @@ class Load:
                     if chunk and outcome.first_audio is None:
                         outcome.first_audio = time.monotonic()
                     num_bytes += len(chunk)
-            if num_bytes < 2 * (2 * self.num_tokens - 1) * 256:  # int16, 2 frames a token
+            if num_bytes < self._min_bytes:
                 outcome.status = "cut body"
         except httpx2.RemoteProtocolError:
             outcome.status = "cut body"
         except httpx2.HTTPError as exc:
+            outcome.status = type(exc).__name__
+
+    @property
+    def _min_bytes(self) -> int:
+        return 2 * (2 * self.num_tokens - 1) * 256  # int16, 2 frames a token
+
+    def _websocket(self, outcome: Outcome) -> None:
+        url = self.http_url.replace("http", "ws", 1) + "/v1/audio/speech/stream"
+        config = {"type": "config", "sampling": _sampling(self.num_tokens)}
+        try:
+            with ws_connect(url, open_timeout=10, close_timeout=5) as ws:
+                outcome.served_by = ws.response.headers.get("x-served-by")
+                ws.send(json.dumps(config))
+                for text in _fragments():
+                    ws.send(json.dumps({"type": "text", "text": text}))
+                ws.send(json.dumps({"type": "end"}))
+                num_bytes, done = 0, False
+                while not done:  # the server closes (1000) right after "done"
+                    message = ws.recv(timeout=CALL_TIMEOUT_S)
+                    if isinstance(message, bytes):
+                        if outcome.first_audio is None:
+                            outcome.first_audio = time.monotonic()
+                        num_bytes += len(message)
+                    else:
+                        event = json.loads(message)
+                        done = event["type"] == "done"
+                        if event["type"] == "error":
+                            outcome.detail = event["error"]["message"][:120]
+            if num_bytes < self._min_bytes:
+                outcome.status = "no audio"
+        except InvalidStatus as exc:
+            outcome.status = f"HTTP {exc.response.status_code}"
+        except ConnectionClosed as exc:
+            outcome.status = f"close {exc.rcvd.code if exc.rcvd else 1006}"
+        except (InvalidHandshake, OSError, TimeoutError) as exc:
             outcome.status = type(exc).__name__
 
 

@@ -106,9 +106,6 @@ class Admission:
                 future.cancel()
             self._forget(waiter)
             raise
-        if not self.accepting:
-            self._release()
-            raise AdmissionRejected("unavailable", "server is draining")
 
     def _displace(self, priority: Priority) -> bool:
         """Make room in a full queue for a stream of `priority` by refusing the newest of the
@@ -158,12 +155,12 @@ class Admission:
             head.future.set_result(None)
 
     def stop_accepting(self) -> None:
-        """Start draining: refuse new streams and wake queued ones so they get UNAVAILABLE."""
+        """Start draining: refuse new streams. Queued ones keep their place and are served as
+        places free up, within the drain's grace period: they arrived before it began, and
+        refusing them failed a caller that does not retry (one streaming call in ~500 of the
+        rolling-restart test, queued on the replica that drained)."""
         self.accepting = False
-        while self._waiters:
-            waiter = heapq.heappop(self._waiters)
-            if not waiter.future.done():
-                waiter.future.set_exception(AdmissionRejected("unavailable", "server is draining"))
 
     async def wait_idle(self) -> None:
+        """Until no stream is active and none waits."""
         await self._idle.wait()

@@ -31,11 +31,14 @@ server -> client
                             right before its utterance_end (api/events.py `to_json`).
   {"type": "done", "num_utterances", "audio_duration_s", "num_tokens"}   then close 1000.
   {"type": "error", "error": {"message", "type", "param", "code"}}       then close with
-                            1008 (auth), 1007 (bad message or field), 1013 (full, starting
-                            or draining: retry later), 1011 (synthesis failed).
+                            1008 (auth), 1007 (bad message or field), 1013 (full: retry
+                            later), 1011 (synthesis failed).
   close 1008 with a reason, no error message: the client took no audio for --stall-timeout-s.
   close 1009: a message over --max-ws-message-bytes (uvicorn closes; the stream ends
                             INVALID_ARGUMENT).
+
+A server that is starting or draining refuses the upgrade itself: HTTP 503 with the error
+object and Retry-After, so a proxy can send the upgrade to another replica.
 
 A bad frame at any point (not JSON, nested too deep, a lone surrogate, an unknown type, a bad
 field) ends the stream with its error and 1007: what was buffered is not spoken, and the
@@ -53,15 +56,17 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketState
 
 from ...engine.types import InvalidRequestError
 from ...voices import VoiceLibrary
+from ..admission import AdmissionRejected
 from ..client_json import check_json, load_json
 from ..convert import StreamSettings, Validator
 from ..errors import ClientGoneError, ClientStalledError, is_ours
 from ..events import AudioOut, SessionEvent, to_json
-from ..synthesis import Synthesis
+from ..synthesis import NOT_ACCEPTING, Synthesis
 from ..text_reader import TextFragment
 from .errors import HTTPFailure, http_failure
 from .openai_fields import openai_settings, synthesis_config
@@ -155,6 +160,9 @@ def ws_settings(
 
 async def speech_stream(ws: WebSocket, synthesis: Synthesis) -> None:
     """Serve one WebSocket stream: the way in, then the text in and the audio out."""
+    if not synthesis.admission.accepting:
+        await _deny_upgrade(ws, synthesis)
+        return
     await ws.accept()
     # Browsers cannot set headers on a WebSocket: they may pass ?api_key= instead.
     header = ws.headers.get("authorization")
@@ -294,6 +302,18 @@ async def _end_with_error(ws: WebSocket, synthesis: Synthesis, exc: BaseExceptio
     except Exception:  # noqa: BLE001 - the client is gone already
         return
     await _close(ws, synthesis, _CLOSE_CODES.get(failed.status_code, 1011), failed.message)
+
+
+async def _deny_upgrade(ws: WebSocket, synthesis: Synthesis) -> None:
+    """Starting or draining: HTTP 503 in place of the upgrade, so a proxy resends the upgrade
+    to another replica (HAProxy's `retry-on 503`). After the upgrade only a 1013 close could
+    say so, which no proxy retries: a replica that drained with keep-alive connections open
+    failed WebSocket callers that way."""
+    exc = AdmissionRejected("unavailable", NOT_ACCEPTING)
+    synthesis.refused(METHOD, exc)
+    failed = http_failure(exc)
+    headers = {**failed.headers, "Retry-After": "1"}
+    await ws.send_denial_response(JSONResponse(failed.body, failed.status_code, headers))
 
 
 async def _close(ws: WebSocket, synthesis: Synthesis, code: int, reason: str) -> None:
