@@ -93,7 +93,7 @@ def run_setup(
         "\n".join(f"  ({d})" for d in details)
         + ("\n" if details else "")
         + f"{setup:8} {restart:>10} {_failed(killed):>10} "
-        f"{','.join(report.statuses) or '-':>22} {_ms(report.max_time_to_error_s):>10} "
+        f"{','.join(report.statuses) or '-':>44} {_ms(report.max_time_to_error_s):>10} "
         f"{'yes' if after_ok else 'NO':>6} ({len(report.started_after)}) "
         f"{_ms(p95(report.ttfa_before)):>9} -> {_ms(p95(report.ttfa_during))}"
     )
@@ -119,7 +119,7 @@ def main() -> None:
             for proxy in proxies.values():
                 proxy.start()
             print(
-                f"{'setup':8} {'restart':>10} {'kill -9':>10} {'kill statuses':>22} "
+                f"{'setup':8} {'restart':>10} {'kill -9':>10} {'kill statuses':>44} "
                 f"{'to error':>10} {'after ok':>6}  first-audio p95 before -> during"
             )
             for setup in setups:

@@ -221,7 +221,8 @@ class KillReport:
 
     @property
     def statuses(self) -> list[str]:
-        return sorted({o.status for o in self.failed})
+        """Each kind of call that failed, with the status it failed with: "stream:UNKNOWN"."""
+        return sorted({f"{o.kind}:{o.status}" for o in self.failed})
 
     @property
     def max_time_to_error_s(self) -> float:
