@@ -150,22 +150,10 @@ def main() -> None:
     if args.smoke:
         args.words, args.runs, args.max_new_tokens = 12, 1, 30
 
-    if args.target:
-        runs = asyncio.run(measure(args.target, args))
-    else:
-        from chattts_devtools.launcher import launch
+    from chattts_devtools.launcher import bench_server
 
-        server_args = ["--model-dir", args.model_dir] if args.model_dir else []
-        with launch(
-            server_args,
-            dev_model=None if args.model_dir else args.dev_model,
-            cache=REPO / ".cache" / "dev-models",
-            device=args.device,
-            cwd=REPO,
-        ) as server:
-            server.wait_serving()
-            runs = asyncio.run(measure(server.target, args))
-            server.stop()
+    with bench_server(args) as target:
+        runs = asyncio.run(measure(target, args))
     report(args, runs)
     if not any(r.ttfa_s is not None for r in runs):
         sys.exit(1)

@@ -200,22 +200,10 @@ def main() -> None:
     if args.smoke:
         args.turns, args.load_streams, args.max_new_tokens = 2, 1, 24
 
-    if args.target:
-        turns, load_done = asyncio.run(measure(args.target, args))
-    else:
-        from chattts_devtools.launcher import launch
+    from chattts_devtools.launcher import bench_server
 
-        server_args = ["--model-dir", args.model_dir] if args.model_dir else []
-        with launch(
-            server_args,
-            dev_model=None if args.model_dir else args.dev_model,
-            cache=REPO / ".cache" / "dev-models",
-            device=args.device,
-            cwd=REPO,
-        ) as server:
-            server.wait_serving()
-            turns, load_done = asyncio.run(measure(server.target, args))
-            server.stop()
+    with bench_server(args) as target:
+        turns, load_done = asyncio.run(measure(target, args))
     if not report(args, turns, load_done):
         sys.exit(1)
 

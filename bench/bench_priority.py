@@ -228,26 +228,16 @@ def main() -> None:
         args.word_interval_ms = 50
         args.prompt_max_new_tokens = 20
 
-    from chattts_devtools.launcher import launch
+    from chattts_devtools.launcher import bench_server
 
     server_args = [
-        *(["--model-dir", args.model_dir] if args.model_dir else []),
         *("--max-streams", str(args.bulk + args.reserved)),
         *("--reserved-slots", str(args.reserved)),
         *("--max-queue", str(args.bulk + args.prompts)),
         *(part for arg in args.server_arg for part in arg.split("=", 1)),
     ]
-    with launch(
-        server_args,
-        dev_model=None if args.model_dir else args.dev_model,
-        cache=REPO / ".cache" / "dev-models",
-        device=args.device,
-        log_path=args.server_log,
-        cwd=REPO,
-    ) as server:
-        server.wait_serving()
-        figures = asyncio.run(measure(server.target, args))
-        server.stop()
+    with bench_server(args, server_args, log_path=args.server_log) as target:
+        figures = asyncio.run(measure(target, args))
     report(args, figures)
 
 

@@ -8,20 +8,17 @@ import json
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import grpc
 import pytest
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import connect
 
-from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_proto.chattts.v1 import tts_pb2
 from httputil import TOKEN, http_server
 from serverutil import bad_request_field
+from streaming_calls import barged_in, streamed, websocket_messages
 
 WAIT_S = 60.0
-AUTH = (("authorization", f"Bearer {TOKEN}"),)
 
 
 @pytest.fixture(scope="module")
@@ -39,21 +36,13 @@ def _config(num_tokens: int = 4) -> tts_pb2.SynthesisConfig:
     )
 
 
-def _stream(target: str, *inputs: tts_pb2.TextInput, config=None) -> list:
-    requests = [tts_pb2.StreamingSynthesizeRequest(config=config or _config())]
-    requests += [tts_pb2.StreamingSynthesizeRequest(text=t) for t in inputs]
-    with grpc.insecure_channel(target) as channel:
-        stub = tts_pb2_grpc.TextToSpeechStub(channel)
-        return list(stub.StreamingSynthesize(iter(requests), timeout=WAIT_S, metadata=AUTH))
-
-
 def test_marks_answer_at_the_audio_before_them_with_the_callers_text(server):
-    replies = _stream(
-        server.target,
+    inputs = [
         tts_pb2.TextInput(text="", mark="start"),
         tts_pb2.TextInput(text="Turn **left** in 200 m", mark="turn"),
         tts_pb2.TextInput(text=" then stop at 3:45 PM.", mark="stop"),
-    )
+    ]
+    replies = streamed(server.target, inputs, _config(), WAIT_S)
     kinds = [r.WhichOneof("response") for r in replies]
     marks = [r.mark for r in replies if r.HasField("mark")]
     ends = [r.utterance_end for r in replies if r.HasField("utterance_end")]
@@ -78,12 +67,11 @@ def test_marks_answer_at_the_audio_before_them_with_the_callers_text(server):
 
 
 def test_a_mark_riding_with_clear_is_placed_after_the_cut(server):
-    replies = _stream(
-        server.target,
+    inputs = [
         tts_pb2.TextInput(text="first words here", mark="kept"),
         tts_pb2.TextInput(text="", clear=True, mark="after"),
-        config=_config(2),
-    )
+    ]
+    replies = streamed(server.target, inputs, _config(2), WAIT_S)
     marks = [r.mark for r in replies if r.HasField("mark")]
     assert [m.name for m in marks] == ["kept", "after"]
     assert not marks[1].dropped
@@ -91,7 +79,7 @@ def test_a_mark_riding_with_clear_is_placed_after_the_cut(server):
 
 def test_a_bad_mark_name_is_invalid_argument_naming_text_mark(server):
     with pytest.raises(grpc.RpcError) as err:
-        _stream(server.target, tts_pb2.TextInput(text="hi", mark="x" * 257))
+        streamed(server.target, [tts_pb2.TextInput(text="hi", mark="x" * 257)], _config(), WAIT_S)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert bad_request_field(err.value) == "text.mark"
 
@@ -138,21 +126,14 @@ def test_grpcurl_shows_the_mark_event(server):
 
 
 def test_websocket_answers_marks_in_order(server):
-    url = f"ws://127.0.0.1:{server.server.http_port}/v1/audio/speech/stream"
-    headers = {"Authorization": f"Bearer {TOKEN}"}
     sampling = {"seed": 1, "min_new_tokens": 4, "max_new_tokens": 4}
-    out: list = []
-    with connect(url, additional_headers=headers, open_timeout=10) as ws:
-        ws.send(json.dumps({"type": "config", "voice": "alloy", "sampling": sampling}))
-        ws.send(json.dumps({"type": "text", "text": "Hello there", "mark": "a"}))
-        ws.send(json.dumps({"type": "mark", "name": "b"}))
-        ws.send(json.dumps({"type": "end"}))
-        try:
-            while True:
-                m = ws.recv(timeout=WAIT_S)
-                out.append(m if isinstance(m, bytes) else json.loads(m))
-        except ConnectionClosed:
-            pass
+    messages = [
+        {"type": "config", "voice": "alloy", "sampling": sampling},
+        {"type": "text", "text": "Hello there", "mark": "a"},
+        {"type": "mark", "name": "b"},
+        {"type": "end"},
+    ]
+    out = websocket_messages(server, messages, WAIT_S)
     audio_bytes = sum(len(m) for m in out if isinstance(m, bytes))
     marks = [m for m in out if isinstance(m, dict) and m["type"] == "mark"]
     assert [m["name"] for m in marks] == ["a", "b"]
@@ -164,24 +145,12 @@ def test_websocket_answers_marks_in_order(server):
 
 
 def test_a_clear_answers_the_marks_it_dropped_at_the_cut(server):
-    heard = threading.Event()
-
-    def requests():
-        yield tts_pb2.StreamingSynthesizeRequest(config=_config(300))
-        for text, mark in (("A long first sentence", "one"), (" and a second", "two")):
-            yield tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=text, mark=mark))
-        assert heard.wait(WAIT_S), "no audio before the clear"
-        yield tts_pb2.StreamingSynthesizeRequest(
-            text=tts_pb2.TextInput(text="Stop", clear=True, mark="three")
-        )
-
-    replies = []
-    with grpc.insecure_channel(server.target) as channel:
-        stub = tts_pb2_grpc.TextToSpeechStub(channel)
-        for r in stub.StreamingSynthesize(requests(), timeout=WAIT_S, metadata=AUTH):
-            replies.append(r)
-            if r.HasField("audio"):
-                heard.set()
+    inputs = [
+        tts_pb2.TextInput(text="A long first sentence", mark="one"),
+        tts_pb2.TextInput(text=" and a second", mark="two"),
+    ]
+    clear = tts_pb2.TextInput(text="Stop", clear=True, mark="three")
+    replies = barged_in(server.target, inputs, clear, _config(300), WAIT_S)
     kinds = [r.WhichOneof("response") for r in replies]
     marks = [r.mark for r in replies if r.HasField("mark")]
     ends = [r.utterance_end for r in replies if r.HasField("utterance_end")]

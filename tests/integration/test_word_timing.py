@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 
 import grpc
 import openai
 import pytest
-from websockets.exceptions import ConnectionClosed
-from websockets.sync.client import connect
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from httputil import TOKEN, http_server, http_url
+from streaming_calls import AUTH, barged_in, streamed, websocket_messages
 
 WAIT_S = 240.0
 """Bounds every call: eight utterances take ~20 s on a quiet 2-core machine, minutes at load 20."""
-AUTH = (("authorization", f"Bearer {TOKEN}"),)
 RATE = 24000
 NUM_TOKENS = 40
 CASES = [
@@ -91,14 +88,6 @@ def check_utterance(caller: str, words: list, end) -> None:
     assert words, "an utterance with text has words"
 
 
-def _streamed(target: str, inputs: list[tts_pb2.TextInput], config: tts_pb2.SynthesisConfig):
-    requests = [tts_pb2.StreamingSynthesizeRequest(config=config)]
-    requests += [tts_pb2.StreamingSynthesizeRequest(text=t) for t in inputs]
-    with grpc.insecure_channel(target) as channel:
-        stub = tts_pb2_grpc.TextToSpeechStub(channel)
-        return list(stub.StreamingSynthesize(iter(requests), timeout=WAIT_S, metadata=AUTH))
-
-
 def _by_utterance(replies) -> list[tuple[list, object]]:
     """(words, end) per utterance; the timings came right before their end."""
     out, pending = [], None
@@ -122,7 +111,7 @@ def _by_utterance(replies) -> list[tuple[list, object]]:
 def test_streamed_words_are_timed_once_in_order_inside_their_audio(server):
     inputs = [tts_pb2.TextInput(text=case + "\n", flush=True) for case in CASES]
     caller = "".join(t.text for t in inputs)
-    utterances = _by_utterance(_streamed(server.target, inputs, _config()))
+    utterances = _by_utterance(streamed(server.target, inputs, _config(), WAIT_S))
     assert len(utterances) >= len(CASES)
     for words, end in utterances:
         check_utterance(caller, words, end)
@@ -144,30 +133,17 @@ def test_synthesize_sends_word_timings_too(server, case):
 
 
 def test_without_the_option_no_timings_are_sent(server):
-    replies = _streamed(
-        server.target, [tts_pb2.TextInput(text="In 200 m turn left.")], _config(8, False)
-    )
+    inputs = [tts_pb2.TextInput(text="In 200 m turn left.")]
+    replies = streamed(server.target, inputs, _config(8, False), WAIT_S)
     kinds = {r.WhichOneof("response") for r in replies}
     assert kinds == {"audio", "utterance_end"}
 
 
 def test_barge_in_says_what_was_sent_and_times_the_words_up_to_the_cut(server):
-    heard = threading.Event()
     text = "This is a long sentence that goes on and on about many things for a while."
-
-    def requests():
-        yield tts_pb2.StreamingSynthesizeRequest(config=_config(300))
-        yield tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=text, flush=True))
-        assert heard.wait(WAIT_S), "no audio before the clear"
-        yield tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text="Stop.", clear=True))
-
-    replies = []
-    with grpc.insecure_channel(server.target) as channel:
-        stub = tts_pb2_grpc.TextToSpeechStub(channel)
-        for r in stub.StreamingSynthesize(requests(), timeout=WAIT_S, metadata=AUTH):
-            replies.append(r)
-            if r.HasField("audio"):
-                heard.set()
+    inputs = [tts_pb2.TextInput(text=text, flush=True)]
+    clear = tts_pb2.TextInput(text="Stop.", clear=True)
+    replies = barged_in(server.target, inputs, clear, _config(300), WAIT_S)
     utterances = _by_utterance(replies)
     (cut_words, cut), (_, after) = utterances
     assert cut.finish_reason == "cleared"
@@ -186,25 +162,14 @@ def test_barge_in_says_what_was_sent_and_times_the_words_up_to_the_cut(server):
 
 
 def test_websocket_sends_word_timings_messages(server):
-    url = f"ws://127.0.0.1:{server.server.http_port}/v1/audio/speech/stream"
     sampling = {"seed": 1, "min_new_tokens": NUM_TOKENS, "max_new_tokens": NUM_TOKENS}
-    out: list = []
     caller = "Meet at 3:45 PM today."
-    headers = {"Authorization": f"Bearer {TOKEN}"}
-    with connect(url, additional_headers=headers, open_timeout=10) as ws:
-        ws.send(
-            json.dumps(
-                {"type": "config", "voice": "alloy", "sampling": sampling, "word_timing": True}
-            )
-        )
-        ws.send(json.dumps({"type": "text", "text": caller, "flush": True}))
-        ws.send(json.dumps({"type": "end"}))
-        try:
-            while True:
-                m = ws.recv(timeout=WAIT_S)
-                out.append(m if isinstance(m, bytes) else json.loads(m))
-        except ConnectionClosed:
-            pass
+    messages = [
+        {"type": "config", "voice": "alloy", "sampling": sampling, "word_timing": True},
+        {"type": "text", "text": caller, "flush": True},
+        {"type": "end"},
+    ]
+    out = websocket_messages(server, messages, WAIT_S)
     kinds = [m["type"] for m in out if isinstance(m, dict)]
     assert kinds[:2] == ["word_timings", "utterance_end"]
     timings, end = [m for m in out if isinstance(m, dict)][:2]
@@ -253,7 +218,7 @@ def test_refined_text_keeps_its_words_in_the_callers_text(server):
     config = _config(NUM_TOKENS)
     config.prosody.refine_text = True
     caller = "In 200 m turn left."
-    replies = _streamed(server.target, [tts_pb2.TextInput(text=caller)], config)
+    replies = streamed(server.target, [tts_pb2.TextInput(text=caller)], config, WAIT_S)
     for words, end in _by_utterance(replies):
         at = end.sample_offset
         for w in words:

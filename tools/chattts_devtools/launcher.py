@@ -8,10 +8,14 @@
 `launch` returns once the server prints "listening on port N"; its output (log lines included)
 is kept in `srv.log` and, if asked, echoed to stderr and written to a file. Leaving the `with`
 block kills a server that is still running, whatever happened inside it.
+
+A benchmark with `--target`, `--model-dir`, `--dev-model` and `--device` flags gets its server
+from `bench_server(args)`: the given target, or one launched for the `with` block.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -20,7 +24,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -180,6 +185,36 @@ def launch(
         raise RuntimeError(f"server did not start (exit {proc.returncode}):\n" + "".join(lines))
     http_port = next((int(m.group(1)) for m in map(_HTTP.search, list(lines)) if m), 0)
     return ServerProcess(proc, port, metrics_port, lines, http_port=http_port)
+
+
+@contextmanager
+def bench_server(
+    args: argparse.Namespace,
+    extra_args: Sequence[str] = (),
+    log_path: Path | str | None = None,
+) -> Iterator[str]:
+    """The target a benchmark measures: `args.target` when given, else a server's launched for
+    the block (`extra_args` and `log_path` go to it) and stopped, so it drains, after the block.
+
+    The server serves `args.model_dir`, or the dev model `args.dev_model` from the checkout's
+    dev-model cache, on `args.device`; a script without one of these flags gets the default.
+    """
+    if getattr(args, "target", None):
+        yield args.target
+        return
+    model_dir = getattr(args, "model_dir", None)
+    server_args = [*(["--model-dir", model_dir] if model_dir else []), *extra_args]
+    with launch(
+        server_args,
+        dev_model=None if model_dir else getattr(args, "dev_model", "tiny"),
+        cache=_REPO / ".cache" / "dev-models",
+        device=getattr(args, "device", "cpu"),
+        log_path=log_path,
+        cwd=_REPO,
+    ) as server:
+        server.wait_serving()
+        yield server.target
+        server.stop()
 
 
 def _port(lines: list[str]) -> int | None:

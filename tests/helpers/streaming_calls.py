@@ -1,0 +1,82 @@
+"""Streaming calls to a test server with bearer tokens on (httputil.TOKEN), each run to its end
+and its replies collected: gRPC StreamingSynthesize (generated stubs), with or without a
+barge-in, and the WebSocket door."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Sequence
+
+import grpc
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from httputil import TOKEN, http_url
+from serverutil import InProcessServer
+
+AUTH = (("authorization", f"Bearer {TOKEN}"),)
+
+
+def streamed(
+    target: str,
+    inputs: Sequence[tts_pb2.TextInput],
+    config: tts_pb2.SynthesisConfig,
+    timeout_s: float,
+) -> list[tts_pb2.StreamingSynthesizeResponse]:
+    """The replies to `config` and then `inputs`, all sent at once."""
+    requests = [tts_pb2.StreamingSynthesizeRequest(config=config)]
+    requests += [tts_pb2.StreamingSynthesizeRequest(text=t) for t in inputs]
+    with grpc.insecure_channel(target) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        return list(stub.StreamingSynthesize(iter(requests), timeout=timeout_s, metadata=AUTH))
+
+
+def barged_in(
+    target: str,
+    inputs: Sequence[tts_pb2.TextInput],
+    clear: tts_pb2.TextInput,
+    config: tts_pb2.SynthesisConfig,
+    timeout_s: float,
+) -> list[tts_pb2.StreamingSynthesizeResponse]:
+    """The replies to `config` and then `inputs`, with `clear` (an input with clear set) sent
+    once the first audio came back."""
+    heard = threading.Event()
+
+    def requests() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
+        yield tts_pb2.StreamingSynthesizeRequest(config=config)
+        for text in inputs:
+            yield tts_pb2.StreamingSynthesizeRequest(text=text)
+        assert heard.wait(timeout_s), "no audio before the clear"
+        yield tts_pb2.StreamingSynthesizeRequest(text=clear)
+
+    replies = []
+    with grpc.insecure_channel(target) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        for r in stub.StreamingSynthesize(requests(), timeout=timeout_s, metadata=AUTH):
+            replies.append(r)
+            if r.HasField("audio"):
+                heard.set()
+    return replies
+
+
+def websocket_messages(
+    srv: InProcessServer, messages: Sequence[dict], timeout_s: float
+) -> list[bytes | dict]:
+    """What the WebSocket door sends back for `messages` (each sent as JSON) until it closes:
+    audio as bytes, the other messages parsed."""
+    url = http_url(srv, "ws") + "/v1/audio/speech/stream"
+    out: list[bytes | dict] = []
+    with connect(
+        url, additional_headers={"Authorization": f"Bearer {TOKEN}"}, open_timeout=10
+    ) as ws:
+        for message in messages:
+            ws.send(json.dumps(message))
+        try:
+            while True:
+                m = ws.recv(timeout=timeout_s)
+                out.append(m if isinstance(m, bytes) else json.loads(m))
+        except ConnectionClosed:
+            pass
+    return out
