@@ -172,7 +172,8 @@ class Load:
         config = {"type": "config", "sampling": _sampling(self.num_tokens)}
         try:
             with ws_connect(url, open_timeout=10, close_timeout=5) as ws:
-                outcome.served_by = ws.response.headers.get("x-served-by")
+                if ws.response is not None:
+                    outcome.served_by = ws.response.headers.get("x-served-by")
                 ws.send(json.dumps(config))
                 for text in _fragments():
                     ws.send(json.dumps({"type": "text", "text": text}))
