@@ -193,8 +193,9 @@ def bench_server(
     extra_args: Sequence[str] = (),
     log_path: Path | str | None = None,
 ) -> Iterator[str]:
-    """The target a benchmark measures: `args.target` when given, else a server's launched for
-    the block (`extra_args` and `log_path` go to it) and stopped, so it drains, after the block.
+    """The target a benchmark measures: `args.target` when given, else that of a server
+    launched for the block (`extra_args` and `log_path` go to it) and stopped after it, so it
+    drains.
 
     The server serves `args.model_dir`, or the dev model `args.dev_model` from the checkout's
     dev-model cache, on `args.device`; a script without one of these flags gets the default.
