@@ -299,7 +299,8 @@ class TTSServer:
         await self.health.set(SERVICE_NAME, status)
 
     async def drain(self, grace_s: float | None = None) -> None:
-        """Graceful stop: NOT_SERVING, refuse new streams, let streams finish, cancel the rest.
+        """Graceful stop: NOT_SERVING, refuse new streams, let streams (queued ones too) finish,
+        cancel the rest.
 
         The listeners close at once (gRPC's stop also sends GOAWAY on every connection, so
         clients and proxies open no new stream on them): a replica that kept listening only to
@@ -312,9 +313,10 @@ class TTSServer:
         self._draining = True
         grace = self.config.admission.grace_s if grace_s is None else grace_s
         log.info(
-            "draining: up to %.1f s for %d streams",
+            "draining: up to %.1f s for %d streams (%d of them queued)",
             grace,
-            self.admission.active if self.admission else 0,
+            (self.admission.active + self.admission.waiting) if self.admission else 0,
+            self.admission.waiting if self.admission else 0,
         )
         await self._set_health(NOT_SERVING)  # Watch streams hear it before their connection goes
         if self.admission is not None:
@@ -330,7 +332,10 @@ class TTSServer:
             try:
                 await asyncio.wait_for(self.admission.wait_idle(), grace)
             except TimeoutError:
-                log.warning("grace period over; cancelling %d streams", self.admission.active)
+                log.warning(
+                    "grace period over; cancelling %d streams",
+                    self.admission.active + self.admission.waiting,
+                )
         if self.http is not None:
             await self.http.stop()  # cancels the HTTP streams still running after the grace
         if grpc_stopped is not None:

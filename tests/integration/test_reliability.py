@@ -6,6 +6,7 @@ Every test runs a real server on loopback and checks that it is still healthy af
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+import urllib.request
 
 import grpc
 import pytest
@@ -367,13 +369,25 @@ def _refuses_connections(port: int) -> bool:
     return False
 
 
+def _queued_streams(metrics_port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    (value,) = re.findall(r"^chattts_queued_streams (\S+)$", text, re.MULTILINE)
+    return float(value)
+
+
 def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
-    with launch(["--grace-s", "10", "--no-warmup"], DEV_MODEL_CACHE, metrics=False) as srv:
+    args = ["--grace-s", "10", "--no-warmup", "--max-streams", "1"]
+    with launch(args, DEV_MODEL_CACHE, metrics=True) as srv:
         target = srv.target
         wait_serving(target)
         s = Streamer(target, request("Finish me please.", 40))
         s.start()
         assert s.first.wait(30)
+        # One more waits for the only place: queued before the drain, it is served in it.
+        queued = Streamer(target, request("Queued before the drain.", 8))
+        queued.start()
+        wait_until(lambda: _queued_streams(srv.metrics_port) == 1, 10, "a stream queued")
         with grpc.insecure_channel(target) as channel:
             watch = health_pb2_grpc.HealthStub(channel).Watch(
                 health_pb2.HealthCheckRequest(), timeout=10
@@ -388,6 +402,7 @@ def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
         err = _code(target, request())
         assert err.code() == grpc.StatusCode.UNAVAILABLE
         assert s.result(30) == grpc.StatusCode.OK
+        assert queued.result(30) == grpc.StatusCode.OK and queued.replies > 0
         assert srv.proc.wait(30) == 0
 
 
