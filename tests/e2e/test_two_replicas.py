@@ -1,5 +1,7 @@
-"""Two replicas behind client-side round_robin: both serve, and one drains away on SIGTERM
-while the client carries on against the survivor without a failed call."""
+"""Two replicas behind client-side round_robin, on the client library's default service config
+given to a plain generated stub (what the README tells other clients to copy): both serve, and
+one drains away on SIGTERM while the client carries on against the survivor without a failed
+call."""
 
 from __future__ import annotations
 
@@ -11,27 +13,13 @@ from pathlib import Path
 import grpc
 import pytest
 
+from chattts_client.resilience import SERVICE_CONFIG
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from serverutil import ServerProcess, launch, wait_serving
 
 pytestmark = pytest.mark.slow  # two subprocess servers: ~25 s to start on 2 cores
 
 OK_LINE = "stream method=Synthesize status=OK"
-SERVICE_CONFIG = {
-    "loadBalancingConfig": [{"round_robin": {}}],
-    "methodConfig": [
-        {
-            "name": [{"service": "chattts.v1.TextToSpeech"}],
-            "retryPolicy": {
-                "maxAttempts": 3,
-                "initialBackoff": "0.1s",
-                "maxBackoff": "1s",
-                "backoffMultiplier": 2,
-                "retryableStatusCodes": ["UNAVAILABLE"],
-            },
-        }
-    ],
-}
 
 
 @pytest.fixture
