@@ -302,7 +302,8 @@ class TTSClient(_ClientBase):
     `tls_server_name` overrides the name checked against the server certificate.
     `service_config` (default `SERVICE_CONFIG`: round robin over the target's addresses, retry of
     UNAVAILABLE or UNKNOWN before the first response, streams included) is the channel's gRPC
-    service config; None turns retries off. `keepalive=False` sends no pings (see chattts_client.resilience).
+    service config; None turns retries off. `keepalive=False` sends no pings (see
+    chattts_client.resilience).
     """
 
     def _connect(self) -> None:

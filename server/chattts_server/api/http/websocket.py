@@ -307,8 +307,8 @@ async def _end_with_error(ws: WebSocket, synthesis: Synthesis, exc: BaseExceptio
 async def _deny_upgrade(ws: WebSocket, synthesis: Synthesis) -> None:
     """Starting or draining: HTTP 503 in place of the upgrade, so a proxy resends the upgrade
     to another replica (HAProxy's `retry-on 503`). After the upgrade only a 1013 close could
-    say so, which no proxy retries: a replica that drained with keep-alive connections open
-    failed WebSocket callers that way."""
+    say so, which no proxy retries: an upgrade that reached a draining replica on a connection
+    kept alive would have failed its caller."""
     exc = AdmissionRejected("unavailable", NOT_ACCEPTING)
     synthesis.refused(METHOD, exc)
     failed = http_failure(exc)
