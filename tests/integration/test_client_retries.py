@@ -61,13 +61,13 @@ def _target(*servers: InProcessServer) -> str:
 
 def test_the_default_config_resends_a_refused_call_and_stream(pair) -> None:
     refusing, serving = pair
-    refused = {m: streams_total(refusing, m, "UNAVAILABLE") for m in ("Synthesize", "Stream")}
+    methods = ("Synthesize", "StreamingSynthesize")
+    refused = {m: streams_total(refusing, m, "UNAVAILABLE") for m in methods}
     with TTSClient(_target(refusing, serving)) as client:
         assert _calls(client) == ["OK"] * NUM_CALLS
     # Round robin sent some of each kind to the refusing replica first: they were resent.
-    method = {"Synthesize": "Synthesize", "Stream": "StreamingSynthesize"}
-    for kind, before in refused.items():
-        assert streams_total(refusing, method[kind], "UNAVAILABLE") > before, kind
+    for method, before in refused.items():
+        assert streams_total(refusing, method, "UNAVAILABLE") > before, method
 
 
 def test_without_the_service_config_the_refusals_reach_the_caller(pair) -> None:
