@@ -315,7 +315,7 @@ class TTSServer:
         log.info(
             "draining: up to %.1f s for %d streams (%d of them queued)",
             grace,
-            (self.admission.active + self.admission.waiting) if self.admission else 0,
+            self.admission.held if self.admission else 0,
             self.admission.waiting if self.admission else 0,
         )
         await self._set_health(NOT_SERVING)  # Watch streams hear it before their connection goes
@@ -328,14 +328,11 @@ class TTSServer:
         grpc_stopped = None
         if self.server is not None and self._listening:
             grpc_stopped = asyncio.ensure_future(self.server.stop(grace or 0))
-        if self.admission is not None and self.admission.active:
+        if self.admission is not None and self.admission.held:
             try:
                 await asyncio.wait_for(self.admission.wait_idle(), grace)
             except TimeoutError:
-                log.warning(
-                    "grace period over; cancelling %d streams",
-                    self.admission.active + self.admission.waiting,
-                )
+                log.warning("grace period over; cancelling %d streams", self.admission.held)
         if self.http is not None:
             await self.http.stop()  # cancels the HTTP streams still running after the grace
         if grpc_stopped is not None:

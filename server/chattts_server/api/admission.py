@@ -57,6 +57,11 @@ class Admission:
     def waiting(self) -> int:
         return len(self._waiters)
 
+    @property
+    def held(self) -> int:
+        """Streams active or queued: what a drain waits for."""
+        return self.active + len(self._waiters)
+
     def waiting_by_priority(self) -> dict[Priority, int]:
         counts = dict.fromkeys(Priority, 0)
         for waiter in self._waiters:
