@@ -9,18 +9,38 @@ HTTP_PORT ?= 8000
 DEV_MODEL ?= tiny
 PYTEST_ARGS ?=
 
-.PHONY: install browser ffmpeg proxy run test proto lint bench bench-quick clean
+.PHONY: install lock browser ffmpeg proxy run test proto lint bench bench-quick clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch and torchaudio first, pinned together: ChatTTS imports torchaudio, whose native
-	# library must match torch exactly.
-	$(BIN)/python -m pip install --quiet "torch==2.9.1" "torchaudio==2.9.1"
-	$(BIN)/python -m pip install --quiet -e ".[server,dev]"
+# Every package in .venv comes from uv.lock, at the version and hash it records (transitive ones
+# included); `uv sync --locked` fails when pyproject.toml and the lock disagree, and removes
+# whatever the lock does not list. uv itself is pinned here and installed into .cache/uv-tool;
+# what it downloads and builds stays in .cache/uv, so a second install takes seconds.
+UV_VERSION := 0.13.9
+PACKAGING_VERSION := 26.4
+UV := .cache/uv-tool/bin/uv
+export UV_CACHE_DIR ?= $(CURDIR)/.cache/uv
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(CURDIR)/$(VENV)
+
+$(UV):
+	$(PYTHON) -m venv .cache/uv-tool
+	.cache/uv-tool/bin/python -m pip install --quiet --disable-pip-version-check \
+	  "uv==$(UV_VERSION)" "packaging==$(PACKAGING_VERSION)"
+
+$(STAMP): pyproject.toml uv.lock | $(UV)
+	$(UV) sync --locked --extra server --extra dev --python "$$(command -v $(PYTHON))"
+	$(BIN)/python bench/gpu_wheel_pins.py --check
 	touch $(STAMP)
+
+# Refresh the lock after editing pyproject.toml (or to take newer releases: make lock
+# LOCK_ARGS=--upgrade), then the GPU wheel list's versions from it. Commit uv.lock and
+# bench/gpu_wheels.txt together.
+LOCK_ARGS ?=
+lock: | $(UV)
+	$(UV) lock $(LOCK_ARGS)
+	.cache/uv-tool/bin/python bench/gpu_wheel_pins.py --write
 
 # The playground test drives Debian's Chromium; install it (as root, apt-get) when missing. If
 # it cannot be installed the test is skipped and says why.

@@ -10,6 +10,16 @@ import pytest
 from serverutil import DEV_MODEL_CACHE, InProcessServer, tiny_server_config
 
 
+def pytest_report_header() -> list[str]:
+    """The machine under the run, first: a failure on one kind of CPU shows as such."""
+    import os
+
+    from chattts_server.model.cpu_features import cpu_features
+
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return [f"cpu: {cpu_features().describe()}; {os.cpu_count()} cores; load average {load}"]
+
+
 @pytest.fixture(scope="session")
 def dev_model_cache() -> Path:
     return DEV_MODEL_CACHE

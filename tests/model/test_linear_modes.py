@@ -8,6 +8,7 @@ SNR of the hidden states, with these tolerances:
 | dense, dense-onednn  | atol/rtol 1e-4        | atol/rtol 1e-4                          |
 | bf16                 | >= 40 dB              | >= 40 dB                                |
 | int8, int8-onednn    | >= 30 dB              | >= 30 dB                                |
+(offered only with VNNI: test_cpu_features.py; run as other CPUs by test_cpu_kinds.py)
 | int8-wo              | >= 30 dB              | >= 30 dB                                |
 | <int8 mode>-mixedN   | >= 30 dB (9 layers)   | (all bf16 in one layer)                 |
 
@@ -22,6 +23,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaModel
 
+from chattts_server.config import MIN_SNR_DB as CONFIG_MIN_SNR_DB
 from chattts_server.model.attention import bf16_attention_faster
 from chattts_server.model.autotune import autotune, measure_snr, snr_db
 from chattts_server.model.kv_cache import SlotKVCache
@@ -142,6 +144,23 @@ def test_auto_excludes_modes_under_the_quality_budget() -> None:
     assert set(result.excluded) == lossy
     # Nothing within budget (with K/V in bf16 not even fp32 linears): the lossless fallback.
     assert all(MODES[m].lossless for m in result.table.values())
+
+
+@torch.inference_mode()
+def test_auto_serves_no_mode_under_its_budget_against_llama_model() -> None:
+    """Whatever this CPU offers, the modes autotune keeps give hidden states within the budget
+    of transformers' fp32 LlamaModel (run as other CPUs by test_cpu_kinds.py)."""
+    config = _config(128, 256, 4, 9)
+    ref = _reference(config, 0.1)
+    ours = LlamaDecoder.from_state_dict(config, ref.state_dict(), CPU, FP32, quantize="auto")
+    cache = SlotKVCache(LlamaShape.from_config(config), 4, 64, CPU, ours.kv_dtype)
+    probe = torch.randn(32, 128, generator=torch.Generator().manual_seed(1))
+    result = autotune(ours, [1, 4], cache, probe=probe, steps=1)
+    expected = ref(inputs_embeds=probe[None]).last_hidden_state[0]
+    for mode in {*result.table.values(), result.prefill_mode}:
+        got = ours.prefill(0, probe, 0, cache, mode=mode)
+        assert snr_db(expected, got) >= CONFIG_MIN_SNR_DB - 0.5, mode
+    assert not set(result.excluded) & {*result.table.values(), result.prefill_mode}
 
 
 def test_forced_int8_builds_only_int8_weights_and_reports_their_size(

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .autotune import AutotuneResult, apply_result, autotune
+from .cpu_features import cpu_features, read_cpuinfo
 from .kv_cache import SlotKVCache
 from .quantize_policy import MIN_SNR_DB
 
@@ -41,19 +42,10 @@ FORMAT_VERSION = 1
 
 def cpu_identity(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
     """The CPU's model name and feature flags (the kernels that win depend on both)."""
-    model, flags = platform.processor() or platform.machine(), ""
-    try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        name = name.strip()
-        if name == "model name" and value.strip():
-            model = value.strip()
-        elif name in ("flags", "Features") and not flags:
-            flags = " ".join(sorted(value.split()))
-    return {"cpu_model": model, "cpu_flags": flags}
+    model, flags = read_cpuinfo(cpuinfo)
+    if model == "unknown CPU":
+        model = platform.processor() or platform.machine()
+    return {"cpu_model": model, "cpu_flags": " ".join(sorted(flags))}
 
 
 def weights_digest(state_dict: Mapping[str, torch.Tensor]) -> str:
@@ -76,6 +68,8 @@ def cache_key(
     return {
         "format": FORMAT_VERSION,
         **cpu_identity(cpuinfo),
+        # A library told to use fewer instructions (model/cpu_features.py) runs other kernels.
+        "isa_caps": {lib: cap for lib, cap in sorted(cpu_features().caps.items()) if cap},
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "weights": weights,

@@ -9,8 +9,8 @@ on one CPU loses on another, so the choice is timed on the machine itself.
 | dense         | model dtype, ``F.linear``     | model dtype                         | none   |
 | dense-onednn  | model dtype, oneDNN-packed    | model dtype                         | none   |
 | bf16          | bf16, oneDNN-packed (AVX512-BF16/AMX) | bf16 in, bf16 out           | bf16   |
-| int8          | int8 per output channel, fbgemm | quantized per call (uint8, dynamic) | int8 |
-| int8-onednn   | int8 per output channel, oneDNN | quantized per call (uint8, dynamic) | int8 |
+| int8          | int8 per output channel, fbgemm (VNNI) | quantized per call (uint8, dynamic) | int8 |
+| int8-onednn   | int8 per output channel, oneDNN (VNNI) | quantized per call (uint8, dynamic) | int8 |
 | int8-wo       | int8 per output channel       | bf16 in, bf16 out (weight-only)     | int8   |
 | int8-wo-mixed2, -mixed4 | bf16 in layers 0-1 (0-3), int8-wo in the rest | bf16        | int8   |
 | int8-mixed6, -mixed8 | bf16 in layers 0-5 (0-7), int8 (dynamic) in the rest | as each layer's | int8 |
@@ -28,6 +28,10 @@ A kernel's ``input_dtype`` is what it computes in: the layer hands it activation
 dtype where it can (a bf16 attention output into the o projection, a bf16 gate/up product into
 the down projection), and its output stays in that dtype; the residual add promotes back to
 fp32. That saves two casts per projection, ~100 ops of a decode step.
+
+A mode is offered only where its kernel is exact enough on this CPU (``LinearMode.why_not``,
+reading ``model/cpu_features.py``): bf16 needs AVX512-BF16 or AMX, dynamic int8 needs VNNI. The
+reasons for the others are logged when the decoder is built.
 
 ``--quantize`` names the families allowed: ``none`` (lossless), ``bf16``, ``int8``, or ``auto``
 (every family, each lossy mode only if it keeps the hidden state within the quality budget).
@@ -47,23 +51,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cpu_features import CpuFeatures, cpu_features
 from .quantize_policy import QUANTIZE_CHOICES
 
 # Batch size oneDNN packs the weights for; measured to matter little between 1 and 64.
 _ONEDNN_BATCH_HINT = 16
-
-
-@functools.cache
-def cpu_flags() -> frozenset[str]:
-    """The CPU feature flags of /proc/cpuinfo (empty where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def onednn_available() -> bool:
@@ -74,11 +66,6 @@ def onednn_available() -> bool:
         and hasattr(ops, "_reorder_linear_weight")
         and hasattr(ops, "_linear_pointwise")
     )
-
-
-def _bf16_fast() -> bool:
-    # oneDNN runs bf16 matmuls natively with AMX or AVX512-BF16; elsewhere it emulates them.
-    return onednn_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def _int8_engine(engine: str) -> bool:
@@ -157,9 +144,10 @@ class DynamicInt8Linear(nn.Module):
     """``torch.ops.quantized.linear_dynamic``: int8 weights per output channel, the input
     quantized to uint8 (one scale per call) on the fly, int32 accumulation, fp32 out.
 
-    The packed weight belongs to the quantized engine it was packed under (fbgemm: AVX2/AVX512
-    kernels; onednn: VNNI/AMX int8). ``reduce_range`` (7-bit activations) avoids the int16
-    overflow of fbgemm's pre-VNNI kernels; with VNNI the full 8 bits are safe and 4 dB better.
+    The packed weight belongs to the quantized engine it was packed under (fbgemm or onednn).
+    Both are offered only where that engine has VNNI (``_why_not_int8``): without it their
+    u8 x s8 products saturate in 16-bit pairs, and 7-bit activations (``reduce_range``) that
+    avoid the overflow cost ~6 dB, below the budget on the dev model.
     """
 
     def __init__(self, weight: Tensor, bias: Tensor | None, engine: str) -> None:
@@ -175,8 +163,6 @@ class DynamicInt8Linear(nn.Module):
             )
         finally:
             torch.backends.quantized.engine = previous
-        vnni = bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
-        self.reduce_range = engine == "fbgemm" and not vnni
         self.nbytes = q.numel() + 4 * scales.numel()
         self.input_dtype = torch.float32
         self.out_features = q.shape[0]
@@ -192,33 +178,25 @@ class DynamicInt8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if torch.compiler.is_compiling():  # model/compiled_decode.py
             return torch.ops.chattts.int8_dynamic_linear(
-                x.to(self.input_dtype), self.handle_tensor, self.out_features, self.reduce_range
+                x.to(self.input_dtype), self.handle_tensor, self.out_features
             )
-        return torch.ops.quantized.linear_dynamic(
-            x.to(self.input_dtype), self.packed, self.reduce_range
-        )
+        return torch.ops.quantized.linear_dynamic(x.to(self.input_dtype), self.packed, False)
 
 
 _PACKED_INT8: dict[int, object] = {}
 _handles = itertools.count()
 
 
-def _int8_dynamic_linear_impl(
-    x: Tensor, handle: Tensor, out_features: int, reduce_range: bool
-) -> Tensor:
+def _int8_dynamic_linear_impl(x: Tensor, handle: Tensor, out_features: int) -> Tensor:
     packed = _PACKED_INT8[int(handle)]
-    return torch.ops.quantized.linear_dynamic(x, packed, reduce_range)  # type: ignore[arg-type]
+    return torch.ops.quantized.linear_dynamic(x, packed, False)  # type: ignore[arg-type]
 
 
-def _int8_dynamic_linear_fake(
-    x: Tensor, handle: Tensor, out_features: int, reduce_range: bool
-) -> Tensor:
+def _int8_dynamic_linear_fake(x: Tensor, handle: Tensor, out_features: int) -> Tensor:
     return x.new_empty((*x.shape[:-1], out_features))
 
 
-_LIBRARY.define(
-    "int8_dynamic_linear(Tensor x, Tensor handle, int out_features, bool reduce_range) -> Tensor"
-)
+_LIBRARY.define("int8_dynamic_linear(Tensor x, Tensor handle, int out_features) -> Tensor")
 _LIBRARY.impl("int8_dynamic_linear", _int8_dynamic_linear_impl, "CPU")
 torch.library.register_fake("chattts::int8_dynamic_linear", _int8_dynamic_linear_fake, lib=_LIBRARY)
 
@@ -252,11 +230,17 @@ class LinearMode:
     """'none' (lossless), 'bf16' or 'int8': what --quantize names."""
     build: Callable[[Tensor, Tensor | None], nn.Module] | None
     """Weight (N, K) and bias -> the kernel; None for a mixed mode (see ``per_layer``)."""
-    available: Callable[[torch.device, torch.dtype], bool]
+    why_not: Callable[[torch.device, torch.dtype, CpuFeatures], str | None]
+    """Why this mode cannot serve on the device, dtype and CPU; None where it can."""
     fuse: bool = True
     """Stack projections that share an input (Q/K/V, gate/up) into one matmul."""
     per_layer: Callable[[int], str] | None = None
     """A mixed mode: layer index -> the mode whose kernel that layer runs."""
+
+    def available(
+        self, device: torch.device, dtype: torch.dtype, cpu: CpuFeatures | None = None
+    ) -> bool:
+        return self.why_not(device, dtype, cpu or cpu_features()) is None
 
     @property
     def lossless(self) -> bool:
@@ -276,57 +260,84 @@ def _first_layers_bf16(num_bf16: int, base: str, layer_id: int) -> str:
     return "bf16" if layer_id < num_bf16 else base
 
 
-def _mixed_available(base: str, device: torch.device, dtype: torch.dtype) -> bool:
-    return MODES["bf16"].available(device, dtype) and MODES[base].available(device, dtype)
+def _why_not_cpu_fp32(device: torch.device, dtype: torch.dtype) -> str | None:
+    if device.type != "cpu":
+        return "lossy linear modes are CPU-only"
+    if dtype != torch.float32:
+        return "lossy linear modes need an fp32 model"
+    return None
 
 
-def _cpu_fp32(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype == torch.float32
+def _why_not_onednn(device: torch.device, dtype: torch.dtype, cpu: CpuFeatures) -> str | None:
+    if device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
+        return "oneDNN packing is for fp32/bf16 on CPU"
+    return None if onednn_available() else "this torch build has no oneDNN linear ops"
+
+
+def _why_not_bf16(device: torch.device, dtype: torch.dtype, cpu: CpuFeatures) -> str | None:
+    if reason := _why_not_cpu_fp32(device, dtype) or _why_not_onednn(device, dtype, cpu):
+        return reason
+    if not cpu.native_bf16("onednn"):
+        return "no AVX512-BF16 or AMX: oneDNN would emulate bf16 and gain nothing"
+    return None
+
+
+def _why_not_int8(
+    engine: str, device: torch.device, dtype: torch.dtype, cpu: CpuFeatures
+) -> str | None:
+    if reason := _why_not_cpu_fp32(device, dtype):
+        return reason
+    if not _int8_engine(engine):
+        return f"this torch build has no {engine} engine"
+    library = "fbgemm" if engine == "fbgemm" else "onednn"
+    if not cpu.vnni(library):
+        return (
+            f"no VNNI for {library} (avx512_vnni, avx_vnni or amx_int8): its u8 x s8 products"
+            " saturate in 16-bit pairs, below the quality budget"
+        )
+    return None
+
+
+def _why_not_int8_wo(device: torch.device, dtype: torch.dtype, cpu: CpuFeatures) -> str | None:
+    if not hasattr(torch, "_weight_int8pack_mm"):
+        return "this torch build has no _weight_int8pack_mm"
+    return _why_not_bf16(device, dtype, cpu)  # its fp32 path is scalar: it runs in bf16
+
+
+def _why_not_mixed(
+    base: str, device: torch.device, dtype: torch.dtype, cpu: CpuFeatures
+) -> str | None:
+    return MODES["bf16"].why_not(device, dtype, cpu) or MODES[base].why_not(device, dtype, cpu)
 
 
 MODES: dict[str, LinearMode] = {
     m.name: m
     for m in [
         # MKL ran the stacked Q/K/V and gate/up matrices ~10% slower than separate ones on CPU.
-        LinearMode("dense", "none", DenseLinear, lambda d, t: True, fuse=False),
+        LinearMode("dense", "none", DenseLinear, lambda d, t, c: None, fuse=False),
         LinearMode(
-            "dense-onednn",
-            "none",
-            lambda w, b: OneDNNLinear(w, b, w.dtype),
-            lambda d, t: (
-                d.type == "cpu" and t in (torch.float32, torch.bfloat16) and onednn_available()
-            ),
+            "dense-onednn", "none", lambda w, b: OneDNNLinear(w, b, w.dtype), _why_not_onednn
         ),
-        LinearMode(
-            "bf16",
-            "bf16",
-            lambda w, b: OneDNNLinear(w, b, torch.bfloat16),
-            lambda d, t: _cpu_fp32(d, t) and _bf16_fast(),
-        ),
+        LinearMode("bf16", "bf16", lambda w, b: OneDNNLinear(w, b, torch.bfloat16), _why_not_bf16),
         LinearMode(
             "int8",
             "int8",
             lambda w, b: DynamicInt8Linear(w, b, "fbgemm"),
-            lambda d, t: _cpu_fp32(d, t) and _int8_engine("fbgemm"),
+            functools.partial(_why_not_int8, "fbgemm"),
         ),
         LinearMode(
             "int8-onednn",
             "int8",
             lambda w, b: DynamicInt8Linear(w, b, "onednn"),
-            lambda d, t: _cpu_fp32(d, t) and _int8_engine("onednn"),
+            functools.partial(_why_not_int8, "onednn"),
         ),
-        LinearMode(
-            "int8-wo",
-            "int8",
-            WeightOnlyInt8Linear,
-            lambda d, t: _cpu_fp32(d, t) and hasattr(torch, "_weight_int8pack_mm") and _bf16_fast(),
-        ),
+        LinearMode("int8-wo", "int8", WeightOnlyInt8Linear, _why_not_int8_wo),
         *(
             LinearMode(
                 f"{base}-mixed{n}",
                 "int8",
                 None,
-                functools.partial(_mixed_available, base),
+                functools.partial(_why_not_mixed, base),
                 per_layer=functools.partial(_first_layers_bf16, n, base),
             )
             for base, n in MIXED
@@ -335,17 +346,37 @@ MODES: dict[str, LinearMode] = {
 }
 
 
-def modes_for(quantize: str, device: torch.device, dtype: torch.dtype) -> list[str]:
-    """The modes ``--quantize`` allows on this device and dtype, lossless first."""
+def unavailable_modes(
+    quantize: str, device: torch.device, dtype: torch.dtype, cpu: CpuFeatures | None = None
+) -> dict[str, str]:
+    """The modes ``--quantize`` names that cannot serve here -> why (logged at warm-up)."""
+    cpu = cpu or cpu_features()
+    reasons = {
+        m.name: m.why_not(device, dtype, cpu)
+        for m in MODES.values()
+        if quantize == "auto" or m.family == quantize
+    }
+    return {name: why for name, why in reasons.items() if why}
+
+
+def modes_for(
+    quantize: str, device: torch.device, dtype: torch.dtype, cpu: CpuFeatures | None = None
+) -> list[str]:
+    """The modes ``--quantize`` allows on this device, dtype and CPU, lossless first."""
     if quantize not in QUANTIZE_CHOICES:
         raise ValueError(f"quantize must be one of {QUANTIZE_CHOICES}, got {quantize!r}")
+    cpu = cpu or cpu_features()
     names = [
         m.name
         for m in MODES.values()
-        if m.available(device, dtype) and (quantize == "auto" or m.family == quantize)
+        if (quantize == "auto" or m.family == quantize) and m.why_not(device, dtype, cpu) is None
     ]
     if not names:
-        raise ValueError(f"--quantize {quantize} has no kernel for {device.type}/{dtype}")
+        reasons = unavailable_modes(quantize, device, dtype, cpu)
+        raise ValueError(
+            f"--quantize {quantize} has no kernel for {device.type}/{dtype} on {cpu.describe()}: "
+            + "; ".join(f"{name}: {why}" for name, why in reasons.items())
+        )
     return names
 
 

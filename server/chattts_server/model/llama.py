@@ -31,6 +31,7 @@ from .attention import (
     bf16_attention_faster,
 )
 from .compiled_decode import CompiledDecode
+from .cpu_features import cpu_features
 from .kv_cache import SlotKVCache
 from .linear_modes import ModeTable
 from .llama_layers import Layer, LlamaShape, q_kv, rms_norm
@@ -183,6 +184,14 @@ class LlamaDecoder(nn.Module):
             kv_dtype = served_kv_dtype(shape, device, dtype, modes is None and quantize != "none")
         model.kv_dtype = kv_dtype
         model.set_mode_table({1: names[0]})
+        if modes is None and quantize != "none":
+            left_out = linear_modes.unavailable_modes(quantize, device, dtype)
+            if left_out:
+                log.info(
+                    "GPT linear modes left out on %s: %s",
+                    cpu_features().describe(),
+                    "; ".join(f"{name} ({why})" for name, why in left_out.items()),
+                )
         log.info(
             "GPT linear weights (%s): %s",
             quantize,

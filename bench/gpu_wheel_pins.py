@@ -1,0 +1,133 @@
+"""bench/gpu_wheels.txt's versions, taken from uv.lock.
+
+The GPU machine runs Python 3.12 and the CPU venv 3.11; the dry run (bench/gpu_check.sh
+--dry-run) installs the same pins for both, so a carried package must resolve to one version
+for both Pythons in the lock. `--write` rewrites the list's versions from the lock (`make lock`
+runs it), `--check` fails naming every pin that differs (`make install` runs it).
+
+Usage (repo root):  python bench/gpu_wheel_pins.py --check | --write
+                    [--lock uv.lock] [--list bench/gpu_wheels.txt] [--uv .cache/uv-tool/bin/uv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from packaging.markers import Marker
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHONS = ("3.11", "3.12")  # the CPU venv's and the GPU machine's
+_PIN = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)")
+
+
+def _environment(python: str) -> dict[str, str]:
+    return {
+        "python_version": python,
+        "python_full_version": f"{python}.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+    }
+
+
+def locked_versions(lock: Path, uv: str, python: str) -> dict[str, set[str]]:
+    """Package name -> the versions uv.lock installs with the server and dev extras (what
+    `make install` syncs) for `python` on Linux x86-64. uv exports them, so its own rules for
+    forks and extras decide; the markers left are evaluated here."""
+    exported = subprocess.run(
+        [
+            uv,
+            "export",
+            "--frozen",
+            "--no-hashes",
+            "--no-header",
+            "--no-annotate",
+            "--no-emit-project",
+            "--extra",
+            "server",
+            "--extra",
+            "dev",
+        ],
+        cwd=lock.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    env = _environment(python)
+    versions: dict[str, set[str]] = {}
+    for line in exported.splitlines():
+        requirement, _, marker = line.partition(";")
+        match = _PIN.match(requirement.strip())
+        if match and (not marker.strip() or Marker(marker).evaluate(env)):
+            versions.setdefault(canonicalize_name(match["name"]), set()).add(match["version"])
+    return versions
+
+
+def expected_pins(lock: Path, uv: str) -> dict[str, str | None]:
+    """Name -> the one version both Pythons lock, or None where they differ or fork."""
+    per_python = [locked_versions(lock, uv, python) for python in PYTHONS]
+    names = set().union(*per_python)
+    pins: dict[str, str | None] = {}
+    for name in names:
+        found = set().union(*(p.get(name, set()) for p in per_python))
+        pins[name] = next(iter(found)) if len(found) == 1 else None
+    return pins
+
+
+def compare(lock: Path, listing: Path, uv: str) -> tuple[list[str], str]:
+    """(problems, the list with the lock's versions)."""
+    pins = expected_pins(lock, uv)
+    problems, lines = [], []
+    for line in listing.read_text().splitlines(keepends=True):
+        match = _PIN.match(line)
+        if not match:
+            lines.append(line)
+            continue
+        name, version = match["name"], match["version"]
+        want = pins.get(canonicalize_name(name), "absent")
+        if want == "absent":
+            problems.append(f"{name}: not in {lock.name}")
+        elif want is None:
+            problems.append(f"{name}: {lock.name} locks different versions for Python {PYTHONS}")
+        elif want != version:
+            problems.append(f"{name}=={version} (lock: {want})")
+            line = line.replace(f"=={version}", f"=={want}", 1)
+        lines.append(line)
+    return problems, "".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--check", action="store_true", help="fail if a pin differs")
+    action.add_argument("--write", action="store_true", help="rewrite the pins from the lock")
+    parser.add_argument("--lock", type=Path, default=REPO / "uv.lock")
+    parser.add_argument("--list", type=Path, default=REPO / "bench" / "gpu_wheels.txt")
+    parser.add_argument("--uv", default=str(REPO / ".cache" / "uv-tool" / "bin" / "uv"))
+    args = parser.parse_args(argv)
+    problems, updated = compare(args.lock, args.list, args.uv)
+    unfixable = [p for p in problems if "(lock:" not in p]
+    if args.write and not unfixable:
+        if problems:
+            args.list.write_text(updated)
+            print(f"{args.list}: {len(problems)} pins updated from {args.lock.name}")
+        return 0
+    if problems:
+        print(f"{args.list} differs from {args.lock}:", *problems, sep="\n  ", file=sys.stderr)
+        print("run `make lock` to take the lock's versions", file=sys.stderr)
+        return 1
+    print(f"{args.list}: every pin is what {args.lock.name} locks")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
