@@ -1,12 +1,13 @@
-"""bench/gpu_wheels.txt's versions, taken from uv.lock.
+"""The GPU check's wheel lists take their versions from uv.lock.
 
-The GPU machine runs Python 3.12 and the CPU venv 3.11; the dry run (bench/gpu_check.sh
---dry-run) installs the same pins for both, so a carried package must resolve to one version
-for both Pythons in the lock. `--write` rewrites the list's versions from the lock (`make lock`
-runs it), `--check` fails naming every pin that differs (`make install` runs it).
+bench/gpu_wheels.txt is carried to the GPU machine (Python 3.12) and installed for the CPU
+venv's Python by the dry run (bench/gpu_check.sh --dry-run), so each of its packages must lock
+to one version for both. bench/gpu_dry_run_stand_ins.txt is pinned to what the CPU venv runs.
+`--write` rewrites the lists' versions from the lock (`make lock` runs it), `--check` fails
+naming every pin that differs (`make install` runs it). Run it with the venv's Python version.
 
 Usage (repo root):  python bench/gpu_wheel_pins.py --check | --write
-                    [--lock uv.lock] [--list bench/gpu_wheels.txt] [--uv .cache/uv-tool/bin/uv]
+                    [--lock uv.lock] [--list FILE] [--uv .cache/uv-tool/bin/uv]
 """
 
 from __future__ import annotations
@@ -15,14 +16,19 @@ import argparse
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 from packaging.markers import Marker
 from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
-PYTHONS = ("3.11", "3.12")  # the CPU venv's and the GPU machine's
+VENV_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+GPU_PYTHON = "3.12"
+LISTS = {
+    REPO / "bench" / "gpu_wheels.txt": (VENV_PYTHON, GPU_PYTHON),
+    REPO / "bench" / "gpu_dry_run_stand_ins.txt": (VENV_PYTHON,),
+}
+"""Each list, and the Pythons whose locked versions it must equal."""
 _PIN = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)")
 
 
@@ -72,9 +78,9 @@ def locked_versions(lock: Path, uv: str, python: str) -> dict[str, set[str]]:
     return versions
 
 
-def expected_pins(lock: Path, uv: str) -> dict[str, str | None]:
-    """Name -> the one version both Pythons lock, or None where they differ or fork."""
-    per_python = [locked_versions(lock, uv, python) for python in PYTHONS]
+def expected_pins(lock: Path, uv: str, pythons: tuple[str, ...]) -> dict[str, str | None]:
+    """Name -> the one version every one of `pythons` locks, or None where they differ."""
+    per_python = [locked_versions(lock, uv, python) for python in sorted(set(pythons))]
     names = set().union(*per_python)
     pins: dict[str, str | None] = {}
     for name in names:
@@ -83,9 +89,9 @@ def expected_pins(lock: Path, uv: str) -> dict[str, str | None]:
     return pins
 
 
-def compare(lock: Path, listing: Path, uv: str) -> tuple[list[str], str]:
+def compare(lock: Path, listing: Path, uv: str, pythons: tuple[str, ...]) -> tuple[list[str], str]:
     """(problems, the list with the lock's versions)."""
-    pins = expected_pins(lock, uv)
+    pins = expected_pins(lock, uv, pythons)
     problems, lines = [], []
     for line in listing.read_text().splitlines(keepends=True):
         match = _PIN.match(line)
@@ -97,7 +103,7 @@ def compare(lock: Path, listing: Path, uv: str) -> tuple[list[str], str]:
         if want == "absent":
             problems.append(f"{name}: not in {lock.name}")
         elif want is None:
-            problems.append(f"{name}: {lock.name} locks different versions for Python {PYTHONS}")
+            problems.append(f"{name}: {lock.name} locks different versions for Python {pythons}")
         elif want != version:
             problems.append(f"{name}=={version} (lock: {want})")
             line = line.replace(f"=={version}", f"=={want}", 1)
@@ -111,22 +117,25 @@ def main(argv: list[str] | None = None) -> int:
     action.add_argument("--check", action="store_true", help="fail if a pin differs")
     action.add_argument("--write", action="store_true", help="rewrite the pins from the lock")
     parser.add_argument("--lock", type=Path, default=REPO / "uv.lock")
-    parser.add_argument("--list", type=Path, default=REPO / "bench" / "gpu_wheels.txt")
+    parser.add_argument("--list", type=Path, help="one list (as gpu_wheels.txt); default: both")
     parser.add_argument("--uv", default=str(REPO / ".cache" / "uv-tool" / "bin" / "uv"))
     args = parser.parse_args(argv)
-    problems, updated = compare(args.lock, args.list, args.uv)
-    unfixable = [p for p in problems if "(lock:" not in p]
-    if args.write and not unfixable:
-        if problems:
-            args.list.write_text(updated)
-            print(f"{args.list}: {len(problems)} pins updated from {args.lock.name}")
-        return 0
-    if problems:
-        print(f"{args.list} differs from {args.lock}:", *problems, sep="\n  ", file=sys.stderr)
+    lists = {args.list: (VENV_PYTHON, GPU_PYTHON)} if args.list else LISTS
+    failed = False
+    for listing, pythons in lists.items():
+        problems, updated = compare(args.lock, listing, args.uv, pythons)
+        unfixable = [p for p in problems if "(lock:" not in p]
+        if args.write and problems and not unfixable:
+            listing.write_text(updated)
+            print(f"{listing}: {len(problems)} pins updated from {args.lock.name}")
+        elif problems:
+            print(f"{listing} differs from {args.lock}:", *problems, sep="\n  ", file=sys.stderr)
+            failed = True
+        else:
+            print(f"{listing}: every pin is what {args.lock.name} locks")
+    if failed:
         print("run `make lock` to take the lock's versions", file=sys.stderr)
-        return 1
-    print(f"{args.list}: every pin is what {args.lock.name} locks")
-    return 0
+    return int(failed)
 
 
 if __name__ == "__main__":
