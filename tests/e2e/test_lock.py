@@ -3,6 +3,7 @@ the GPU wheel list; a pyproject edited without `make lock` is refused, not quiet
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ def _uv(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(UV), *args],
         cwd=cwd,
-        env={**env, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=120,
@@ -30,12 +31,12 @@ def _uv(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_lock_is_what_pyproject_resolves_to() -> None:
-    done = _uv("lock", "--check", "--offline")
+    done = _uv("lock", "--check")
     assert done.returncode == 0, done.stderr
 
 
 def test_the_venv_holds_exactly_the_lock() -> None:
-    done = _uv("sync", "--locked", "--check", "--offline", *EXTRAS, "--python", sys.executable)
+    done = _uv("sync", "--locked", "--check", *EXTRAS, "--python", sys.executable)
     assert done.returncode == 0, done.stderr
     import importlib.metadata as md
 
@@ -47,9 +48,9 @@ def test_a_pyproject_edited_without_relocking_is_refused(tmp_path: Path) -> None
     text = (REPO / "pyproject.toml").read_text()
     assert '"soundfile>=0.12",' in text
     (tmp_path / "pyproject.toml").write_text(
-        text.replace('"soundfile>=0.12",', '"soundfile>=0.12",\n    "six>=1.16",')
+        text.replace('"soundfile>=0.12",', '"soundfile>=0.12,<0.14",')
     )
-    done = _uv("lock", "--check", "--offline", cwd=tmp_path)
+    done = _uv("lock", "--check", cwd=tmp_path)
     assert done.returncode != 0
     assert "needs to be updated" in done.stderr or "out of date" in done.stderr, done.stderr
 
