@@ -8,6 +8,11 @@ PORT ?= 50051
 HTTP_PORT ?= 8000
 DEV_MODEL ?= tiny
 PYTEST_ARGS ?=
+# make test: the suite on TEST_WORKERS pytest-xdist workers (most tests wait on sockets and
+# subprocess servers on free ports), then the `serial` tests alone, which assert timing ratios
+# under loads they make themselves. Each phase prints its 20 slowest tests.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest --durations=20
 
 .PHONY: install lock browser ffmpeg proxy run test proto lint bench bench-quick clean
 
@@ -73,8 +78,10 @@ proxy:
 run: install
 	$(BIN)/chattts-server --host $(HOST) --port $(PORT) --http-port $(HTTP_PORT) --dev-model $(DEV_MODEL)
 
+# Exit 5 is "no tests collected": PYTEST_ARGS chose tests of one phase only.
 test: install browser ffmpeg proxy
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "not serial" $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(PYTEST) -m serial $(PYTEST_ARGS) || [ $$? = 5 ]
 
 proto: install
 	$(BIN)/python tools/gen_proto.py

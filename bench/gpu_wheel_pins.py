@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--check", action="store_true", help="fail if a pin differs")
     action.add_argument("--write", action="store_true", help="rewrite the pins from the lock")
+    action.add_argument("--smoke", action="store_true", help="as --check (it writes nothing)")
     parser.add_argument("--lock", type=Path, default=REPO / "uv.lock")
     parser.add_argument("--list", type=Path, help="one list (as gpu_wheels.txt); default: both")
     parser.add_argument("--uv", default=str(REPO / ".cache" / "uv-tool" / "bin" / "uv"))

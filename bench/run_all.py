@@ -6,6 +6,7 @@ bench_lookahead.py and any other bench_*.py. Results land in bench/results/.
 
     python bench/run_all.py [ARGS for bench_serving.py]   e.g. --tokens 100 --requests 4
     python bench/run_all.py --smoke   # each benchmark in its smoke mode; writes nothing here
+    python bench/run_all.py --smoke --only bench_priority.py,bench_soak.py   # just those
 
 Extra arguments per benchmark come from BENCH_<NAME>_ARGS, NAME being the file name without
 `bench_` in capitals: BENCH_DECODE_STEP_ARGS (default "--steps 5"), BENCH_LOOKAHEAD_ARGS (e.g.
@@ -68,9 +69,21 @@ def main() -> int:
         action="store_true",
         help="run each benchmark with --smoke (tiny model, seconds each, output to temp dirs)",
     )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated bench_*.py names to run (default: all); the tests run each apart",
+    )
     args, serving_args = parser.parse_known_args()
+    chosen = benchmarks()
+    if args.only:
+        names = set(args.only.split(","))
+        unknown = names - {p.name for p in chosen}
+        if unknown:
+            parser.error(f"--only: no such benchmark {', '.join(sorted(unknown))}")
+        chosen = [p for p in chosen if p.name in names]
     failed = []
-    for script in benchmarks():
+    for script in chosen:
         if args.smoke:
             extra = ["--smoke"]
         else:
@@ -79,7 +92,7 @@ def main() -> int:
             failed.append(script.name)
     if not args.smoke:
         print(f"results in {BENCH / 'results'}")
-    print(f"{len(failed)} of {len(benchmarks())} benchmarks failed: {', '.join(failed) or 'none'}")
+    print(f"{len(failed)} of {len(chosen)} benchmarks failed: {', '.join(failed) or 'none'}")
     return 1 if failed else 0
 
 

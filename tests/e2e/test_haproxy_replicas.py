@@ -32,6 +32,7 @@ from polling import wait_until
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.serial,  # first-audio p95 of the survivors within 2x: no other load beside it
     pytest.mark.skipif(haproxy_missing() is not None, reason=str(haproxy_missing())),
 ]
 

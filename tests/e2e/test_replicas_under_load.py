@@ -68,6 +68,7 @@ def _launch(cpu: int | None, cache: Path, monkeypatch: pytest.MonkeyPatch) -> Se
         os.sched_setaffinity(0, mask)
 
 
+@pytest.mark.serial  # the ratio of two loads it makes itself: no third load beside them
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 @pytest.mark.parametrize("share", ["default", "cpu-set"])
 def test_two_busy_replicas_each_stay_within_2_5x_of_one_alone(

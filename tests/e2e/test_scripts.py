@@ -1,9 +1,9 @@
 """Every script in bench/ and tools/ answers --help and runs in its smoke mode, so none rots unseen.
 
 Scripts are found by globbing: a new script without --help or --smoke fails here. The benchmarks
-(bench/bench_*.py) run in smoke mode once, through `bench/run_all.py --smoke`, which runs each of
-them; the other scripts run on their own. Smoke runs use the tiny dev model and write nothing
-into bench/results/.
+(bench/bench_*.py) run in smoke mode through `bench/run_all.py --smoke --only <one>`, a test
+each (so pytest-xdist spreads them); the other scripts run on their own. Smoke runs use the tiny
+dev model and write nothing into bench/results/.
 """
 
 from __future__ import annotations
@@ -39,10 +39,9 @@ SMOKE_SAYS = {
 }
 
 
-# run_all.py --smoke runs every benchmark's smoke mode in turn, longer than pytest's 300 s default
-# per test: 762 s for eight benchmarks on this 2-core machine at load 11-15 (bench_serving 265 s,
-# bench_neighbours 252 s).
-RUN_ALL_S = 900
+# A benchmark's smoke run through run_all.py, longer than pytest's 300 s default on a busy 2-core
+# machine (bench_neighbours took 252 s at load 11-15 when run_all ran them all in one test).
+BENCH_SMOKE_S = 600
 
 
 def _ids(paths: list[Path]) -> list[str]:
@@ -80,24 +79,16 @@ def _results_snapshot() -> dict[str, tuple[int, int]]:
     }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def results_before() -> dict[str, tuple[int, int]]:
-    return _results_snapshot()
-
-
-@pytest.fixture(scope="module")
-def run_all_smoke(results_before: dict[str, tuple[int, int]]) -> tuple[int, dict[str, str]]:
-    """`run_all.py --smoke` once: its exit code and each benchmark's output, by script name."""
+def _run_all_smoke(script: Path) -> str:
+    """`run_all.py --smoke --only <script>`: run_all runs the one benchmark, so each runs as a
+    test of its own (in parallel under pytest-xdist) and run_all is exercised by every one."""
     done = _run(
-        [sys.executable, str(REPO / "bench" / "run_all.py"), "--smoke"], timeout_s=RUN_ALL_S
+        [sys.executable, str(REPO / "bench" / "run_all.py"), "--smoke", "--only", script.name],
+        timeout_s=BENCH_SMOKE_S,
     )
-    sections: dict[str, str] = {"run_all.py": done.stdout}
-    for block in re.split(r"^\$ ", done.stdout, flags=re.M)[1:]:
-        command = block.split("\n", 1)[0].split()
-        script = next((Path(w).name for w in command if w.endswith(".py")), None)
-        if script is not None:
-            sections[script] = block
-    return done.returncode, sections
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert re.search(r"^0 of 1 benchmarks failed", done.stdout, re.M), done.stdout[-3000:]
+    return done.stdout
 
 
 def test_every_benchmark_is_run_by_run_all() -> None:
@@ -115,18 +106,17 @@ def test_script_answers_help(script: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(RUN_ALL_S + 60)  # the first one runs run_all's fixture
+@pytest.mark.timeout(BENCH_SMOKE_S + 60)
 @pytest.mark.parametrize("script", SCRIPTS, ids=_ids(SCRIPTS))
-def test_script_runs_in_smoke_mode(script: Path, run_all_smoke: tuple[int, dict[str, str]]) -> None:
+def test_script_runs_in_smoke_mode(script: Path) -> None:
+    results_before = _results_snapshot()
     if script in BENCHMARKS:
-        _, sections = run_all_smoke
-        assert script.name in sections, f"run_all.py --smoke did not run {script.name}"
-        output = sections[script.name]
+        output = _run_all_smoke(script)
         assert re.search(r"^-> rc 0 in", output, re.M), output[-3000:]
     elif script.name == "run_all.py":
-        rc, sections = run_all_smoke
-        output = sections["run_all.py"]
-        assert rc == 0, output[-3000:]
+        done = _run([sys.executable, str(script), "--smoke", "--only", "no_such.py"], 60)
+        assert done.returncode == 2 and "no such benchmark no_such.py" in done.stdout
+        output = "0 of 0 benchmarks failed"  # it runs every benchmark above, one at a time
     else:
         done = _run([sys.executable, str(script), "--smoke"], timeout_s=120)
         output = done.stdout
@@ -134,18 +124,13 @@ def test_script_runs_in_smoke_mode(script: Path, run_all_smoke: tuple[int, dict[
     assert "Traceback" not in output, output[-3000:]
     says = SMOKE_SAYS.get(script.name, r"\S")
     assert re.search(says, output, re.M), f"{script.name} --smoke printed no {says!r}"
+    assert _results_snapshot() == results_before, f"{script.name} --smoke wrote into bench/results"
 
 
 @pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=_ids(SHELL_SCRIPTS))
 def test_shell_script_parses(script: Path) -> None:
     done = _run(["bash", "-n", str(script)], timeout_s=30)
     assert done.returncode == 0, done.stdout
-
-
-def test_smoke_runs_wrote_nothing_into_bench_results(
-    results_before: dict[str, tuple[int, int]],
-) -> None:
-    assert _results_snapshot() == results_before
 
 
 @pytest.mark.slow
