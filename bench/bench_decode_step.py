@@ -49,12 +49,12 @@ from typing import cast
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaModel
 
+from chattts_server.defaults import MIN_SNR_DB
 from chattts_server.model.autotune import measure_snr
 from chattts_server.model.compiled_decode import CompiledDecode, compilable
 from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.linear_modes import MODES, modes_for
 from chattts_server.model.llama import LlamaDecoder, LlamaShape, served_kv_dtype
-from chattts_server.model.quantize_policy import MIN_SNR_DB
 from chattts_server.threads import cpu_budget, plan_threads
 
 PROBE = "probe"

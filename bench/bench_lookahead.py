@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "client"), str(REPO / "server"), str(REPO / "tools")]
 
 from chattts_devtools.window_decoder import WindowDecoder  # noqa: E402
-from chattts_server.engine.chunking import BusyFirstChunk, ChunkingConfig  # noqa: E402
+from chattts_server.engine.chunking import BusyFirstChunk, ChunkSchedule  # noqa: E402
 from chattts_server.engine.streaming_decode import StreamingDecoder  # noqa: E402
 from chattts_server.model.receptive_field import frames_to_tokens  # noqa: E402
 from chattts_server.model.vocos import VocosVocoder  # noqa: E402
@@ -120,9 +120,7 @@ class Row:
         return self.wait_ms + self.first_decode_ms
 
 
-def stream_once(
-    sd: StreamingDecoder | WindowDecoder, hiddens: torch.Tensor, config: ChunkingConfig
-):
+def stream_once(sd: StreamingDecoder | WindowDecoder, hiddens: torch.Tensor, config: ChunkSchedule):
     """Push one token per step; returns (audio, per-chunk decode ms, steady window tokens)."""
     stream = sd.open(config)
     parts, chunk_ms = [], []
@@ -151,7 +149,7 @@ def offline(decoder: torch.nn.Module, vocos: torch.nn.Module, hiddens: torch.Ten
         return vocos.decode(decoder(hiddens.T[None].clone()))[0].numpy()
 
 
-def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, ChunkingConfig, str]:
+def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, ChunkSchedule, str]:
     recipes = [None] if args.model_dir else args.recipes
     decoder, vocos = build_modules(args.model_dir, recipes[0] or "dev")
     vocoder = VocosVocoder(vocos)
@@ -166,7 +164,7 @@ def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, Chunki
     hiddens = hidden_walk(args.tokens, 2 * decoder.decoder.conv_in[0].in_channels)
     reference = offline(decoder, vocos, hiddens)
     other_refs = {name: offline(dec, voc, hiddens) for name, (dec, voc) in others.items()}
-    base = replace(ChunkingConfig(), left_context_tokens=left)
+    base = replace(ChunkSchedule(), left_context_tokens=left)
     configs = [replace(base, lookahead_tokens=lookahead) for lookahead in args.lookaheads]
     first_runs = [stream_once(sd, hiddens, config) for config in configs]  # also warms kernels
     window_sd = WindowDecoder(decoder, vocoder)
@@ -229,7 +227,7 @@ def busy_table(
     others: dict[str, tuple[torch.nn.Module, torch.nn.Module]],
     hiddens: torch.Tensor,
     references: dict[str | None, np.ndarray],
-    base: ChunkingConfig,
+    base: ChunkSchedule,
 ) -> str:
     """What the server's shorter first chunk under load (`BusyFirstChunk`, the defaults) costs
     in accuracy against the stream's own schedule, and the GPT steps it saves before the first
@@ -352,7 +350,7 @@ def summary(rows: list[Row]) -> str:
     return (
         f"Smallest lookahead with SNR >= 30 dB under every recipe: {smallest(30)}; with >= 55 dB "
         f"(room for trained weights that spread influence further): {smallest(55)}. "
-        f"ChunkingConfig default: {ChunkingConfig().lookahead_tokens} tokens."
+        f"ChunkSchedule default: {ChunkSchedule().lookahead_tokens} tokens."
     )
 
 

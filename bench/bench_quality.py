@@ -40,6 +40,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "server"), str(REPO / "client")]
 
+from chattts_server.defaults import MIN_SNR_DB  # noqa: E402
 from chattts_server.model.autotune import snr_db  # noqa: E402
 from chattts_server.model.dev_assets import build_dev_assets  # noqa: E402
 from chattts_server.model.kv_cache import SlotKVCache  # noqa: E402
@@ -47,7 +48,6 @@ from chattts_server.model.linear_modes import MODES, modes_for  # noqa: E402
 from chattts_server.model.llama import LlamaDecoder, served_kv_dtype  # noqa: E402
 from chattts_server.model.loader import load_chattts  # noqa: E402
 from chattts_server.model.mel_decoder import decode_mel  # noqa: E402
-from chattts_server.model.quantize_policy import MIN_SNR_DB  # noqa: E402
 
 BUDGET_DB = MIN_SNR_DB
 REFERENCE = "dense"

@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "client"), str(REPO / "server"), str(REPO / "tools")]
 
-from chattts_server.engine.types import InvalidRequestError  # noqa: E402
+from chattts_server.errors import InvalidRequestError  # noqa: E402
 from chattts_server.text.ssml import ssml_items  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """What lets a client ride out replicas that restart, drain or die: the default gRPC service
 config (round robin, retry of UNAVAILABLE or UNKNOWN before the first response, streams
 included) and keepalive that finds a peer that stopped answering.
-`ClientOptions(service_config=None, keepalive=False)` turns them off. The README (Deployment)
+`ClientOptions(service_config=None, keepalive=False)` turns them off. docs/replicas.md
 gives the same JSON for clients in other languages.
 """
 

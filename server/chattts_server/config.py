@@ -1,62 +1,36 @@
 """Server configuration: one dataclass tree, built once from the command line, passed down.
 
-Each field says everything about itself once, with `option(...)`: its default, its help line,
-its choices or bounds. From that `build_parser` makes the command line (`--max-streams` for
-`EngineConfig.max_streams`), `config_from_args` maps it back, and `validate` checks every
-bound; only rules between fields are written out, in each section's `check`. No module reads
-the environment at import time; `main` builds a `ServerConfig` and hands it to whoever needs it.
-
-This module is a leaf: it imports nothing of the server. The defaults it shows that other layers
-also use (the chunk schedule, the quantize policy) are defined here and imported from here
-(tests/unit/test_import_graph.py holds both rules).
+Each field says everything about itself once, with `option(...)`: its default, help line,
+choices or bounds; `config_cli` makes the command line from that, `validate` checks every bound,
+and only rules between fields are written out (each section's `check`). No module reads the
+environment at import time; `main` builds a `ServerConfig` and hands it to whoever needs it.
+A leaf but for `defaults`, the numbers other layers use too (tests/unit/test_import_graph.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-QUANTIZE_CHOICES = ("none", "bf16", "int8", "auto")
-"""Linear-mode families `--quantize` allows: lossless only, bf16, int8, or any within budget."""
-MIN_SNR_DB = 30.0
-"""A lossy mode serves under `auto` only if its hidden states are within this SNR of the
-lossless mode's (autotune at warm-up; bench/bench_quality.py reports against it)."""
-
-FIRST_CHUNK_TOKENS = 8
-"""New tokens in a stream's first audio chunk: small, for a short time to first audio."""
-MAX_CHUNK_TOKENS = 32
-"""Cap on new tokens per chunk (chunks grow from the first up to it): bounds the per-chunk cost
-and the gap between chunks."""
-LOOKAHEAD_TOKENS = 8
-"""Tokens past a chunk's end that must exist before it is decoded, latency against accuracy:
-8 gives >= 60 dB SNR against offline audio in bench/bench_lookahead.py for +171 ms to first
-audio."""
-BUSY_BATCH = 8
-"""Decode batch from which a stream's first chunk is shortened (`BusyFirstChunk`): at
-batch 8 and up a CPU decode step costs several times one at batch 1."""
-BUSY_FIRST_CHUNK_TOKENS = 4
-"""First-chunk tokens of a stream whose first chunk comes at or above BUSY_BATCH."""
-BUSY_LOOKAHEAD_TOKENS = 4
-"""That first chunk's lookahead (later chunks keep the stream's own)."""
-CHUNK_TOKEN_BOUNDS = {
-    "first_chunk_tokens": (1, 512),
-    "max_chunk_tokens": (1, 1024),
-    "lookahead_tokens": (0, 128),
-}
-"""Inclusive bounds of the chunk schedule, for the server's flags and for one request's
-`SynthesisConfig.chunking` alike."""
+from .defaults import (
+    BUSY_BATCH,
+    BUSY_FIRST_CHUNK_TOKENS,
+    BUSY_LOOKAHEAD_TOKENS,
+    CHUNK_TOKEN_BOUNDS,
+    FIRST_CHUNK_TOKENS,
+    LOOKAHEAD_TOKENS,
+    MAX_CHUNK_TOKENS,
+    MIN_SNR_DB,
+    QUANTIZE_CHOICES,
+    ConfigError,
+    check_chunk_sizes,
+)
 
 DEV_MODEL_CACHE = Path("~/.cache/chattts-stream/dev-models")
 """Where dev models are built unless told otherwise; `~` is expanded where it is used, so no
 home directory is looked up at import."""
-
-
-class ConfigError(ValueError):
-    """A configuration value is out of range or inconsistent."""
 
 
 def _check(condition: bool, message: str) -> None:
@@ -255,10 +229,7 @@ class EngineConfig:
 
     def check(self) -> None:
         _check(self.max_new_tokens < self.max_tokens, "--max-new-tokens must be < --max-tokens")
-        _check(
-            self.first_chunk_tokens <= self.max_chunk_tokens,
-            "--first-chunk-tokens must be <= --max-chunk-tokens",
-        )
+        check_chunk_sizes(self.first_chunk_tokens, self.max_chunk_tokens, "--first-chunk-tokens")
         _check(
             self.vocoder != "hifigan" or self.hifigan_checkpoint is not None,
             "--vocoder hifigan needs --hifigan-checkpoint",
@@ -452,7 +423,7 @@ SECTIONS = (
 """The sections of `ServerConfig`, in --help order, with their --help group."""
 
 
-def _flag(f: dataclasses.Field[Any]) -> str:
+def flag_name(f: dataclasses.Field[Any]) -> str:
     name = f.name.replace("_", "-")
     if f.default is True and f.metadata["switch"] is None:
         return f"--no-{name}"
@@ -464,95 +435,14 @@ def _check_value(f: dataclasses.Field[Any], value: Any) -> None:
     if value is None:
         return
     if choices is not None:
-        _check(value in choices, f"{_flag(f)} must be one of {', '.join(choices)}, got {value!r}")
+        _check(
+            value in choices, f"{flag_name(f)} must be one of {', '.join(choices)}, got {value!r}"
+        )
     if bounds is not None:
         low, high = bounds
         if high is None:
-            _check(value >= low, f"{_flag(f)} must be >= {low:g}")
+            _check(value >= low, f"{flag_name(f)} must be >= {low:g}")
         else:
             low_text = "-inf" if low is None else f"{low:g}"
             ok = (low is None or value >= low) and value <= high
-            _check(ok, f"{_flag(f)} must be in [{low_text}, {high:g}]")
-
-
-def _add_flag(group: argparse._ArgumentGroup, f: dataclasses.Field[Any], kind: type) -> None:
-    m = f.metadata
-    help_text = m["help"]
-    if kind is bool and m["switch"] is None:
-        group.add_argument(_flag(f), action="store_true", help=help_text)
-        return
-    if kind is bool:  # on-off
-        default: Any = "on" if f.default else "off"
-        group.add_argument(
-            _flag(f),
-            choices=["on", "off"],
-            default=default,
-            help=f"{help_text} (default: %(default)s)",
-        )
-        return
-    shown = f"(default: {m['unset']})" if f.default is None else "(default: %(default)s)"
-    group.add_argument(
-        _flag(f),
-        type=str if kind is Path else kind,
-        choices=list(m["choices"]) if m["choices"] else None,
-        default=None if f.default is None else str(f.default) if kind is Path else f.default,
-        help=f"{help_text} {shown}",
-    )
-
-
-def _kind(annotation: Any) -> type:
-    """The scalar type of a field annotation (`int | None` -> int)."""
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    return args[0] if args else annotation  # type: ignore[no-any-return]
-
-
-def _fields(cls: type) -> list[tuple[dataclasses.Field[Any], type]]:
-    hints = typing.get_type_hints(cls)
-    return [(f, _kind(hints[f.name])) for f in dataclasses.fields(cls) if "help" in f.metadata]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line, one flag per `option` field of the config tree."""
-    p = argparse.ArgumentParser(
-        prog="chattts-server",
-        description="Streaming ChatTTS speech synthesis over gRPC (chattts.v1.TextToSpeech).",
-    )
-    groups: dict[str, argparse._ArgumentGroup] = {}
-    section_types = typing.get_type_hints(ServerConfig)
-    top = _fields(ServerConfig)
-    for name, title in SECTIONS:
-        group = groups.get(title) or groups.setdefault(title, p.add_argument_group(title))
-        for f, kind in _fields(section_types[name]):
-            _add_flag(group, f, kind)
-        for f, kind in top:
-            if f.metadata["group"] == name:
-                _add_flag(group, f, kind)
-    for f, kind in top:
-        if f.metadata["group"] is None:
-            _add_flag(p, f, kind)  # type: ignore[arg-type]
-    return p
-
-
-def _value(args: argparse.Namespace, f: dataclasses.Field[Any], kind: type) -> Any:
-    value = getattr(args, f.name if not _flag(f).startswith("--no-") else f"no_{f.name}")
-    if kind is bool:
-        if f.metadata["switch"] == "on-off":
-            return value == "on"
-        return not value if _flag(f).startswith("--no-") else value
-    if kind is Path:
-        return Path(value) if value else None
-    return value
-
-
-def config_from_args(argv: list[str] | None = None) -> ServerConfig:
-    """Parse the command line into a validated `ServerConfig` (raises ConfigError)."""
-    args = build_parser().parse_args(argv)
-    section_types = typing.get_type_hints(ServerConfig)
-    sections = {
-        name: section_types[name](
-            **{f.name: _value(args, f, k) for f, k in _fields(section_types[name])}
-        )
-        for name, _ in SECTIONS
-    }
-    top = {f.name: _value(args, f, k) for f, k in _fields(ServerConfig)}
-    return ServerConfig(**sections, **top).validate()
+            _check(ok, f"{flag_name(f)} must be in [{low_text}, {high:g}]")

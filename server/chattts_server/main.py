@@ -8,7 +8,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from .config import ConfigError, config_from_args
+from .config import ConfigError
+from .config_cli import config_from_args
 from .threads import configure_threads
 
 if TYPE_CHECKING:

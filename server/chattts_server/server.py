@@ -20,11 +20,11 @@ from .api.convert import MAX_REFERENCE_S
 from .api.health import HealthServicer
 from .api.servicer import TextToSpeechServicer, add_to_server
 from .api.synthesis import Synthesis
+from .api.voices import VoiceLibrary
 from .config import ServerConfig
 from .engine.engine import ChatTTSEngine
 from .metrics import Metrics
 from .text.duration import slot_tokens_needed
-from .voices import VoiceLibrary
 
 log = logging.getLogger(__name__)
 

@@ -43,12 +43,12 @@ EXIT_MARGIN_S = 10
 MIN_STARTUP_BUDGET_S = 300
 
 try:
-    from chattts_server.config import config_from_args
-    from chattts_server.voices import VoiceLibrary
+    from chattts_server.api.voices import VoiceLibrary
+    from chattts_server.config_cli import config_from_args
 except ImportError:  # an editable install made before the packages existed maps nothing
     sys.path.insert(0, str(REPO / "server"))
-    from chattts_server.config import config_from_args
-    from chattts_server.voices import VoiceLibrary
+    from chattts_server.api.voices import VoiceLibrary
+    from chattts_server.config_cli import config_from_args
 
 
 # ---------------------------------------------------------------------------------------------

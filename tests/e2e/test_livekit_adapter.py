@@ -42,7 +42,7 @@ from chattts_client import (  # noqa: E402
     TTSClient,
 )
 from chattts_client.livekit import TTS  # noqa: E402
-from chattts_server.config import SecurityConfig  # noqa: E402
+from chattts_server.config import SecurityConfig
 from serverutil import (  # noqa: E402
     DEV_MODEL_CACHE,  # noqa: E402
     REPO,

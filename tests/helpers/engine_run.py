@@ -12,7 +12,7 @@ import torch
 from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
 from chattts_server.engine.runner import ModelRunner
-from chattts_server.engine.types import UtteranceRequest
+from chattts_server.engine.utterance import UtteranceRequest
 from chattts_server.model.loader import load_chattts
 
 CPU = torch.device(os.environ.get("CHATTTS_TEST_DEVICE", "cpu"))

@@ -25,7 +25,8 @@ from chattts_server.config import (
 )
 from chattts_server.engine.engine import ChatTTSEngine
 from chattts_server.engine.step_io import ModelOutput, PreparedPrompt, SchedulerOutput
-from chattts_server.engine.types import EngineError, UtteranceRequest
+from chattts_server.engine.utterance import UtteranceRequest
+from chattts_server.errors import EngineError
 from chattts_server.server import TTSServer
 
 __all__ = [

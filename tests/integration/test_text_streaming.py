@@ -208,7 +208,7 @@ def test_reference_transcript_goes_through_the_same_normalizer(tiny_model_dir):
     import torch
 
     from chattts_server.engine.prompts import PromptBuilder
-    from chattts_server.engine.types import VoiceKind, VoiceSpec
+    from chattts_server.engine.utterance import VoiceKind, VoiceSpec
     from chattts_server.model.loader import load_chattts
 
     cpu = torch.device("cpu")

@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_server.api.convert import StreamSettings, Validator
+from chattts_server.api.voices import VoiceLibrary
 from chattts_server.audio.containers import CONTAINER_ENCODINGS
 from chattts_server.audio.encoding import SUPPORTED_ENCODINGS
-from chattts_server.engine.types import InvalidRequestError, ModelInfo
-from chattts_server.voices import VoiceLibrary
+from chattts_server.engine.chunking import ChunkSchedule
+from chattts_server.engine.protocol import ModelInfo
+from chattts_server.errors import InvalidRequestError
 
 U32 = 2**32 - 1
 U64 = 2**64 - 1
@@ -88,6 +90,7 @@ VALIDATOR = Validator(
         max_tokens=512,
         device="cpu",
         dtype="float32",
+        chunking=ChunkSchedule().options(),
     ),
     max_text_chars=4000,
     encodings=SUPPORTED_ENCODINGS + CONTAINER_ENCODINGS,

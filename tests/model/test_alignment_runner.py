@@ -14,13 +14,9 @@ import torch
 
 from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
+from chattts_server.engine.events import UtteranceDone
 from chattts_server.engine.runner import ModelRunner
-from chattts_server.engine.types import (
-    SamplingParams,
-    UtteranceDone,
-    UtteranceRequest,
-    VoiceSpec,
-)
+from chattts_server.engine.utterance import SamplingParams, UtteranceRequest, VoiceSpec
 from engine_run import CPU, make_runner, run_core
 
 TEXT = "turn left in two hundred meters, then stop."

@@ -9,7 +9,7 @@ import torch
 from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
 from chattts_server.engine.runner import ModelRunner
-from chattts_server.engine.types import (
+from chattts_server.engine.utterance import (
     RefineOptions,
     SamplingParams,
     UtteranceRequest,

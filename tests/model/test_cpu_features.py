@@ -117,7 +117,7 @@ def test_this_machine_reports_what_it_gets(caplog: pytest.LogCaptureFixture) -> 
         num_hidden_layers=1,
         vocab_size=8,
     )
-    with caplog.at_level(logging.INFO, logger="chattts_server.model.llama"):
+    with caplog.at_level(logging.INFO, logger="chattts_server.model.linear_modes"):
         ours = LlamaDecoder.from_state_dict(
             config, LlamaModel(config).state_dict(), CPU, FP32, quantize="auto"
         )

@@ -11,7 +11,7 @@ import torch
 from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
 from chattts_server.engine.runner import ModelRunner
-from chattts_server.engine.types import SamplingParams, UtteranceRequest, VoiceKind, VoiceSpec
+from chattts_server.engine.utterance import SamplingParams, UtteranceRequest, VoiceKind, VoiceSpec
 from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.llama import LlamaDecoder
 from chattts_server.model.loader import load_chattts

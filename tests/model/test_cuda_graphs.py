@@ -143,7 +143,12 @@ def test_engine_codes_are_the_same_through_the_padded_static_path(tiny_model_dir
     from chattts_server.config import EngineConfig
     from chattts_server.engine.core import EngineCore
     from chattts_server.engine.runner import ModelRunner
-    from chattts_server.engine.types import SamplingParams, UtteranceRequest, VoiceKind, VoiceSpec
+    from chattts_server.engine.utterance import (
+        SamplingParams,
+        UtteranceRequest,
+        VoiceKind,
+        VoiceSpec,
+    )
     from chattts_server.model.loader import load_chattts
     from engine_run import run_core
 
@@ -170,7 +175,7 @@ def test_engine_codes_are_the_same_through_the_padded_static_path(tiny_model_dir
         )
         codes[graphs] = {rid: r.codes for rid, r in results.items()}
         if graphs == "eager":
-            assert runner.graphs is not None and runner.graphs.num_replays > 0
+            assert runner.gpt.graphs is not None and runner.gpt.graphs.num_replays > 0
     for rid in codes["off"]:
         assert codes["off"][rid] is not None
         torch.testing.assert_close(
@@ -193,7 +198,12 @@ def test_a_failed_capture_at_warm_up_serves_eagerly_and_says_why(tiny_model_dir,
     from chattts_server.config import EngineConfig
     from chattts_server.engine.core import EngineCore
     from chattts_server.engine.runner import ModelRunner
-    from chattts_server.engine.types import SamplingParams, UtteranceRequest, VoiceKind, VoiceSpec
+    from chattts_server.engine.utterance import (
+        SamplingParams,
+        UtteranceRequest,
+        VoiceKind,
+        VoiceSpec,
+    )
     from chattts_server.model.loader import load_chattts
     from engine_run import run_core
 
@@ -205,7 +215,7 @@ def test_a_failed_capture_at_warm_up_serves_eagerly_and_says_why(tiny_model_dir,
         runner.warmup(config.max_streams)
     assert "CUDA graph capture failed at warm-up" in caplog.text
     info = runner.info
-    assert runner.graphs is None and info.decode_graphs == "off"
+    assert runner.gpt.graphs is None and info.decode_graphs == "off"
     assert info.decode_graphs_error.startswith(("AcceleratorError", "RuntimeError", "Assert"))
     request = UtteranceRequest(
         "r0",

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from chattts_server.engine.core import EngineCore
-from chattts_server.engine.types import (
+from chattts_server.engine.utterance import (
     ChunkingOptions,
     SamplingParams,
     UtteranceRequest,
@@ -87,13 +87,13 @@ def test_each_step_is_one_forward(runner_and_config, monkeypatch):
     requests already running: no prompt waits behind another's prefill."""
     runner, config = runner_and_config
     rows_per_forward: list[int] = []
-    real_forward = runner.llama._forward
+    real_forward = runner.gpt.llama._forward
 
     def counted(x, positions, attention, mode, capture=None):
         rows_per_forward.append(len(x))
         return real_forward(x, positions, attention, mode, capture)
 
-    monkeypatch.setattr(runner.llama, "_forward", counted)
+    monkeypatch.setattr(runner.gpt.llama, "_forward", counted)
     core = EngineCore.from_config(runner, config)
     prompt_lens: dict[str, int] = {}
     joins = {0: [request(0, n=8)], 3: [request(i, n=8) for i in range(1, 5)]}
@@ -119,7 +119,7 @@ def _rss_bytes() -> int:
 
 def test_memory_flat_over_many_requests(runner_and_config):
     runner, config = runner_and_config
-    kv, kv_ptr = runner.cache.kv, runner.cache.kv.data_ptr()
+    kv, kv_ptr = runner.gpt.cache.kv, runner.gpt.cache.kv.data_ptr()
     hist, hist_ptr = (
         runner.code_sampler.history.tokens,
         runner.code_sampler.history.tokens.data_ptr(),
@@ -147,7 +147,7 @@ def test_memory_flat_over_many_requests(runner_and_config):
     print(
         f"RSS after 10 requests {rss_10 / 2**20:.1f} MiB, after 200 {rss_200 / 2**20:.1f} MiB, growth {growth_mb:+.1f} MiB"
     )
-    assert runner.cache.kv is kv and runner.cache.kv.data_ptr() == kv_ptr
+    assert runner.gpt.cache.kv is kv and runner.gpt.cache.kv.data_ptr() == kv_ptr
     assert runner.code_sampler.history.tokens is hist and hist.data_ptr() == hist_ptr
-    assert not runner._slots and not runner._pending, "runner kept per-request state"
+    assert not runner._slots, "runner kept per-request state"
     assert growth_mb < 50

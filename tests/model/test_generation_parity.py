@@ -18,7 +18,7 @@ from chattts_devtools.upstream import upstream_chat
 from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
 from chattts_server.engine.runner import ModelRunner
-from chattts_server.engine.types import (
+from chattts_server.engine.utterance import (
     RefineOptions,
     SamplingParams,
     UtteranceRequest,

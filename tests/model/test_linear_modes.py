@@ -23,7 +23,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaModel
 
-from chattts_server.config import MIN_SNR_DB as CONFIG_MIN_SNR_DB
+from chattts_server.defaults import MIN_SNR_DB as CONFIG_MIN_SNR_DB
 from chattts_server.model.attention import bf16_attention_faster
 from chattts_server.model.autotune import autotune, measure_snr, snr_db
 from chattts_server.model.kv_cache import SlotKVCache

@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent(
     from chattts_server.config import EngineConfig
     from chattts_server.engine.core import EngineCore
     from chattts_server.engine.runner import ModelRunner
-    from chattts_server.engine.types import SamplingParams, UtteranceRequest, VoiceSpec
+    from chattts_server.engine.utterance import SamplingParams, UtteranceRequest, VoiceSpec
     from chattts_server.model.loader import load_chattts
     from engine_run import run_core
 

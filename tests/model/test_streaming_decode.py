@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from chattts_devtools.window_decoder import WindowDecoder, WindowStream
-from chattts_server.engine.chunking import BusyFirstChunk, ChunkingConfig
+from chattts_server.engine.chunking import BusyFirstChunk, ChunkSchedule
 from chattts_server.engine.streaming_decode import DecodeStream, StreamingDecoder
 from chattts_server.model.hifigan import HiFiGANVocoder
 from chattts_server.model.vocoders import Vocoder
@@ -52,7 +52,7 @@ def offline(decoder: torch.nn.Module, vocoder: Vocoder, hiddens: torch.Tensor) -
 def stream_all(
     sd: StreamingDecoder | WindowDecoder,
     hiddens: torch.Tensor,
-    config: ChunkingConfig | None = None,
+    config: ChunkSchedule | None = None,
     push_sizes: tuple[int, ...] = (1,),
     on_step=None,
 ) -> np.ndarray:
@@ -89,7 +89,7 @@ def test_exact_mode_equals_offline(decoder, vocoders, name, first, growth, cap, 
     vocoder = vocoders[name]
     sd = StreamingDecoder(decoder, vocoder)
     left, right = sd.receptive_field_tokens
-    config = ChunkingConfig(
+    config = ChunkSchedule(
         first_chunk_tokens=first,
         growth=growth,
         max_chunk_tokens=cap,
@@ -109,16 +109,16 @@ def test_exact_mode_equals_offline(decoder, vocoders, name, first, growth, cap, 
 def test_exact_mode_defaults_left_context_to_receptive_field(decoder) -> None:
     sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
     assert sd.receptive_field_tokens == (52, 52)
-    stream = sd.open(ChunkingConfig(lookahead_tokens=52))
+    stream = sd.open(ChunkSchedule(lookahead_tokens=52))
     assert stream.left_context_tokens == 52 and stream.exact
-    assert not sd.open(ChunkingConfig(lookahead_tokens=51)).exact
+    assert not sd.open(ChunkSchedule(lookahead_tokens=51)).exact
 
 
 def test_short_streams_and_empty_stream(decoder, vocoder) -> None:
     sd = StreamingDecoder(decoder, vocoder)
     for num_tokens in (1, 2, 5):
         hiddens = hidden_walk(num_tokens, seed=num_tokens)
-        for config in (ChunkingConfig(lookahead_tokens=52), ChunkingConfig()):
+        for config in (ChunkSchedule(lookahead_tokens=52), ChunkSchedule()):
             streamed = stream_all(sd, hiddens, config)
             reference = offline(decoder, vocoder, hiddens)
             # Never more tokens than one window: both modes see everything, so both are exact.
@@ -136,9 +136,7 @@ def test_batched_streams_equal_each_alone(decoder, mode) -> None:
     vocoder = VocosVocoder(tiny_vocos())
     sd = StreamingDecoder(decoder, vocoder)
     config = (
-        ChunkingConfig(lookahead_tokens=52)
-        if mode == "exact"
-        else ChunkingConfig(lookahead_tokens=4)
+        ChunkSchedule(lookahead_tokens=52) if mode == "exact" else ChunkSchedule(lookahead_tokens=4)
     )
     lengths = (37, 90, 133)
     inputs = [hidden_walk(n, seed=10 + n) for n in lengths]
@@ -168,7 +166,7 @@ def test_batched_streams_equal_each_alone(decoder, mode) -> None:
 def test_ready_chunks_of_several_streams_share_one_call(decoder) -> None:
     sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
     # Mid-stream in exact mode every window is right-safe: different lengths pad into one call.
-    config = ChunkingConfig(lookahead_tokens=52, first_chunk_tokens=8, max_chunk_tokens=32)
+    config = ChunkSchedule(lookahead_tokens=52, first_chunk_tokens=8, max_chunk_tokens=32)
     streams = [sd.open(config) for _ in range(3)]
     for stream, n in zip(streams, (60, 70, 100), strict=True):
         stream.push(hidden_walk(n, seed=n))
@@ -183,9 +181,7 @@ def test_short_lookahead_streams_in_steady_state_share_one_call(decoder) -> None
     # Short lookahead: windows are not right-safe, so batching needs equal lengths, which every
     # stream past its first left context has. Streams start 8 steps apart, chunking in phase.
     sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
-    config = ChunkingConfig(
-        first_chunk_tokens=8, growth=1.0, max_chunk_tokens=8, lookahead_tokens=4
-    )
+    config = ChunkSchedule(first_chunk_tokens=8, growth=1.0, max_chunk_tokens=8, lookahead_tokens=4)
     starts = (0, 8, 16)
     inputs = [hidden_walk(120, seed=s) for s in starts]
     streams = [sd.open(config) for _ in starts]
@@ -206,7 +202,7 @@ def test_short_lookahead_streams_in_steady_state_share_one_call(decoder) -> None
 def test_flat_cost_and_bounded_memory(decoder, stateful) -> None:
     decoder_class = StreamingDecoder if stateful else WindowDecoder
     sd = decoder_class(decoder, VocosVocoder(tiny_vocos()))
-    config = ChunkingConfig(
+    config = ChunkSchedule(
         first_chunk_tokens=4, growth=2.0, max_chunk_tokens=16, lookahead_tokens=8
     )
     left = sd.receptive_field_tokens[0]
@@ -238,10 +234,10 @@ def test_short_lookahead_keeps_length_and_has_no_seam_clicks(decoder, vocoder) -
     hiddens = hidden_walk(160, seed=7)
     reference = offline(decoder, vocoder, hiddens)
     # The default (crossfaded seams) must keep the length whatever the lookahead.
-    default = stream_all(sd, hiddens, ChunkingConfig())
+    default = stream_all(sd, hiddens, ChunkSchedule())
     assert default.shape == reference.shape == (sd.total_samples(160),)
 
-    config = ChunkingConfig(lookahead_tokens=4)  # far below the 52-token receptive field
+    config = ChunkSchedule(lookahead_tokens=4)  # far below the 52-token receptive field
     assert not sd.open(config).exact
     streamed = stream_all(sd, hiddens, config)
     assert streamed.shape == reference.shape
@@ -264,7 +260,7 @@ def test_crossfade_removes_the_step_of_a_hard_cut(decoder) -> None:
     seams = np.arange(1, 15) * 8 * 2 * sd.hop_length  # the hard cuts: chunk borders
     steps = {}
     for fade in (0, 512):
-        config = ChunkingConfig(
+        config = ChunkSchedule(
             first_chunk_tokens=8,
             growth=1.0,
             max_chunk_tokens=8,
@@ -288,13 +284,13 @@ def test_config_bounds(decoder) -> None:
         dict(crossfade_samples=-1),
     ):
         with pytest.raises(ValueError):
-            ChunkingConfig(**bad)
+            ChunkSchedule(**bad)
     sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
     with pytest.raises(ValueError):  # Vocos drops a hop at the end: chunks must overlap
-        sd.open(ChunkingConfig(left_context_tokens=0, lookahead_tokens=0))
+        sd.open(ChunkSchedule(left_context_tokens=0, lookahead_tokens=0))
     with pytest.raises(ValueError):
-        sd.open(ChunkingConfig(first_chunk_tokens=1, crossfade_samples=1024))
-    assert ChunkingConfig(first_chunk_tokens=8, growth=2.0, max_chunk_tokens=32).schedule(100) == [
+        sd.open(ChunkSchedule(first_chunk_tokens=1, crossfade_samples=1024))
+    assert ChunkSchedule(first_chunk_tokens=8, growth=2.0, max_chunk_tokens=32).schedule(100) == [
         8,
         16,
         32,
@@ -319,7 +315,7 @@ def test_stateful_short_lookahead_equals_window_path(
     # from a copy of the state) is what the window path re-decodes: the same audio, so the same
     # quality; left context at the receptive field (the default).
     vocoder = vocoders[name]
-    config = ChunkingConfig(
+    config = ChunkSchedule(
         first_chunk_tokens=first, growth=growth, max_chunk_tokens=cap, lookahead_tokens=lookahead
     )
     hiddens = hidden_walk(150, seed=lookahead)
@@ -337,7 +333,7 @@ def test_busy_first_chunk_keeps_length_no_clicks_and_equals_window_path(decoder,
     # lookahead than the chunks after it. Same length as offline, no step in the error at the
     # seams, and the stateful path still computes what the window path re-decodes.
     vocoder = vocoders[name]
-    config = BusyFirstChunk(8, 4, 4).apply(ChunkingConfig(lookahead_tokens=8), batch=16)
+    config = BusyFirstChunk(8, 4, 4).apply(ChunkSchedule(lookahead_tokens=8), batch=16)
     assert (config.first_chunk_tokens, config.lookahead_of(0), config.lookahead_of(1)) == (4, 4, 8)
     hiddens = hidden_walk(120, seed=11)
     reference = offline(decoder, vocoder, hiddens)
@@ -355,7 +351,7 @@ def test_busy_first_chunk_keeps_length_no_clicks_and_equals_window_path(decoder,
 
 def test_rescheduled_before_its_first_chunk_equals_opened_so(decoder) -> None:
     sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
-    busy = BusyFirstChunk(8, 4, 4).apply(ChunkingConfig(), batch=16)
+    busy = BusyFirstChunk(8, 4, 4).apply(ChunkSchedule(), batch=16)
     hiddens = hidden_walk(60, seed=5)
     stream = sd.open()
     stream.push(hiddens[:6])
@@ -374,8 +370,8 @@ def test_rescheduled_before_its_first_chunk_equals_opened_so(decoder) -> None:
 def test_a_short_first_lookahead_leaves_exact_mode(decoder) -> None:
     sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
     rf_right = sd.receptive_field_tokens[1]
-    assert sd.open(ChunkingConfig(lookahead_tokens=rf_right)).exact
-    short_first = ChunkingConfig(lookahead_tokens=rf_right, first_lookahead_tokens=4)
+    assert sd.open(ChunkSchedule(lookahead_tokens=rf_right)).exact
+    short_first = ChunkSchedule(lookahead_tokens=rf_right, first_lookahead_tokens=4)
     assert not sd.open(short_first).exact
 
 
@@ -389,7 +385,7 @@ def test_stateful_exact_streams_starting_and_ending_apart_equal_offline(
     vocoder = vocoders[name]
     sd = StreamingDecoder(decoder, vocoder)
     left, right = sd.receptive_field_tokens
-    config = ChunkingConfig(
+    config = ChunkSchedule(
         first_chunk_tokens=4, growth=2.0, max_chunk_tokens=16, lookahead_tokens=right
     )
     starts, lengths = (0, 3, 11, 30, 31), (120, 70, 95, 9, 61)
@@ -451,7 +447,7 @@ def test_vocoder_without_stream_state_decodes_windows(decoder) -> None:
     assert vocoder.open_stream_state() is None
     assert HiFiGANVocoder(tiny_hifigan()).open_stream_state() is None
     sd = StreamingDecoder(decoder, vocoder)
-    config = ChunkingConfig(lookahead_tokens=sd.receptive_field_tokens[1])
+    config = ChunkSchedule(lookahead_tokens=sd.receptive_field_tokens[1])
     assert sd.open(config).exact and not sd.open(config).keeps_vocoder_state
     hiddens = hidden_walk(90, seed=4)
     reference = offline(decoder, vocoder, hiddens)

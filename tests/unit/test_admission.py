@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from chattts_server.api.admission import Admission, AdmissionRejected
-from chattts_server.engine.types import Priority
+from chattts_server.engine.utterance import Priority
 
 BULK, DEFAULT, NAV = Priority.BULK, Priority.DEFAULT, Priority.INTERACTIVE
 

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from chattts_server.config import build_parser
+from chattts_server.config_cli import build_parser
 
 PARSER = build_parser()
 FLAGS = [a for a in PARSER._actions if not isinstance(a, argparse._HelpAction)]

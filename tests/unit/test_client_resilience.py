@@ -11,7 +11,7 @@ from pathlib import Path
 from chattts_client import TTSClient
 from chattts_client.client import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS, SERVICE_CONFIG
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "replicas.md"
 
 
 def _options(client: TTSClient) -> dict[str, object]:
@@ -19,7 +19,7 @@ def _options(client: TTSClient) -> dict[str, object]:
 
 
 def test_readme_json_is_the_library_service_config() -> None:
-    section = README.read_text().split("### Many replicas behind a proxy", 1)[1]
+    section = README.read_text()
     (block,) = re.findall(r"```json\n(.*?)```", section.split("\n## ", 1)[0], re.S)
     assert json.loads(block) == SERVICE_CONFIG
     assert f"`grpc.keepalive_time_ms` {KEEPALIVE_TIME_MS}" in section

@@ -105,6 +105,44 @@ def test_no_import_cycle_in_server_or_client() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def _packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph between a server's layers: each subpackage (`chattts_server.text`) and each
+    top-level module (`chattts_server.config`) is one node."""
+
+    def layer(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    layers: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        if module.startswith("chattts_server."):
+            node = layer(module)
+            wanted = {layer(d) for d in deps if d.startswith("chattts_server.")}
+            layers.setdefault(node, set()).update(wanted - {node})
+    return layers
+
+
+def test_no_import_cycle_between_packages() -> None:
+    """Layers import downward only: text never imports engine, model never imports text..."""
+    layers = _packages(_graph())
+    assert {"chattts_server.text", "chattts_server.engine", "chattts_server.api"} <= set(layers)
+    cycle = _cycle(layers)
+    assert cycle is None, "package import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_package_graph_joins_modules_into_layers() -> None:
+    graph = {
+        "chattts_server.text.a": {"chattts_server.engine.b"},
+        "chattts_server.engine.b": {"chattts_server.text.c"},
+        "chattts_server.text.c": set(),
+    }
+    layers = _packages(graph)
+    assert _cycle(layers) == [
+        "chattts_server.engine",
+        "chattts_server.text",
+        "chattts_server.engine",
+    ]
+
+
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None

@@ -19,7 +19,7 @@ from chattts_server.engine.sampling import (
     make_generator,
     sample,
 )
-from chattts_server.engine.types import SamplingParams
+from chattts_server.engine.utterance import SamplingParams
 
 NUM_VQ, VOCAB, EOS = 4, 626, 625  # ChatTTS audio head
 

@@ -5,10 +5,12 @@ of the contract."""
 import numpy as np
 import pytest
 
+from chattts_server.engine.chunking import BusyFirstChunk
 from chattts_server.engine.request import EngineRequest, RequestStatus
 from chattts_server.engine.scheduler import Scheduler
 from chattts_server.engine.step_io import FinishedAudio, ModelOutput, PreparedPrompt, Sampled
-from chattts_server.engine.types import EngineError, InvalidRequestError, Priority
+from chattts_server.engine.utterance import Priority
+from chattts_server.errors import EngineError, InvalidRequestError
 
 END = FinishedAudio(pcm=np.zeros(0, np.float32), text="", codes=np.zeros((0, 4), np.int64))
 
@@ -18,7 +20,7 @@ def add(
 ) -> EngineRequest:
     """A request queued with its first pass, as `EngineCore.add_request` leaves it."""
     request = EngineRequest(name, submitted_at=0.0)
-    s.add(request, PreparedPrompt(prompt_len, max_new, final=final))
+    s.add(request, PreparedPrompt(prompt_len, max_new, final=final, state=f"pass of {name}"))
     return request
 
 
@@ -73,18 +75,18 @@ def test_end_token_finishes_with_eos_and_the_budget_with_max_tokens():
     decisions = s.update_from_output(
         plan, ModelOutput(sampled=[Sampled(0, True), Sampled(1, False)])
     )
-    assert decisions.finished == [] and a.pass_end == "eos"
+    assert decisions.completed == [] and a.pass_end == "eos"
     # The next plan flushes 'a' (its slot is free from then on) and decodes 'b' alone.
     plan = s.schedule()
-    assert plan.finished == [0] and [r.slot_id for r in plan.decode] == [1]
+    assert plan.slots_to_flush == [0] and [r.slot_id for r in plan.decode] == [1]
     assert a.finish_reason == "eos" and a.status is RequestStatus.FINISHED
     decisions = s.update_from_output(
-        plan, ModelOutput(sampled=[Sampled(1, False)], finished={0: END})
+        plan, ModelOutput(sampled=[Sampled(1, False)], flushed={0: END})
     )
-    assert decisions.finished == [(a, END)] and b.pass_end == "max_tokens"
+    assert decisions.completed == [(a, END)] and b.pass_end == "max_tokens"
     plan = s.schedule()
-    assert plan.finished == [1] and plan.decode == [] and plan.has_model_work
-    assert s.update_from_output(plan, ModelOutput(finished={1: END})).finished == [(b, END)]
+    assert plan.slots_to_flush == [1] and plan.decode == [] and plan.has_model_work
+    assert s.update_from_output(plan, ModelOutput(flushed={1: END})).completed == [(b, END)]
     assert b.finish_reason == "max_tokens" and b.num_generated == 3
     assert s.num_free_slots == 2 and not s.has_requests
 
@@ -97,12 +99,12 @@ def test_finished_slot_is_reused_by_the_waiting_request_in_its_flush_plan():
     s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, True)]))
     plan = s.schedule()
     # 'a' finished normally: flushed (not released), and its slot taken by 'b' in the same step.
-    assert plan.finished == [0] and plan.released == []
+    assert plan.slots_to_flush == [0] and plan.released == []
     assert plan.new_slots[0].request_id == "b" and b.slot_id == 0
     decisions = s.update_from_output(
-        plan, ModelOutput(sampled=[Sampled(0, False)], finished={0: END})
+        plan, ModelOutput(sampled=[Sampled(0, False)], flushed={0: END})
     )
-    assert decisions.finished == [(a, END)] and b.num_generated == 1
+    assert decisions.completed == [(a, END)] and b.num_generated == 1
 
 
 def test_cancel_frees_the_slot_at_the_next_schedule_before_any_work():
@@ -124,7 +126,7 @@ def test_cancel_after_the_end_token_releases_instead_of_flushing():
     s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, True)]))
     s.cancel(a)
     plan = s.schedule()
-    assert plan.released == [0] and plan.finished == [] and a.finish_reason == "cancelled"
+    assert plan.released == [0] and plan.slots_to_flush == [] and a.finish_reason == "cancelled"
 
 
 def test_cancel_while_waiting_never_takes_a_slot():
@@ -132,8 +134,31 @@ def test_cancel_while_waiting_never_takes_a_slot():
     _, b = add(s, "a"), add(s, "b")
     s.cancel(b)
     plan = s.schedule()
-    assert plan.discarded == ["b"] and b.status is RequestStatus.FINISHED
-    assert list(s.waiting) == []
+    assert b.status is RequestStatus.FINISHED and b.pass_state is None  # its prompt dropped
+    assert list(s.waiting) == [] and [n.request_id for n in plan.new_slots] == ["a"]
+
+
+def test_the_runners_pass_state_goes_back_with_the_slot_and_is_held_by_no_one_after():
+    s = Scheduler(num_slots=1, max_tokens=100, prefill_chunk_tokens=64)
+    a, b = add(s, "a"), add(s, "b")
+    assert a.pass_state == "pass of a" and b.pass_state == "pass of b"
+    (seat,) = s.schedule().new_slots
+    assert (seat.request_id, seat.state) == ("a", "pass of a") and a.pass_state is None
+
+
+def test_streams_before_their_first_audio_get_the_short_first_chunk_at_a_large_batch():
+    s = Scheduler(
+        num_slots=4, max_tokens=100, prefill_chunk_tokens=64, busy_first_chunk=BusyFirstChunk(3)
+    )
+    reqs = [add(s, str(i)) for i in range(4)]
+    refine = add(s, "refine", final=False)  # waits: no slot; never counted
+    prefilled(s, *reqs)
+    reqs[0].first_audio_at = 1.0
+    plan = s.schedule()
+    assert plan.short_first_chunk == [1, 2, 3]  # 4 audio rows >= 3; slot 0 has spoken
+    plan = s.schedule(is_paused=lambda r: r in reqs[:2])
+    assert plan.short_first_chunk == []  # a batch of 2 is below the policy's 3
+    assert refine.status is RequestStatus.WAITING
 
 
 def test_decode_batch_holds_every_ready_unpaused_request_in_slot_order():
@@ -162,8 +187,8 @@ def test_budget_is_clamped_to_the_slot_and_a_prompt_that_leaves_no_room_is_refus
     with pytest.raises(InvalidRequestError):
         budget(s, 45, None, min_new=8)
     assert budget(s, 40, 20) == 10  # the request's own cap is clamped to the slot too
-    # The refused requests were never queued; the runner drops their prepared prompts.
-    assert len(s.waiting) == 4 and s.schedule().discarded == ["budget", "budget"]
+    # The refused requests were never queued: nothing of theirs reaches a plan.
+    assert len(s.waiting) == 4 and len(s.schedule().new_slots) == 1
 
 
 def test_refine_pass_end_moves_to_the_code_pass_on_the_same_slot():
@@ -172,10 +197,10 @@ def test_refine_pass_end_moves_to_the_code_pass_on_the_same_slot():
     prefilled(s, a)
     plan = s.schedule()
     decisions = s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, True)]))
-    assert decisions.finished == [] and a.pass_end == "eos"
+    assert decisions.completed == [] and a.pass_end == "eos"
     # The next plan asks for the audio-code prompt, and computes nothing else for the slot.
     plan = s.schedule()
-    assert plan.next_pass == [0] and plan.finished == [] and not plan.decode
+    assert plan.next_pass == [0] and plan.slots_to_flush == [] and not plan.decode
     s.update_from_output(plan, ModelOutput(prepared={0: PreparedPrompt(12, 30)}))
     plan = s.schedule()
     assert plan.prefill[0].slot_id == 0 and plan.prefill[0].length == 12
@@ -222,7 +247,7 @@ def test_a_step_that_raises_fails_every_request_of_its_plan_the_flushed_ones_too
     plan = s.schedule()
     s.update_from_output(plan, ModelOutput(sampled=[Sampled(0, True), Sampled(1, False)]))
     plan = s.schedule()  # flushes 'a', gives its slot to 'c', decodes 'b'
-    assert plan.finished == [0] and plan.new_slots[0].request_id == "c"
+    assert plan.slots_to_flush == [0] and plan.new_slots[0].request_id == "c"
     assert set(s.abandon(plan)) == {a, b, c}
     assert all(r.finish_reason == "error" for r in (a, b, c)) and not s.has_requests
     assert sorted(s.schedule().released) == [0, 0, 1]

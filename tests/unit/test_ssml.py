@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chattts_server.engine.types import InvalidRequestError
+from chattts_server.errors import InvalidRequestError
 from chattts_server.text.normalize import TextNormalizer
 from chattts_server.text.release import ReleasePolicy
 from chattts_server.text.ssml import (

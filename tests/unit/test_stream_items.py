@@ -17,10 +17,12 @@ from chattts_server.api.stream_items import MarkAt, Silence, Speak, check_mark_n
 from chattts_server.api.text_front_end import CallerText, MarkdownText
 from chattts_server.api.text_reader import EndOfText, TextFragment, read_text
 from chattts_server.api.timeline import own_text
-from chattts_server.engine.types import InvalidRequestError, ModelInfo
+from chattts_server.api.voices import VoiceLibrary
+from chattts_server.engine.chunking import ChunkSchedule
+from chattts_server.engine.protocol import ModelInfo
+from chattts_server.errors import InvalidRequestError
 from chattts_server.text.release import ReleasePolicy
 from chattts_server.text.spans import Traced
-from chattts_server.voices import VoiceLibrary
 
 RATE = 24000
 MODEL = ModelInfo(
@@ -33,6 +35,7 @@ MODEL = ModelInfo(
     max_tokens=512,
     device="cpu",
     dtype="float32",
+    chunking=ChunkSchedule().options(),
 )
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chattts_server.model.audio_constants import SAMPLE_RATE_HZ
+from chattts_server.audio_constants import SAMPLE_RATE_HZ
 from chattts_server.text.normalize import TextNormalizer
 from chattts_server.text.spans import Traced
 from chattts_server.text.stream import utterances_traced

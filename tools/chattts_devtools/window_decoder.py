@@ -15,24 +15,14 @@ right edge; the others group by exact length, one call per group.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
-import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from chattts_server.engine.chunked_stream import (
-    Chunk,
-    ChunkedStream,
-    ChunkGeometry,
-    K,
-    decode_step,
-    finish_streams,
-)
-from chattts_server.engine.chunking import ChunkingConfig
-from chattts_server.model.mel_decoder import decode_mel, decoder_receptive_field
-from chattts_server.model.receptive_field import FRAMES_PER_TOKEN, ReceptiveField
-from chattts_server.model.vocoders import MelWindow, Vocoder, decode_padded, length_groups
+from chattts_server.engine.chunked_stream import Chunk, ChunkedDecoder, ChunkedStream
+from chattts_server.engine.chunking import ChunkSchedule
+from chattts_server.model.mel_decoder import decode_mel
+from chattts_server.model.receptive_field import FRAMES_PER_TOKEN
+from chattts_server.model.vocoders import MelWindow, decode_padded, length_groups
 
 
 class WindowStream(ChunkedStream):
@@ -50,43 +40,12 @@ class WindowStream(ChunkedStream):
         return self._hidden(chunk.ta, chunk.tb)
 
 
-class WindowDecoder:
+class WindowDecoder(ChunkedDecoder[WindowStream]):
     """`StreamingDecoder`'s interface (open, step, finish, the receptive fields and counters)
     over the window path."""
 
-    def __init__(
-        self,
-        decoder: nn.Module,
-        vocoder: Vocoder,
-        config: ChunkingConfig | None = None,
-        device: torch.device | str | None = None,
-    ) -> None:
-        param = next(decoder.parameters())
-        self.decoder = decoder
-        self.vocoder = vocoder
-        self.default_config = config or ChunkingConfig()
-        self.device = torch.device(device) if device is not None else param.device
-        self.dtype = param.dtype
-        self.decoder_receptive_field: ReceptiveField = decoder_receptive_field(decoder)
-        self.geometry = ChunkGeometry.of(self.decoder_receptive_field, vocoder)
-        self.receptive_field_tokens: ReceptiveField = self.geometry.receptive_field_tokens
-        self.hop_length = vocoder.hop_length
-        self.num_decoder_calls = 0
-        self.num_vocoder_calls = 0
-
-    def open(self, config: ChunkingConfig | None = None) -> WindowStream:
-        config = config or self.default_config
-        left, exact = self.geometry.resolve(config)
+    def _new_stream(self, config: ChunkSchedule, left: int, exact: bool) -> WindowStream:
         return WindowStream(config, self.geometry, left, exact)
-
-    def total_samples(self, num_tokens: int) -> int:
-        return self.geometry.total_samples(num_tokens)
-
-    def step(self, streams: Mapping[K, WindowStream]) -> dict[K, np.ndarray]:
-        return decode_step(streams, self._decode)
-
-    def finish(self, streams: Mapping[K, WindowStream]) -> dict[K, np.ndarray]:
-        return finish_streams(streams, self.step)
 
     def _decode(self, planned: list[tuple[WindowStream, Chunk]]) -> list[tuple[np.ndarray, int]]:
         windows = self._run_decoder(planned)

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from ..engine.types import Priority
+from ..engine.utterance import Priority
 
 
 class AdmissionRejected(Exception):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..engine.types import InvalidRequestError
+from ..errors import InvalidRequestError
 
 MAX_JSON_DEPTH = 32
 """Levels of arrays and objects; a SynthesisConfig in JSON nests four."""

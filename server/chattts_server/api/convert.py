@@ -1,7 +1,7 @@
 """Protobuf <-> domain conversion and request validation.
 
 Everything a client sends passes through here before it reaches the engine. A bad value raises
-`InvalidRequestError` (engine/types.py) naming the field as the client spelled it
+`InvalidRequestError` (errors.py) naming the field as the client spelled it
 (`config.sampling.top_p`), which every door answers as INVALID_ARGUMENT / 400 naming it.
 """
 
@@ -15,21 +15,21 @@ import numpy as np
 from chattts_proto.chattts.v1 import tts_pb2
 
 from ..audio.encoding import PYAV_ENCODINGS, SUPPORTED_SAMPLE_RATES
-from ..engine.types import (
+from ..engine.protocol import ModelInfo
+from ..engine.utterance import (
     DEFAULT_SPEED,
     ChunkingOptions,
-    InvalidRequestError,
-    ModelInfo,
     Priority,
     RefineOptions,
     SamplingParams,
     VoiceKind,
     VoiceSpec,
 )
+from ..errors import InvalidRequestError
 from ..text import control_tokens
 from ..text.duration import max_segment_s
 from ..text.release import ReleasePolicy
-from ..voices import VoiceLibrary, decode_speaker_embedding
+from .voices import VoiceLibrary, decode_speaker_embedding
 
 ENCODING_NAMES = {
     tts_pb2.AUDIO_ENCODING_UNSPECIFIED: "LINEAR16",

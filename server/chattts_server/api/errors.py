@@ -11,7 +11,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from ..engine.types import EngineError, EngineUnavailableError, InvalidRequestError
+from ..errors import EngineError, EngineUnavailableError, InvalidRequestError
 from .admission import AdmissionRejected
 from .auth import AuthError
 

@@ -13,7 +13,7 @@ from typing import Any, TypeAlias, overload
 
 from chattts_proto.chattts.v1 import tts_pb2
 
-from ..engine.types import UtteranceDone
+from ..engine.events import UtteranceDone
 from ..text.spans import Span
 from .convert import ENCODING_VALUES
 

@@ -13,7 +13,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio
 
-from ..engine.types import ModelInfo
+from ..engine.protocol import ModelInfo
 
 
 def _header_value(text: str) -> str:

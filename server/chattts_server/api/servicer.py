@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError, Message
 
 from chattts_proto.chattts.v1 import tts_pb2
 
-from ..engine.types import InvalidRequestError
+from ..errors import InvalidRequestError
 from .auth import authorization_of
 from .convert import StreamSettings, Validator
 from .errors import ClientGoneError, ClientStalledError, abort_with, is_ours

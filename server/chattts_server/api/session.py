@@ -22,14 +22,9 @@ import numpy as np
 
 from ..audio.containers import CONTAINER_ENCODINGS, make_container_encoder
 from ..audio.encoding import EncodedChunk, make_encoder
-from ..engine.types import (
-    AudioChunk,
-    Engine,
-    EngineEvent,
-    Spoken,
-    UtteranceDone,
-    UtteranceRequest,
-)
+from ..engine.events import AudioChunk, EngineEvent, Spoken, UtteranceDone
+from ..engine.protocol import Engine
+from ..engine.utterance import UtteranceRequest
 from ..text.spans import Traced
 from .convert import StreamSettings
 from .events import AudioOut, MarkReached, SessionEvent, UtteranceEnded

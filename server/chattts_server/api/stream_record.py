@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..engine.types import Priority
+from ..engine.utterance import Priority
 from ..metrics import Metrics
 from .events import AudioOut, SessionEvent, UtteranceEnded
 

@@ -37,11 +37,12 @@ from typing import TypeVar
 from ..audio.containers import CONTAINER_ENCODINGS
 from ..audio.encoding import SUPPORTED_ENCODINGS, available_encodings
 from ..config import AdmissionConfig, LimitsConfig
-from ..engine.types import Engine, InvalidRequestError, ModelInfo, Priority
+from ..engine.protocol import Engine, ModelInfo
+from ..engine.utterance import Priority
+from ..errors import InvalidRequestError
 from ..metrics import Metrics
 from ..text.stream import utterances_traced
 from ..text.timing import ESTIMATE
-from ..voices import VoiceLibrary
 from . import auth
 from .admission import Admission, AdmissionRejected
 from .convert import StreamSettings, Validator
@@ -52,6 +53,7 @@ from .ssml_text import ssml_stream_items
 from .stream_items import Speak, StreamItem
 from .stream_record import StreamRecord
 from .text_reader import EndOfText, TextFragment, UtteranceQueue, front_end, read_text
+from .voices import VoiceLibrary
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from ..engine.types import InvalidRequestError
+from ..errors import InvalidRequestError
 from ..text import control_tokens
 from .convert import StreamSettings, Validator
 from .ssml_text import SsmlText

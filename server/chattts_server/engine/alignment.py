@@ -18,7 +18,7 @@ from ..model.kv_cache import SlotKVCache
 from ..model.llama import LlamaDecoder
 from ..text.duration import estimate_duration_s
 from .prompts import PromptBuilder
-from .types import VoiceSpec
+from .utterance import VoiceSpec
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .types import AudioChunk, EngineEvent, UtteranceDone, UtteranceRequest
+from .events import AudioChunk, EngineEvent, UtteranceDone
+from .utterance import UtteranceRequest
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,11 @@ class RequestHandle:
         self.consumed = 0
         """Audio chunks taken by the reader (written by the event loop only)."""
         self.paused = False
-        """Set by the engine when it skips this request because the reader is behind."""
+        """The reader is `output_buffer_chunks` behind: the engine skips this request
+        (`ChatTTSEngine._pause_slow_readers` sets it before each step)."""
         self.closed = False
         """The reader went away (cancel, disconnect, deadline); set on the event loop."""
-        self.finished = False
+        self.ended = False
         """The engine delivered the last event or an error."""
 
     @property
@@ -54,11 +56,11 @@ class RequestHandle:
         if isinstance(event, AudioChunk):
             self.produced += 1
         elif isinstance(event, UtteranceDone):
-            self.finished = True
+            self.ended = True
         self.loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
     def fail(self, error: BaseException) -> None:
-        self.finished = True
+        self.ended = True
         self.loop.call_soon_threadsafe(self._queue.put_nowait, _Failed(error))
 
     # -- event loop ------------------------------------------------------------------------

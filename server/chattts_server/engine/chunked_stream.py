@@ -1,7 +1,8 @@
 """What every streaming decode path shares: a stream's hidden states in, its chunk plan, and its
-PCM out through crossfaded seams (`ChunkedStream`), and the step that runs them (`decode_step`).
+PCM out through crossfaded seams (`ChunkedStream`), and the decoder whose step runs them
+(`ChunkedDecoder`; each path fills in how a batch of chunks is decoded).
 
-A chunk covers new tokens [t0, t1), sizes from `ChunkingConfig` (`ChunkSizes`). It is planned once
+A chunk covers new tokens [t0, t1), sizes from `ChunkSchedule` (`ChunkSizes`). It is planned once
 `lookahead_tokens` more exist, so its Decoder window reaches tb = t1 + lookahead, and it emits the
 samples those tokens' frames determine: the samples from the previous seam to its own seam. A
 seam is the span [seam_start, seam_end) crossfaded into the next chunk (empty in exact mode). How
@@ -13,21 +14,22 @@ Runs on the engine thread only; nothing here locks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from ..model.mel_decoder import decoder_receptive_field
 from ..model.receptive_field import (
     FRAMES_PER_TOKEN,
     ReceptiveField,
     combined_receptive_field_tokens,
 )
 from ..model.vocoders import Vocoder, right_frames_needed
-from .chunking import ChunkingConfig, ChunkSizes
+from .chunking import ChunkSchedule, ChunkSizes
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class ChunkGeometry:
         frames = FRAMES_PER_TOKEN * num_tokens
         return max(0, frames * self.hop_length - self.end_trim_samples)
 
-    def resolve(self, config: ChunkingConfig) -> tuple[int, bool]:
+    def resolve(self, config: ChunkSchedule) -> tuple[int, bool]:
         """(left context tokens, exact) for a stream under `config`; raises ValueError for a
         config whose seams could not overlap."""
         rf_left, rf_right = self.receptive_field_tokens
@@ -108,7 +110,7 @@ class ChunkedStream:
     """
 
     def __init__(
-        self, config: ChunkingConfig, geometry: ChunkGeometry, left_context_tokens: int, exact: bool
+        self, config: ChunkSchedule, geometry: ChunkGeometry, left_context_tokens: int, exact: bool
     ) -> None:
         self.config = config
         self.geometry = geometry
@@ -308,34 +310,77 @@ K = TypeVar("K")
 
 S = TypeVar("S", bound=ChunkedStream)
 
-# Decodes planned (stream, chunk) pairs in one batch: per pair, its samples and the stream's
-# index of the first one.
-ChunkDecode = Callable[[list[tuple[S, Chunk]]], list[tuple[np.ndarray, int]]]
 
+class ChunkedDecoder(Generic[S]):
+    """Chunked Decoder+vocoder over many streams: each step plans every stream's ready chunks,
+    decodes them all in one batch (`_decode`, the subclass's path) and emits them through the
+    seams. Subclasses: `StreamingDecoder` (stateful, production) and the window path that tests
+    and benchmarks hold it against (`chattts_devtools/window_decoder.py`)."""
 
-def decode_step(streams: Mapping[K, S], decode: ChunkDecode[S]) -> dict[K, np.ndarray]:
-    """Plan every stream's ready chunks, decode them all in one batch, emit them; PCM for each
-    stream that had a chunk, under its key."""
-    planned = [(key, stream, chunk) for key, stream in streams.items() for chunk in stream.plan()]
-    out: dict[K, list[np.ndarray]] = {}
-    if planned:
-        with torch.inference_mode():
-            decoded = decode([(stream, chunk) for _, stream, chunk in planned])
-        # Per stream in plan order: each seam needs the previous chunk's tail.
-        for (key, stream, chunk), (audio, origin) in zip(planned, decoded, strict=True):
-            out.setdefault(key, []).append(stream.emit(chunk, audio, origin))
-    for stream in streams.values():
-        stream.trim()
-    return {key: np.concatenate(parts) for key, parts in out.items()}
+    def __init__(
+        self,
+        decoder: nn.Module,
+        vocoder: Vocoder,
+        config: ChunkSchedule | None = None,
+        device: torch.device | str | None = None,
+    ) -> None:
+        param = next(decoder.parameters())
+        self.decoder = decoder
+        self.vocoder = vocoder
+        self.default_config = config or ChunkSchedule()
+        self.device = torch.device(device) if device is not None else param.device
+        self.dtype = param.dtype
+        self.decoder_receptive_field: ReceptiveField = decoder_receptive_field(decoder)
+        self.geometry = ChunkGeometry.of(self.decoder_receptive_field, vocoder)
+        # (left, right) tokens of context under which streamed output equals offline output.
+        self.receptive_field_tokens: ReceptiveField = self.geometry.receptive_field_tokens
+        self.hop_length = vocoder.hop_length
+        self.num_decoder_calls = 0
+        self.num_vocoder_calls = 0  # forward passes, however many streams each batched
 
+    def open(self, config: ChunkSchedule | None = None) -> S:
+        """A new stream under `config` (the default config if None)."""
+        config = config or self.default_config
+        left, exact = self.geometry.resolve(config)
+        return self._new_stream(config, left, exact)
 
-def finish_streams(
-    streams: Mapping[K, S], step: Callable[[Mapping[K, S]], dict[K, np.ndarray]]
-) -> dict[K, np.ndarray]:
-    """End `streams` and flush them with `step`: one entry per key (empty PCM if nothing was
-    left)."""
-    for stream in streams.values():
-        stream.end()
-    flushed = step(streams)
-    empty = np.zeros(0, dtype=np.float32)
-    return {key: flushed.get(key, empty) for key in streams}
+    def _new_stream(self, config: ChunkSchedule, left: int, exact: bool) -> S:
+        raise NotImplementedError
+
+    def total_samples(self, num_tokens: int) -> int:
+        """Samples an offline decode of `num_tokens` tokens returns (and a stream emits)."""
+        return self.geometry.total_samples(num_tokens)
+
+    def step(self, streams: Mapping[K, S]) -> dict[K, np.ndarray]:
+        """Decode every ready chunk of `streams` (batched, by any key: the runner's slot ids);
+        PCM for each stream that had one, under its key.
+
+        A stream is ready when `lookahead_tokens` exist past its next chunk, or it has ended
+        with tokens left (then everything left is decoded, in chunks of at most the cap).
+        """
+        planned = [
+            (key, stream, chunk) for key, stream in streams.items() for chunk in stream.plan()
+        ]
+        out: dict[K, list[np.ndarray]] = {}
+        if planned:
+            with torch.inference_mode():
+                decoded = self._decode([(stream, chunk) for _, stream, chunk in planned])
+            # Per stream in plan order: each seam needs the previous chunk's tail.
+            for (key, stream, chunk), (audio, origin) in zip(planned, decoded, strict=True):
+                out.setdefault(key, []).append(stream.emit(chunk, audio, origin))
+        for stream in streams.values():
+            stream.trim()
+        return {key: np.concatenate(parts) for key, parts in out.items()}
+
+    def finish(self, streams: Mapping[K, S]) -> dict[K, np.ndarray]:
+        """End `streams` and flush them: one entry per key (empty PCM if nothing was left)."""
+        for stream in streams.values():
+            stream.end()
+        flushed = self.step(streams)
+        empty = np.zeros(0, dtype=np.float32)
+        return {key: flushed.get(key, empty) for key in streams}
+
+    def _decode(self, planned: list[tuple[S, Chunk]]) -> list[tuple[np.ndarray, int]]:
+        """Decode the planned (stream, chunk) pairs in one batch: per pair, its samples and
+        the stream's index of the first one."""
+        raise NotImplementedError

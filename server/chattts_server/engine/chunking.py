@@ -1,29 +1,33 @@
-"""How a stream's audio is cut into chunks: the schedule the streaming decoder follows.
+"""How a stream's audio is cut into chunks: the schedule the streaming decoder follows, its one
+home. The server builds it once from its flags (`ChunkSchedule.from_config`); a request's own
+fields (`ChunkingOptions`) override it per stream (`with_options`).
 
-Plain Python (no torch). The defaults of the three fields a server flag or a request may set
-are `config`'s, which the command line shows. The chunk sizes' growth is written once, in
-`ChunkSizes`: the decoder's planning and the benchmarks' `schedule` both read it.
+Plain Python (no torch). The defaults and bounds of the fields a server flag or a request may
+set are `config`'s, which the command line shows, and so is the one rule between them
+(`config.check_chunk_sizes`). The chunk sizes' growth is written once, in `ChunkSizes`: the
+decoder's planning and the benchmarks' `schedule` both read it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..config import (
+from ..config import EngineConfig
+from ..defaults import (
     BUSY_BATCH,
     BUSY_FIRST_CHUNK_TOKENS,
     BUSY_LOOKAHEAD_TOKENS,
+    CHUNK_TOKEN_BOUNDS,
     FIRST_CHUNK_TOKENS,
     LOOKAHEAD_TOKENS,
     MAX_CHUNK_TOKENS,
+    check_chunk_sizes,
 )
-from .types import ChunkingOptions
-
-_MAX_TOKENS = 4096  # the GPT's max_position_embeddings: no window is ever longer
+from .utterance import ChunkingOptions
 
 
 @dataclass(frozen=True)
-class ChunkingConfig:
+class ChunkSchedule:
     """How a stream is cut into chunks. Token counts are GPT steps (2 mel frames, 512 samples)."""
 
     # New tokens in a stream's first chunk (config.FIRST_CHUNK_TOKENS says why this many).
@@ -42,26 +46,34 @@ class ChunkingConfig:
     crossfade_samples: int = 256
 
     def __post_init__(self) -> None:
-        if not 1 <= self.first_chunk_tokens <= self.max_chunk_tokens <= _MAX_TOKENS:
-            raise ValueError(
-                f"need 1 <= first_chunk_tokens ({self.first_chunk_tokens}) <= "
-                f"max_chunk_tokens ({self.max_chunk_tokens}) <= {_MAX_TOKENS}"
-            )
+        for name, (low, high) in CHUNK_TOKEN_BOUNDS.items():
+            value = getattr(self, name)
+            if value is not None and not low <= value <= high:
+                raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+        check_chunk_sizes(self.first_chunk_tokens, self.max_chunk_tokens)
         if not 1.0 <= self.growth <= 16.0:
             raise ValueError(f"growth must be in [1, 16], got {self.growth}")
-        if (
-            self.left_context_tokens is not None
-            and not 0 <= self.left_context_tokens <= _MAX_TOKENS
-        ):
-            raise ValueError(f"left_context_tokens must be in [0, {_MAX_TOKENS}] or None")
-        if not 0 <= self.lookahead_tokens <= _MAX_TOKENS:
-            raise ValueError(f"lookahead_tokens must be in [0, {_MAX_TOKENS}]")
         if self.first_lookahead_tokens is not None and not (
             0 <= self.first_lookahead_tokens <= self.lookahead_tokens
         ):
             raise ValueError("first_lookahead_tokens must be in [0, lookahead_tokens] or None")
         if not 0 <= self.crossfade_samples <= 48000:
             raise ValueError("crossfade_samples must be in [0, 48000]")
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> ChunkSchedule:
+        """The server's schedule, from its flags."""
+        return cls(
+            first_chunk_tokens=config.first_chunk_tokens,
+            max_chunk_tokens=config.max_chunk_tokens,
+            lookahead_tokens=config.lookahead_tokens,
+        )
+
+    def options(self) -> ChunkingOptions:
+        """The fields a request may set, as this schedule has them (`ModelInfo.chunking`)."""
+        return ChunkingOptions(
+            self.first_chunk_tokens, self.max_chunk_tokens, self.lookahead_tokens
+        )
 
     def lookahead_of(self, chunk_index: int) -> int:
         """Lookahead tokens of a stream's chunk `chunk_index` (0: the first)."""
@@ -73,7 +85,7 @@ class ChunkingConfig:
     def min_lookahead_tokens(self) -> int:
         return self.lookahead_of(0)
 
-    def with_options(self, options: ChunkingOptions) -> ChunkingConfig:
+    def with_options(self, options: ChunkingOptions) -> ChunkSchedule:
         """This schedule with the options' set fields (server flags or one request) applied."""
         overrides = {k: v for k, v in vars(options).items() if v is not None}
         return replace(self, **overrides) if overrides else self
@@ -94,7 +106,7 @@ class ChunkSizes:
     one, up to `max_chunk_tokens`. A cursor, so a planner can read the next size and advance
     only once the chunk is planned."""
 
-    def __init__(self, config: ChunkingConfig) -> None:
+    def __init__(self, config: ChunkSchedule) -> None:
         self._config = config
         # Grown as a float and rounded per chunk, so a growth of 1.5 gives 8, 12, 18, 27, ...
         self._size = float(config.first_chunk_tokens)
@@ -111,7 +123,7 @@ class ChunkSizes:
 @dataclass(frozen=True)
 class BusyFirstChunk:
     """A shorter first chunk, and a shorter lookahead for it, for a stream whose first chunk
-    is still to come while the decode batch is large (the runner decides every step, so a
+    is still to come while the decode batch is large (decided every step, so a
     stream that started alone and was joined by a burst shortens too).
 
     Time to first audio is the prompt's prefill plus first_chunk_tokens + lookahead_tokens
@@ -121,7 +133,8 @@ class BusyFirstChunk:
     instead of 8, 16, 32) and a first seam decoded with less right context, crossfaded like
     every short-lookahead seam (bench/bench_lookahead.py, its busy row). Later chunks keep
     the stream's own lookahead. A request that sets its own first chunk or lookahead keeps
-    it (`apply`'s `fixed`).
+    it (`shorten`'s `fixed`). The scheduler decides which streams (`applies`, each step); the
+    runner shortens their schedules (`shorten`).
     """
 
     min_batch: int = BUSY_BATCH
@@ -130,17 +143,22 @@ class BusyFirstChunk:
     first_chunk_tokens: int = BUSY_FIRST_CHUNK_TOKENS
     lookahead_tokens: int = BUSY_LOOKAHEAD_TOKENS
 
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> BusyFirstChunk:
+        return cls(config.busy_batch, config.busy_first_chunk_tokens, config.busy_lookahead_tokens)
+
     def applies(self, batch: int) -> bool:
         return 0 < self.min_batch <= batch
 
     def apply(
-        self, config: ChunkingConfig, batch: int, fixed: ChunkingOptions | None = None
-    ) -> ChunkingConfig:
-        """`config` for a stream not yet decoded, at decode batch `batch`; shortened only where
-        it is longer than this policy's sizes and `fixed` (one request's options) left it
-        unset."""
-        if not self.applies(batch):
-            return config
+        self, config: ChunkSchedule, batch: int, fixed: ChunkingOptions | None = None
+    ) -> ChunkSchedule:
+        """`config` for a stream not yet decoded, at decode batch `batch`."""
+        return self.shorten(config, fixed) if self.applies(batch) else config
+
+    def shorten(self, config: ChunkSchedule, fixed: ChunkingOptions | None = None) -> ChunkSchedule:
+        """`config` with the shorter first chunk: shortened only where it is longer than this
+        policy's sizes and `fixed` (one request's options) left it unset."""
         fixed = fixed or ChunkingOptions()
         changes: dict[str, int] = {}
         if fixed.first_chunk_tokens is None:

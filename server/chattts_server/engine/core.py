@@ -22,18 +22,15 @@ from typing import Protocol
 import numpy as np
 
 from ..config import EngineConfig
+from ..errors import EngineError, InvalidRequestError
 from ..text.spans import Traced
+from .chunking import BusyFirstChunk
+from .events import UtteranceDone
+from .protocol import EngineStats, ModelInfo
 from .request import EngineRequest
 from .scheduler import Scheduler
 from .step_io import FinishedAudio, ModelOutput, PreparedPrompt, SchedulerOutput
-from .types import (
-    EngineError,
-    EngineStats,
-    InvalidRequestError,
-    ModelInfo,
-    UtteranceDone,
-    UtteranceRequest,
-)
+from .utterance import UtteranceRequest
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +63,11 @@ class RequestOutput:
     codes: np.ndarray | None = None
     """With `done`: (num_tokens, num_vq) audio codes of the utterance (parity tests)."""
     spoken: Traced | None = None
-    """With the utterance's first audio: the text it speaks (`types.Spoken`), sent before it."""
+    """With the utterance's first audio: the text it speaks (`events.Spoken`), sent before it."""
 
     @property
-    def finished(self) -> bool:
+    def is_last(self) -> bool:
+        """No more outputs follow for this request (it is done or failed)."""
         return self.done is not None or self.error is not None
 
 
@@ -83,10 +81,16 @@ class EngineCore:
         max_new_tokens: int,
         is_paused: Callable[[str], bool] = lambda request_id: False,
         interactive_hold_tokens: int = 0,
+        busy_first_chunk: BusyFirstChunk | None = None,
     ) -> None:
         self.runner = runner
         self.scheduler = Scheduler(
-            num_slots, max_tokens, prefill_chunk_tokens, max_new_tokens, interactive_hold_tokens
+            num_slots,
+            max_tokens,
+            prefill_chunk_tokens,
+            max_new_tokens,
+            interactive_hold_tokens,
+            busy_first_chunk,
         )
         self.is_paused = is_paused
         """Whether a request's reader is behind; its generation then skips steps."""
@@ -114,6 +118,7 @@ class EngineCore:
             max_new_tokens=config.max_new_tokens,
             is_paused=is_paused,
             interactive_hold_tokens=config.interactive_hold_tokens,
+            busy_first_chunk=BusyFirstChunk.from_config(config),
         )
 
     # -- requests in -----------------------------------------------------------------------
@@ -166,7 +171,7 @@ class EngineCore:
                 self._emit_audio(request, chunks, now)
             for request, error in decisions.failed:
                 self._drop(request, error)
-            for request, end in decisions.finished:
+            for request, end in decisions.completed:
                 self._finish(request, end, now)
         return list(self._outputs.values())
 

@@ -16,7 +16,7 @@ from ..model.mel_decoder import hidden_frames
 from ..model.streaming_conv import StackInput, StackState, StreamingStack
 from ..model.vocoders import MelWindow, VocoderStreamInput, VocoderStreamState
 from .chunked_stream import Chunk, ChunkedStream, ChunkGeometry
-from .chunking import ChunkingConfig
+from .chunking import ChunkSchedule
 
 
 class DecodeStream(ChunkedStream):
@@ -25,7 +25,7 @@ class DecodeStream(ChunkedStream):
 
     def __init__(
         self,
-        config: ChunkingConfig,
+        config: ChunkSchedule,
         geometry: ChunkGeometry,
         left_context_tokens: int,
         exact: bool,

@@ -18,22 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import EngineConfig, ModelConfig
+from ..errors import EngineError, EngineUnavailableError, InvalidRequestError
 from ..model.errors import ModelLoadError
 from .bridge import RequestHandle
 from .core import EngineCore, RequestOutput
+from .events import AudioChunk, EngineEvent, Spoken, UtteranceDone
+from .protocol import EngineStats, ModelInfo
 from .thread_governor import ThreadGovernor, name_model_thread
-from .types import (
-    AudioChunk,
-    EngineError,
-    EngineEvent,
-    EngineStats,
-    EngineUnavailableError,
-    InvalidRequestError,
-    ModelInfo,
-    Spoken,
-    UtteranceDone,
-    UtteranceRequest,
-)
+from .utterance import UtteranceRequest
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +127,7 @@ class ChatTTSEngine:
                     return
         finally:
             handle.closed = True
-            if not handle.finished:
+            if not handle.ended:
                 self._commands.put(_Cancel(handle))
 
     def _wake(self) -> None:
@@ -177,6 +169,7 @@ class ChatTTSEngine:
             self._take_commands(core, block=not core.has_unfinished_requests)
             if not core.has_unfinished_requests:
                 continue
+            self._pause_slow_readers()
             outputs = core.step()
             if self.thread_governor is not None:
                 self.thread_governor.after_step(core.ran_model)
@@ -225,11 +218,14 @@ class ChatTTSEngine:
             return
         self._handles[request.request_id] = handle
 
+    def _pause_slow_readers(self) -> None:
+        """Before a step: a request whose reader is `output_buffer_chunks` behind is paused (it
+        keeps its slot and skips steps); its reader wakes the engine when it catches up."""
+        for handle in self._handles.values():
+            handle.paused = handle.outstanding >= self.config.output_buffer_chunks
+
     def _is_paused(self, request_id: str) -> bool:
-        handle = self._handles[request_id]
-        paused = handle.outstanding >= self.config.output_buffer_chunks
-        handle.paused = paused
-        return paused
+        return self._handles[request_id].paused
 
     def _deliver(self, output: RequestOutput) -> None:
         handle = self._handles.get(output.request_id)
@@ -243,7 +239,7 @@ class ChatTTSEngine:
             handle.fail(output.error)
         elif output.done is not None:
             handle.emit(output.done)
-        if output.finished:
+        if output.is_last:
             del self._handles[output.request_id]
 
     def _fail_all(self, error: BaseException) -> None:

@@ -12,10 +12,11 @@ from typing import Any
 
 import torch
 
+from ..errors import InvalidRequestError
 from ..model.loader import ChatTTSModules
 from ..text.normalize import TextNormalizer
 from ..text.spans import Traced
-from .types import InvalidRequestError, VoiceKind, VoiceSpec
+from .utterance import VoiceKind, VoiceSpec
 
 DEFAULT_VOICE_SEED = 2
 """The speaker used when a request names none, so every sentence of a stream sounds alike."""

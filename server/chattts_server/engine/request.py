@@ -12,8 +12,9 @@ import enum
 from dataclasses import dataclass
 
 from ..text.spans import Traced
+from .events import UtteranceDone
 from .step_io import FinishedAudio
-from .types import Priority, UtteranceDone
+from .utterance import Priority
 
 
 class RequestStatus(enum.Enum):
@@ -35,7 +36,7 @@ class EngineRequest:
     deadline: float | None = None
     """time.monotonic() past which the request fails with DEADLINE_EXCEEDED."""
     prompt_len: int = 0
-    """Tokens of the current pass's prompt (`Scheduler.budget_pass`)."""
+    """Tokens of the current pass's prompt (`Scheduler._budget_pass`)."""
     max_new_tokens: int = 0
     """Token budget of the current pass (clamped to the slot's room)."""
     final_pass: bool = True
@@ -66,6 +67,8 @@ class EngineRequest:
     """'eos', 'max_tokens', 'cancelled' or 'error' once FINISHED."""
     spoken: Traced | None = None
     """What the final pass speaks (its `PreparedPrompt.spoken`), sent with the first audio."""
+    pass_state: object = None
+    """The runner's first pass (`PreparedPrompt.state`), held while WAITING, opaque here."""
 
     @property
     def rank(self) -> tuple[int, int]:

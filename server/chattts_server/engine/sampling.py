@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .types import SamplingParams
+from .utterance import SamplingParams
 
 # transformers' TopP/TopK warpers as ChatTTS builds them (gen_logits: min_tokens_to_keep=3).
 MIN_TOKENS_TO_KEEP = 3

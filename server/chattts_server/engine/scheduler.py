@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import InvalidRequestError, RequestFailure
+from .chunking import BusyFirstChunk
 from .request import EngineRequest, RequestStatus
 from .step_io import (
     DecodeRow,
@@ -28,7 +30,7 @@ from .step_io import (
     PreparedPrompt,
     SchedulerOutput,
 )
-from .types import InvalidRequestError, Priority, RequestFailure
+from .utterance import Priority
 
 
 @dataclass
@@ -40,7 +42,7 @@ class StepDecisions:
     """PCM chunks that became ready, per request, in order."""
     failed: list[tuple[EngineRequest, RequestFailure]] = field(default_factory=list)
     """Requests whose work failed alone, with the error they end with; their slots are free."""
-    finished: list[tuple[EngineRequest, FinishedAudio]] = field(default_factory=list)
+    completed: list[tuple[EngineRequest, FinishedAudio]] = field(default_factory=list)
     """Utterances the runner flushed this step ('eos' or 'max_tokens'): their last audio."""
 
 
@@ -52,8 +54,11 @@ class Scheduler:
         prefill_chunk_tokens: int,
         max_new_tokens: int | None = None,
         interactive_hold_tokens: int = 0,
+        busy_first_chunk: BusyFirstChunk | None = None,
     ) -> None:
         self.num_slots = num_slots
+        self.busy_first_chunk = busy_first_chunk or BusyFirstChunk(min_batch=0)
+        """From which batch streams still before their first audio get a shorter first chunk."""
         self.interactive_hold_tokens = interactive_hold_tokens
         """While an INTERACTIVE request has sent no audio and its pass has sampled fewer
         tokens than this, less urgent requests skip decode steps (0: never)."""
@@ -70,7 +75,6 @@ class Scheduler:
         self.waiting: deque[EngineRequest] = deque()
         self.running: dict[int, EngineRequest] = {}
         self._released: list[int] = []
-        self._discarded: list[str] = []
         self._flushing: dict[int, EngineRequest] = {}
         """The utterances the current plan flushes, by the slot they held (free already: the
         same plan may give it to a new request)."""
@@ -87,13 +91,9 @@ class Scheduler:
 
     def add(self, request: EngineRequest, prepared: PreparedPrompt) -> None:
         """Queue a new request with its first pass (`ModelRunner.prepare`). Raises
-        InvalidRequestError when that prompt leaves its slot too little room; the runner then
-        drops the prepared prompt at the next step."""
-        try:
-            self._budget_pass(request, prepared)
-        except InvalidRequestError:
-            self._discarded.append(request.request_id)
-            raise
+        InvalidRequestError when that prompt leaves its slot too little room."""
+        self._budget_pass(request, prepared)
+        request.pass_state = prepared.state
         request.status = RequestStatus.WAITING
         request.arrival = self._num_arrivals
         self._num_arrivals += 1
@@ -118,8 +118,8 @@ class Scheduler:
             self._finish(request, "cancelled")
         for request in [r for r in self.running.values() if r.cancelled]:
             self._finish(request, "cancelled")
-        plan = SchedulerOutput(released=self._released, discarded=self._discarded)
-        self._released, self._discarded = [], []
+        plan = SchedulerOutput(released=self._released)
+        self._released = []
         self._act_on_ended_passes(plan)
         while self.waiting and self._free_slots:
             request = min(self.waiting, key=_rank)  # the most urgent class, then arrival
@@ -127,8 +127,10 @@ class Scheduler:
             request.slot_id = heapq.heappop(self._free_slots)
             request.status = RequestStatus.RUNNING
             self.running[request.slot_id] = request
-            plan.new_slots.append(NewSlot(request.request_id, request.slot_id))
+            state, request.pass_state = request.pass_state, None  # the runner holds it now
+            plan.new_slots.append(NewSlot(request.request_id, request.slot_id, state))
         self._plan_rows(plan, is_paused)
+        plan.short_first_chunk = self._short_first_chunks(plan)
         return plan
 
     def update_from_output(self, plan: SchedulerOutput, output: ModelOutput) -> StepDecisions:
@@ -136,7 +138,7 @@ class Scheduler:
         produced."""
         decisions = StepDecisions()
         flushed, self._flushing = self._flushing, {}
-        decisions.finished = [(flushed[slot_id], end) for slot_id, end in output.finished.items()]
+        decisions.completed = [(flushed[slot_id], end) for slot_id, end in output.flushed.items()]
         # The request each slot of the plan computed for, before anything below frees a slot.
         owners = {s: self.running[s] for s in [*plan.slot_ids, *plan.next_pass]}
         for chunk in plan.prefill:
@@ -206,7 +208,7 @@ class Scheduler:
             if request.pass_end is None:
                 continue
             if request.final_pass:
-                plan.finished.append(slot_id)
+                plan.slots_to_flush.append(slot_id)
                 self._flushing[slot_id] = request
                 self._finish(request, request.pass_end, release=False)
             else:
@@ -242,6 +244,17 @@ class Scheduler:
             plan.prefill.append(chunk)
             budget -= length
 
+    def _short_first_chunks(self, plan: SchedulerOutput) -> list[int]:
+        """At a large batch of audio-pass rows sampling this step, those still before their
+        first audio (`BusyFirstChunk`): decided per step, on the batch the step runs, so a
+        stream that started alone and was joined by a burst shortens too."""
+        sampling = [c.slot_id for c in plan.prefill if c.completes_prompt]
+        sampling += [r.slot_id for r in plan.decode]
+        audio = [s for s in sampling if self.running[s].final_pass]
+        if not self.busy_first_chunk.applies(len(audio)):
+            return []
+        return [s for s in audio if self.running[s].first_audio_at is None]
+
     def _first_audio_hold(self) -> Priority | None:
         """INTERACTIVE while such a request in a slot waits for its first audio (within
         `interactive_hold_tokens` of its pass): its first chunk then needs ~16 steps at a small
@@ -275,7 +288,7 @@ class Scheduler:
                 self._released.append(request.slot_id)
         elif request.status is RequestStatus.WAITING:
             self.waiting.remove(request)
-            self._discarded.append(request.request_id)
+            request.pass_state = None
         request.status = RequestStatus.FINISHED
         request.finish_reason = reason
 

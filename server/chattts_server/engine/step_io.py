@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import RequestFailure
 from ..text.attention_timing import TokenAlignment
 from ..text.spans import Traced
-from .types import RequestFailure
 
 
 @dataclass(frozen=True)
@@ -35,17 +35,22 @@ class PreparedPrompt:
     """Its end ends the utterance; False for the refine pass (audio codes follow, same slot)."""
     spoken: Traced | None = None
     """The final pass: the text its audio speaks, traced to the request's source (sent to the
-    reader with the first audio, `types.Spoken`)."""
+    reader with the first audio, `events.Spoken`)."""
+    state: object = field(default=None, repr=False, compare=False)
+    """The runner's state of the pass (`passes.PassState`), opaque to the scheduler, which
+    holds it until the request gets a slot and hands it back in `NewSlot`."""
 
 
 @dataclass(frozen=True)
 class NewSlot:
-    """A request that took a KV slot this step; the runner moves its prepared prompt there."""
+    """A request that took a KV slot this step; the runner seats its pass there."""
 
     request_id: str
     """The id `ModelRunner.prepare` was called with."""
     slot_id: int
     """The slot it now holds until it finishes or is cancelled."""
+    state: object = field(default=None, repr=False, compare=False)
+    """Its first pass, as `PreparedPrompt.state` held it."""
 
 
 @dataclass(frozen=True)
@@ -80,11 +85,9 @@ class SchedulerOutput:
     released: list[int] = field(default_factory=list)
     """Slots given up since the last step (cancelled or failed): drop their state first; a
     slot here may be handed to a new request in `new_slots` of the same step."""
-    discarded: list[str] = field(default_factory=list)
-    """Prepared requests cancelled (or refused) before they got a slot: drop their prompts."""
-    finished: list[int] = field(default_factory=list)
+    slots_to_flush: list[int] = field(default_factory=list)
     """Slots whose utterance ended last step (end code or token cap): flush their decoders
-    (batched) into `ModelOutput.finished` and drop their state. These slots are free: one may
+    (batched) into `ModelOutput.flushed` and drop their state. These slots are free: one may
     be handed to a new request in `new_slots` of the same step."""
     next_pass: list[int] = field(default_factory=list)
     """Slots whose refine pass ended last step: build each one's audio-code prompt from the
@@ -97,10 +100,14 @@ class SchedulerOutput:
     that completes its prompt samples the pass's first token."""
     decode: list[DecodeRow] = field(default_factory=list)
     """Slots that decode one token, in slot order (so a packed batch is a cache view)."""
+    short_first_chunk: list[int] = field(default_factory=list)
+    """Audio-pass slots that sample at a large batch this step before their first audio: each
+    one whose stream has decoded no chunk yet takes the shorter first chunk
+    (`chunking.BusyFirstChunk`)."""
 
     @property
     def has_model_work(self) -> bool:
-        return bool(self.prefill or self.decode or self.finished or self.next_pass)
+        return bool(self.prefill or self.decode or self.slots_to_flush or self.next_pass)
 
     @property
     def slot_ids(self) -> list[int]:
@@ -127,8 +134,8 @@ class ModelOutput:
     decode row."""
     audio: dict[int, list[np.ndarray]] = field(default_factory=dict)
     """PCM chunks (float32 mono at the model's rate) that became ready, in order, per slot."""
-    finished: dict[int, FinishedAudio] = field(default_factory=dict)
-    """The plan's `finished` slots: each utterance's last audio, text and codes."""
+    flushed: dict[int, FinishedAudio] = field(default_factory=dict)
+    """The plan's `slots_to_flush`: each utterance's last audio, text and codes."""
     prepared: dict[int, PreparedPrompt] = field(default_factory=dict)
     """The plan's `next_pass` slots whose audio-code prompt was built."""
     failed: dict[int, RequestFailure] = field(default_factory=dict)
@@ -138,7 +145,7 @@ class ModelOutput:
 
 @dataclass(frozen=True)
 class FinishedAudio:
-    """The end of one slot's utterance, from `ModelRunner.finish`."""
+    """The end of one slot's utterance, flushed by the runner (`ModelOutput.flushed`)."""
 
     pcm: np.ndarray
     """The last samples (may be empty)."""

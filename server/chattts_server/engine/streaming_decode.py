@@ -41,58 +41,39 @@ Runs on the engine thread only; nothing here locks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..model.mel_decoder import decoder_receptive_field, decoder_stack
-from ..model.receptive_field import ReceptiveField
-from ..model.vocoders import MelWindow, Vocoder, VocoderStreamInput
-from .chunked_stream import Chunk, ChunkGeometry, K, decode_step, finish_streams
-from .chunking import ChunkingConfig
+from ..model.mel_decoder import decoder_stack
+from ..model.streaming_conv import StreamingStack
+from ..model.vocoders import MelWindow, VocoderStreamInput
+from .chunked_stream import Chunk, ChunkedDecoder
+from .chunking import ChunkSchedule
 from .decode_stream import DecodeStream
 
 __all__ = ["DecodeStream", "StreamingDecoder"]
 
 
-class StreamingDecoder:
-    """Chunked Decoder+vocoder over many streams, batched across streams per engine step."""
+class StreamingDecoder(ChunkedDecoder[DecodeStream]):
+    """Chunked Decoder+vocoder over many streams, batched across streams per engine step, the
+    Decoder (and in exact mode Vocos) keeping state between a stream's chunks."""
 
-    def __init__(
-        self,
-        decoder: nn.Module,
-        vocoder: Vocoder,
-        config: ChunkingConfig | None = None,
-        device: torch.device | str | None = None,
-    ) -> None:
-        param = next(decoder.parameters())
-        self.decoder = decoder
-        self.vocoder = vocoder
-        self.default_config = config or ChunkingConfig()
-        self.device = torch.device(device) if device is not None else param.device
-        self.dtype = param.dtype
-        self.decoder_receptive_field: ReceptiveField = decoder_receptive_field(decoder)
-        self.geometry = ChunkGeometry.of(self.decoder_receptive_field, vocoder)
-        # (left, right) tokens of context under which streamed output equals offline output.
-        self.receptive_field_tokens: ReceptiveField = self.geometry.receptive_field_tokens
-        self.hop_length = vocoder.hop_length
-        self._decoder_stack = decoder_stack(decoder)
-        self.num_decoder_calls = 0
-        self.num_vocoder_calls = 0  # forward passes, however many streams each batched
+    @functools.cached_property
+    def _decoder_stack(self) -> StreamingStack:
+        """The Decoder's layers as a stack that keeps per-stream state."""
+        return decoder_stack(self.decoder)
 
-    def open(self, config: ChunkingConfig | None = None) -> DecodeStream:
-        """A new stream under `config` (the default config if None)."""
-        config = config or self.default_config
-        left, exact = self.geometry.resolve(config)
+    def _new_stream(self, config: ChunkSchedule, left: int, exact: bool) -> DecodeStream:
         # Short lookahead: the vocoder decodes a window of mel frames per chunk, since a
         # stateful one could fold in only final mel, which lags the Decoder's delay behind the
         # samples a chunk emits (more frames per chunk than the window's).
         vocoder_state = self.vocoder.open_stream_state() if exact else None
         return DecodeStream(config, self.geometry, left, exact, vocoder_state)
 
-    def reschedule(self, stream: DecodeStream, config: ChunkingConfig) -> DecodeStream:
+    def reschedule(self, stream: DecodeStream, config: ChunkSchedule) -> DecodeStream:
         """`stream`, before its first chunk, under another schedule: a new stream holding the
         same hidden states (nothing has reached the Decoder yet, so nothing else carries)."""
         if stream.num_chunks:
@@ -103,23 +84,6 @@ class StreamingDecoder:
         if stream.ended:
             rescheduled.end()
         return rescheduled
-
-    def total_samples(self, num_tokens: int) -> int:
-        """Samples an offline decode of `num_tokens` tokens returns (and a stream emits)."""
-        return self.geometry.total_samples(num_tokens)
-
-    def step(self, streams: Mapping[K, DecodeStream]) -> dict[K, np.ndarray]:
-        """Decode every ready chunk of `streams` (batched, by any key: the runner's slot ids);
-        PCM for each stream that had one, under its key.
-
-        A stream is ready when `lookahead_tokens` exist past its next chunk, or it has ended
-        with tokens left (then everything left is decoded, in chunks of at most the cap).
-        """
-        return decode_step(streams, self._decode)
-
-    def finish(self, streams: Mapping[K, DecodeStream]) -> dict[K, np.ndarray]:
-        """End `streams` and flush them: one entry per key (empty PCM if nothing was left)."""
-        return finish_streams(streams, self.step)
 
     # -- batched decode ----------------------------------------------------------------------
 

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..defaults import MIN_SNR_DB
 from .kv_cache import SlotKVCache
 from .linear_modes import MODES
-from .quantize_policy import MIN_SNR_DB
 
 if TYPE_CHECKING:
     from .llama import LlamaDecoder

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..defaults import MIN_SNR_DB
 from .autotune import AutotuneResult, apply_result, autotune
 from .cpu_features import cpu_features, read_cpuinfo
 from .kv_cache import SlotKVCache
-from .quantize_policy import MIN_SNR_DB
 
 if TYPE_CHECKING:
     from .llama import LlamaDecoder

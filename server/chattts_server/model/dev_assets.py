@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from safetensors.torch import save_file
 
+from ..audio_constants import HOP_LENGTH, NUM_MELS, SAMPLE_RATE_HZ
 from ..config import DEV_MODEL_CACHE
-from .audio_constants import HOP_LENGTH, NUM_MELS, SAMPLE_RATE_HZ
 from .chattts_config import build_vocos, chattts_config
 from .shapes import (
     ConvStackShapes,

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .audio_constants import NUM_MELS, SAMPLE_RATE_HZ
+from ..audio_constants import NUM_MELS, SAMPLE_RATE_HZ
 from .receptive_field import ReceptiveField, chain_interval, conv_input_interval, field_of_interval
 from .vocoders import (
     MelWindow,

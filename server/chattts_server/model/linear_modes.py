@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -51,8 +52,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..defaults import QUANTIZE_CHOICES
 from .cpu_features import CpuFeatures, cpu_features
-from .quantize_policy import QUANTIZE_CHOICES
+
+log = logging.getLogger(__name__)
 
 # Batch size oneDNN packs the weights for; measured to matter little between 1 and 64.
 _ONEDNN_BATCH_HINT = 16
@@ -357,6 +360,17 @@ def unavailable_modes(
         if quantize == "auto" or m.family == quantize
     }
     return {name: why for name, why in reasons.items() if why}
+
+
+def log_left_out(quantize: str, device: torch.device, dtype: torch.dtype) -> None:
+    """Say at start-up which modes `--quantize` names this CPU is not offered, and why."""
+    left_out = unavailable_modes(quantize, device, dtype)
+    if left_out:
+        log.info(
+            "GPT linear modes left out on %s: %s",
+            cpu_features().describe(),
+            "; ".join(f"{name} ({why})" for name, why in left_out.items()),
+        )
 
 
 def modes_for(

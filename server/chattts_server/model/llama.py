@@ -31,7 +31,6 @@ from .attention import (
     bf16_attention_faster,
 )
 from .compiled_decode import CompiledDecode
-from .cpu_features import cpu_features
 from .kv_cache import SlotKVCache
 from .linear_modes import ModeTable
 from .llama_layers import Layer, LlamaShape, q_kv, rms_norm
@@ -79,6 +78,19 @@ class DecodeBatch:
     """(B, D) input embeddings."""
     positions: Tensor
     """(B,) KV positions of the inputs."""
+    max_position: int | None = None
+    """The largest of `positions` where the host knows it (CUDA graphs pick their attention
+    length by it without reading the device)."""
+
+
+def _rope(config: LlamaConfig) -> tuple[Tensor, float]:
+    """(inv_freq, attention scaling) of the config's rotary embedding, as transformers'."""
+    rope_scaling = getattr(config, "rope_scaling", None) or {}
+    rope_type = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
+    if rope_type in _UNSUPPORTED_ROPE_TYPES:
+        raise NotImplementedError(f"rope_type {rope_type!r} is not supported")
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
+    return inv_freq, float(scaling)
 
 
 def _decode_attention(
@@ -164,11 +176,7 @@ class LlamaDecoder(nn.Module):
         if "dense-onednn" in names:  # the default before autotune: 1.7x F.linear on some CPUs
             names = ["dense-onednn", *(n for n in names if n != "dense-onednn")]
         shape = LlamaShape.from_config(config)
-        rope_scaling = getattr(config, "rope_scaling", None) or {}
-        rope_type = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
-        if rope_type in _UNSUPPORTED_ROPE_TYPES:
-            raise NotImplementedError(f"rope_type {rope_type!r} is not supported")
-        inv_freq, attention_scaling = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
+        inv_freq, attention_scaling = _rope(config)
         sd = {
             k[len(prefix) :]: v.detach().to(device=device, dtype=dtype)
             for k, v in state_dict.items()
@@ -185,13 +193,7 @@ class LlamaDecoder(nn.Module):
         model.kv_dtype = kv_dtype
         model.set_mode_table({1: names[0]})
         if modes is None and quantize != "none":
-            left_out = linear_modes.unavailable_modes(quantize, device, dtype)
-            if left_out:
-                log.info(
-                    "GPT linear modes left out on %s: %s",
-                    cpu_features().describe(),
-                    "; ".join(f"{name} ({why})" for name, why in left_out.items()),
-                )
+            linear_modes.log_left_out(quantize, device, dtype)
         log.info(
             "GPT linear weights (%s): %s",
             quantize,

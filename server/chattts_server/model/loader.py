@@ -96,15 +96,40 @@ def _new_dvae(config, device: torch.device, with_encoder: bool):
     return DVAE(decoder_config=asdict(config.decoder), dim=config.decoder.idim, device=device)
 
 
+def _load_fp32_modules(
+    asset: Path, shapes: ModelShapes, config: Any, device: torch.device
+) -> tuple[Any, torch.nn.Module, torch.nn.Module, torch.nn.Module]:
+    """Embed, Decoder, DVAE and Vocos from their files, fp32."""
+    from ChatTTS.model import Embed
+    from ChatTTS.utils import load_safetensors
+
+    # Module constructors draw random init (and DVAE a random coef) that the files overwrite;
+    # keep those draws off the caller's generator so loading does not shift seeded sampling.
+    with torch.random.fork_rng(devices=[]):
+        embed = Embed(
+            shapes.embed.hidden_size,
+            shapes.embed.num_audio_tokens,
+            shapes.embed.num_text_tokens,
+            shapes.embed.num_vq,
+        )
+        embed.load_pretrained(str(asset / "Embed.safetensors"), device=device)
+        decoder = _new_dvae(config, device, with_encoder=False)
+        decoder.load_pretrained(str(asset / "Decoder.safetensors"), device)
+        dvae = _new_dvae(config, device, with_encoder=True)
+        dvae.load_pretrained(str(asset / "DVAE.safetensors"), device)
+        vocos = build_vocos(config)
+        vocos.load_state_dict(load_safetensors(str(asset / "Vocos.safetensors")))
+    return embed, decoder, dvae, vocos
+
+
 def load_chattts(model_dir: Path | str, device: torch.device, dtype: torch.dtype) -> ChatTTSModules:
     """Load every module from the asset files onto `device`.
 
     Only the GPT weights take `dtype`; Embed (embeddings and heads), Decoder, DVAE and Vocos
     stay fp32, as upstream keeps them (the heads run on fp32 hidden states, iSTFT needs fp32).
     """
-    from ChatTTS.model import Embed, Speaker, Tokenizer
+    from ChatTTS.model import Speaker, Tokenizer
     from ChatTTS.norm import Normalizer
-    from ChatTTS.utils import load_safetensors
     from transformers import LlamaConfig
 
     root = resolve_model_dir(model_dir)
@@ -126,26 +151,7 @@ def load_chattts(model_dir: Path | str, device: torch.device, dtype: torch.dtype
         ).items()
         if not key.removeprefix("model.").startswith("embed_tokens.")
     }
-
-    # Module constructors draw random init (and DVAE a random coef) that the files overwrite;
-    # keep those draws off the caller's generator so loading does not shift seeded sampling.
-    with torch.random.fork_rng(devices=[]):
-        embed = Embed(
-            shapes.embed.hidden_size,
-            shapes.embed.num_audio_tokens,
-            shapes.embed.num_text_tokens,
-            shapes.embed.num_vq,
-        )
-        embed.load_pretrained(str(asset / "Embed.safetensors"), device=device)
-
-        decoder = _new_dvae(config, device, with_encoder=False)
-        decoder.load_pretrained(str(asset / "Decoder.safetensors"), device)
-        dvae = _new_dvae(config, device, with_encoder=True)
-        dvae.load_pretrained(str(asset / "DVAE.safetensors"), device)
-
-        vocos = build_vocos(config)
-        vocos.load_state_dict(load_safetensors(str(asset / "Vocos.safetensors")))
-
+    embed, decoder, dvae, vocos = _load_fp32_modules(asset, shapes, config, device)
     homophones = resources.files("ChatTTS").joinpath("res", "homophones_map.json")
     return ChatTTSModules(
         model_dir=root,

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from torch import nn
 
-from .audio_constants import FRAMES_PER_TOKEN as FRAMES_PER_TOKEN  # re-exported for the decoder
+from ..audio_constants import FRAMES_PER_TOKEN as FRAMES_PER_TOKEN
 
 # A receptive field: (left, right) input frames that one output frame (or sample block) needs.
 ReceptiveField = tuple[int, int]

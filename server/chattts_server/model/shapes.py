@@ -13,7 +13,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from .audio_constants import HOP_LENGTH, NUM_MELS, SAMPLE_RATE_HZ
+from ..audio_constants import HOP_LENGTH, NUM_MELS, SAMPLE_RATE_HZ
 from .verify import resolve_model_dir
 
 # Not recorded in any weight file; these are ChatTTS's fixed values (the audio ones in

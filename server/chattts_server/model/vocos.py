@@ -11,7 +11,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from .audio_constants import SAMPLE_RATE_HZ
+from ..audio_constants import SAMPLE_RATE_HZ
 from .receptive_field import ReceptiveField, istft_receptive_field, stride1_receptive_field
 from .streaming_conv import StackInput, StackState, Stage, StreamingStack
 from .vocoders import (

@@ -6,7 +6,7 @@ utterance ends mid-word. ChatTTS speaks about 4-5 Chinese characters or 12-15 En
 (letters and spaces) a second at `[speed_5]`; we take the slow end, count a digit as the words it
 will become, add the pauses that punctuation and break tokens make, and slow down for lower speed
 levels. One second of speech is 46.875 audio tokens (24000 Hz / 256 hop / 2 frames per token,
-`model/audio_constants.py`).
+`audio_constants.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..model.audio_constants import AUDIO_TOKENS_PER_S
+from ..audio_constants import AUDIO_TOKENS_PER_S
 from .control_tokens import BRACKETED, is_allowed
 from .script import CJK, language
 
@@ -61,11 +61,6 @@ def estimate_duration_s(text: str, speed: int = 5) -> float:
     seconds += len(_STOPS.findall(body)) * PUNCTUATION_PAUSE_S
     seconds += sum(PAUSE_S.get(m.group(), 0.0) for m in BRACKETED.finditer(text))
     return seconds * (1 + SPEED_SLOWDOWN_PER_LEVEL * max(0, 5 - speed))
-
-
-def estimate_tokens(text: str, speed: int = 5) -> int:
-    """Audio tokens ChatTTS will need for text, on the high side."""
-    return math.ceil(estimate_duration_s(text, speed) * AUDIO_TOKENS_PER_S)
 
 
 def max_segment_s(max_new_tokens: int) -> float:

@@ -48,11 +48,6 @@ def _strongest(m: re.Match[str], lang: Language) -> str:
     return "、" if marks == "、" else _CLAUSE[lang]
 
 
-def without_pictographs(text: str) -> str:
-    """Emoji and other pictographs removed (before the grammars, which fail on them)."""
-    return without_pictographs_traced(Traced.source(text)).text
-
-
 def without_pictographs_traced(text: Traced) -> Traced:
     if text.text.isascii():
         return text

@@ -9,7 +9,7 @@ refusal accounting), as gRPC does.
 
 On a server with tokens, `/openapi.json` needs the token like `/v1/models` (API tools send the
 header), and `/docs` (Swagger UI) is off: a browser page cannot add the header to its own fetch
-of the schema, and the schema is the same on every server (README). Without tokens both are
+of the schema, and the schema is the same on every server (docs/api.md). Without tokens both are
 open.
 
 FastAPI on uvicorn because it is what the OpenAI-compatible servers our users compare us with

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...engine.types import InvalidRequestError
+from ...errors import InvalidRequestError
 from ..errors import status_of
 
 # canonical status -> (HTTP status, OpenAI error type, code)

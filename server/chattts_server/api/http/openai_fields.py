@@ -1,7 +1,7 @@
 """OpenAI's speech parameters in our terms: voices, speed levels, response formats.
 
 `openai_settings` is the one mapping of them onto StreamSettings, for `POST /v1/audio/speech`
-and the WebSocket both, through the gRPC Validator; documented in the README:
+and the WebSocket both, through the gRPC Validator; documented in docs/api.md:
 
 - `voice`: a preset of the voices folder; `seed:N` (a ChatTTS speaker seed); or one of
   OpenAI's voice names, each a fixed ChatTTS speaker seed (`OPENAI_VOICE_SEEDS`) so a client
@@ -24,9 +24,10 @@ from google.protobuf import json_format
 
 from chattts_proto.chattts.v1 import tts_pb2
 
-from ...engine.types import InvalidRequestError, Priority
-from ...voices import VoiceLibrary
+from ...engine.utterance import Priority
+from ...errors import InvalidRequestError
 from ..convert import StreamSettings, Validator
+from ..voices import VoiceLibrary
 
 # Fixed speakers for OpenAI's built-in voice names (ChatTTS speaker seeds).
 OPENAI_VOICE_SEEDS = {

@@ -34,13 +34,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from ...engine.types import InvalidRequestError
-from ...voices import VoiceLibrary
+from ...errors import InvalidRequestError
 from ..client_json import parse_json
 from ..convert import StreamSettings, Validator
 from ..errors import ClientGoneError, ClientStalledError, is_ours
 from ..events import AudioOut, MarkReached, SessionEvent, WordTimingsOut, to_json
 from ..synthesis import Synthesis
+from ..voices import VoiceLibrary
 from .errors import HTTPFailure, PayloadTooLargeError, http_failure
 from .openai_fields import check_speed, content_type, openai_settings, synthesis_config
 from .protocol import ABORT_EXTENSION

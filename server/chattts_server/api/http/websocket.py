@@ -1,6 +1,6 @@
 """`/v1/audio/speech/stream`: StreamingSynthesize over a WebSocket, for browsers and agents.
 
-Messages (text frames are JSON objects with a `type`; README "WebSocket" has examples):
+Messages (text frames are JSON objects with a `type`; docs/api.md "WebSocket" has examples):
 
 client -> server
   {"type": "config", ...}   first, once: the fields of tts.proto's SynthesisConfig in their
@@ -51,16 +51,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketState
 
-from ...engine.types import InvalidRequestError
-from ...voices import VoiceLibrary
+from ...errors import InvalidRequestError
 from ..admission import AdmissionRejected
 from ..client_json import check_json, load_json
 from ..convert import StreamSettings, Validator
@@ -68,6 +68,7 @@ from ..errors import ClientGoneError, ClientStalledError, is_ours
 from ..events import AudioOut, SessionEvent, to_json
 from ..synthesis import NOT_ACCEPTING, Synthesis
 from ..text_reader import TextFragment
+from ..voices import VoiceLibrary
 from .errors import HTTPFailure, http_failure
 from .openai_fields import openai_settings, synthesis_config
 
@@ -182,108 +183,115 @@ async def speech_stream(ws: WebSocket, synthesis: Synthesis) -> None:
         await _end_with_error(ws, synthesis, exc)
         return
 
-    gone = False
-    speaker: asyncio.Future[None] | None = None
-    closing: list[bool] = []  # set by _speak once it is closing the socket itself
-
-    def on_gone() -> None:
-        nonlocal gone
-        if closing:
-            return  # our own close, not the client leaving
-        gone = True
-        if speaker is not None:
-            speaker.cancel()
-
-    watchers: list[asyncio.Future[None]] = []
-    fragments = _fragments(ws, on_gone, watchers)
-    speaker = asyncio.ensure_future(_speak(ws, synthesis, settings, fragments, on_gone, closing))
-    try:
-        await asyncio.wait({speaker})
-    finally:
-        for task in (speaker, *watchers):
-            task.cancel()
-        await asyncio.gather(speaker, *watchers, return_exceptions=True)
-    if speaker.cancelled():
-        if gone:
-            log.info("WebSocket client went away; its generation was cancelled")
-        return
-    if speaker.exception() is not None:
-        raise speaker.exception()  # type: ignore[misc]
+    await _Conversation(ws, synthesis, settings).run()
 
 
-async def _fragments(
-    ws: WebSocket, on_gone: Callable[[], None], watchers: list[asyncio.Future[None]]
-) -> AsyncIterator[TextFragment]:
-    """The text messages after the config, up to `end`; after it a watcher (put in
-    `watchers`, cancelled by the caller) still reads, to notice the client going away."""
-    try:
-        while True:
-            message = await _receive_json(ws)
-            if message.get("type") == "end":
-                break
-            yield _fragment(message)
-    except ClientGoneError:
-        on_gone()
-        return
-    watchers.append(asyncio.ensure_future(_watch_gone(ws, on_gone)))
+class _State(enum.Enum):
+    OPEN = "open"
+    """Text in, audio out."""
+    CLOSING = "closing"
+    """We are ending the stream (done or an error): a read failing now is our own close."""
+    CLIENT_GONE = "client gone"
+    """The client left first: the stream's generation is cancelled."""
 
 
-async def _watch_gone(ws: WebSocket, on_gone: Callable[[], None]) -> None:
-    while True:
+class _Conversation:
+    """One WebSocket stream after its config: a speaker task that reads the text messages and
+    writes the audio, and, after `end`, a watcher that still reads to notice the client going
+    away. Either one that sees the client gone moves the state to CLIENT_GONE, which cancels
+    the speaker."""
+
+    def __init__(self, ws: WebSocket, synthesis: Synthesis, settings: StreamSettings) -> None:
+        self.ws, self.synthesis, self.settings = ws, synthesis, settings
+        self.state = _State.OPEN
+        self._speaker: asyncio.Future[None] | None = None
+        self._watcher: asyncio.Future[None] | None = None
+
+    async def run(self) -> None:
+        self._speaker = speaker = asyncio.ensure_future(self._speak())
         try:
-            await _receive_json(ws)  # anything after `end` is ignored
+            await asyncio.wait({speaker})
+        finally:
+            tasks = [t for t in (speaker, self._watcher) if t is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if speaker.cancelled():
+            if self.state is _State.CLIENT_GONE:
+                log.info("WebSocket client went away; its generation was cancelled")
+            return
+        if speaker.exception() is not None:
+            raise speaker.exception()  # type: ignore[misc]
+
+    def _client_gone(self) -> None:
+        if self.state is not _State.OPEN:
+            return  # our own close, or noticed already
+        self.state = _State.CLIENT_GONE
+        if self._speaker is not None:
+            self._speaker.cancel()
+
+    async def _fragments(self) -> AsyncIterator[TextFragment]:
+        """The text messages after the config, up to `end`; then the watcher takes over."""
+        try:
+            while True:
+                message = await _receive_json(self.ws)
+                if message.get("type") == "end":
+                    break
+                yield _fragment(message)
         except ClientGoneError:
-            on_gone()
+            self._client_gone()
             return
-        except InvalidRequestError:
-            if ws.client_state == WebSocketState.DISCONNECTED:  # closed 1009
-                on_gone()
+        self._watcher = asyncio.ensure_future(self._watch_gone())
+
+    async def _watch_gone(self) -> None:
+        while True:
+            try:
+                await _receive_json(self.ws)  # anything after `end` is ignored
+            except ClientGoneError:
+                self._client_gone()
                 return
-        except RuntimeError:  # we closed the socket (starlette's WebSocketDisconnected)
-            return
+            except InvalidRequestError:
+                if self.ws.client_state == WebSocketState.DISCONNECTED:  # closed 1009
+                    self._client_gone()
+                    return
+            except RuntimeError:  # we closed the socket (starlette's WebSocketDisconnected)
+                return
 
-
-async def _speak(
-    ws: WebSocket,
-    synthesis: Synthesis,
-    settings: StreamSettings,
-    fragments: AsyncIterator[TextFragment],
-    on_gone: Callable[[], None],
-    closing: list[bool],
-) -> None:
-    async def write(data: bytes | str) -> None:
+    async def _write(self, data: bytes | str) -> None:
         try:
             if isinstance(data, bytes):
-                await ws.send_bytes(data)
+                await self.ws.send_bytes(data)
             else:
-                await ws.send_text(data)
+                await self.ws.send_text(data)
         except Exception:  # noqa: BLE001 - any failure to send means the client is gone
-            on_gone()  # cancels this task: the stream ends CANCELLED, as on a read
+            self._client_gone()  # cancels this task: the stream ends CANCELLED, as on a read
             raise asyncio.CancelledError() from None
 
-    async def send(event: SessionEvent) -> None:
+    async def _send(self, event: SessionEvent) -> None:
         if isinstance(event, AudioOut):
-            await write(event.data)
+            await self._write(event.data)
         else:
-            await write(json.dumps(to_json(event)))
+            await self._write(json.dumps(to_json(event)))
 
-    try:
-        record = await synthesis.stream(METHOD, fragments, settings, send)
-        done = {
-            "type": "done",
-            "num_utterances": record.num_utterances,
-            "audio_duration_s": record.audio_s,
-            "num_tokens": record.num_tokens,
-        }
-        await synthesis.deliver(write(json.dumps(done)))
-    except Exception as exc:
-        if not is_ours(exc):
-            raise
-        closing.append(True)
-        await _end_with_error(ws, synthesis, exc)
-        return
-    closing.append(True)
-    await _close(ws, synthesis, 1000, "")
+    async def _speak(self) -> None:
+        synthesis = self.synthesis
+        try:
+            record = await synthesis.stream(METHOD, self._fragments(), self.settings, self._send)
+            done = {
+                "type": "done",
+                "num_utterances": record.num_utterances,
+                "audio_duration_s": record.audio_s,
+                "num_tokens": record.num_tokens,
+            }
+            await synthesis.deliver(self._write(json.dumps(done)))
+        except Exception as exc:
+            if not is_ours(exc):
+                raise
+            self.state = _State.CLOSING
+            await _end_with_error(self.ws, synthesis, exc)
+            return
+        self.state = _State.CLOSING
+        await _close(self.ws, synthesis, 1000, "")
 
 
 async def _end_with_error(ws: WebSocket, synthesis: Synthesis, exc: BaseException) -> None:

@@ -2,7 +2,7 @@
 
 `ssml_items` reads a whole document, `SsmlStream` one sent in fragments; both give `Item`s:
 utterances (`SpeechItem`: text traced to the document, speed), silences (`Break`) and marks
-(`MarkPart`). The element table is in `elements.py` (and the README); parsing safety (no DTD,
+(`MarkPart`). The element table is in `elements.py` (and docs/api.md); parsing safety (no DTD,
 entities or external references; depth and element limits) in `document.py`.
 """
 

@@ -27,7 +27,7 @@ from xml.etree.ElementTree import ParseError, TreeBuilder
 from defusedxml import DefusedXmlException
 from defusedxml.ElementTree import DefusedXMLParser
 
-from ...engine.types import InvalidRequestError
+from ...errors import InvalidRequestError
 from ..spans import SpanMap, Traced
 
 MAX_DEPTH = 32
@@ -98,10 +98,6 @@ class SafeXmlReader:
         expat.CharacterDataHandler = self._text
         expat.CommentHandler = None
         expat.ProcessingInstructionHandler = None
-
-    @property
-    def open_elements(self) -> tuple[str, ...]:
-        return tuple(self._open)
 
     @property
     def blank(self) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ...engine.types import InvalidRequestError
+from ...errors import InvalidRequestError
 from ..script import CJK, Language
 from ..spans import EMPTY, SpanMap, Traced
 from .attributes import break_seconds, language_hint, rate_level, speed_level

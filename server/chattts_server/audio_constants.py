@@ -3,7 +3,7 @@ once for the whole server.
 
 Plain Python with no imports, so the text front end (duration estimates), the shapes reader,
 the vocoders and the engine all read the same numbers. What a running server produces is
-`engine.types.ModelInfo`, built from the vocoder in use: a HiFi-GAN checkpoint may have been
+`engine.protocol.ModelInfo`, built from the vocoder in use: a HiFi-GAN checkpoint may have been
 trained at another rate or hop.
 """
 

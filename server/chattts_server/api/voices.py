@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .engine.types import VoiceKind, VoiceSpec
+from ..engine.utterance import VoiceKind, VoiceSpec
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +54,6 @@ def decode_speaker_embedding(text: str) -> np.ndarray:
     if not np.all(np.isfinite(values)):
         raise ValueError("holds NaN or infinite values")
     return values
-
-
-def encode_speaker_embedding(values: np.ndarray) -> str:
-    """Encode float values as a ChatTTS speaker-embedding string (the inverse of decode)."""
-    import pybase16384 as b14
-
-    raw = np.asarray(values, dtype=np.float16).tobytes()
-    return str(
-        b14.encode_to_string(lzma.compress(raw, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS))
-    )
 
 
 def _load_preset(path: Path) -> VoicePreset:

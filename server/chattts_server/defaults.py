@@ -1,0 +1,50 @@
+"""The defaults and bounds the command line shows that other layers use too: the quantize policy
+and the chunk schedule (with the one rule between its fields). A leaf: it imports nothing of the
+server, so `config` and the engine and model layers all import these numbers from here."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A configuration value is out of range or inconsistent."""
+
+
+QUANTIZE_CHOICES = ("none", "bf16", "int8", "auto")
+"""Linear-mode families `--quantize` allows: lossless only, bf16, int8, or any within budget."""
+MIN_SNR_DB = 30.0
+"""A lossy mode serves under `auto` only if its hidden states are within this SNR of the
+lossless mode's (autotune at warm-up; bench/bench_quality.py reports against it)."""
+
+FIRST_CHUNK_TOKENS = 8
+"""New tokens in a stream's first audio chunk: small, for a short time to first audio."""
+MAX_CHUNK_TOKENS = 32
+"""Cap on new tokens per chunk (chunks grow from the first up to it): bounds the per-chunk cost
+and the gap between chunks."""
+LOOKAHEAD_TOKENS = 8
+"""Tokens past a chunk's end that must exist before it is decoded, latency against accuracy:
+8 gives >= 60 dB SNR against offline audio in bench/bench_lookahead.py for +171 ms to first
+audio."""
+BUSY_BATCH = 8
+"""Decode batch from which a stream's first chunk is shortened (`BusyFirstChunk`): at
+batch 8 and up a CPU decode step costs several times one at batch 1."""
+BUSY_FIRST_CHUNK_TOKENS = 4
+"""First-chunk tokens of a stream whose first chunk comes at or above BUSY_BATCH."""
+BUSY_LOOKAHEAD_TOKENS = 4
+"""That first chunk's lookahead (later chunks keep the stream's own)."""
+CHUNK_TOKEN_BOUNDS = {
+    "first_chunk_tokens": (1, 512),
+    "max_chunk_tokens": (1, 1024),
+    "lookahead_tokens": (0, 128),
+    "left_context_tokens": (0, 1024),
+}
+"""Inclusive bounds of the chunk schedule, for the server's flags, one request's
+`SynthesisConfig.chunking` and the schedule itself (engine/chunking.py) alike."""
+
+
+def check_chunk_sizes(first: int, cap: int, name: str = "first_chunk_tokens") -> None:
+    """The one rule between the chunk schedule's fields, for the flags, a request's own and the
+    schedule itself: the first chunk is no longer than the cap. `name` is the field blamed."""
+    if first > cap:
+        raise ConfigError(
+            f"{name} must leave first_chunk_tokens ({first}) <= max_chunk_tokens ({cap})"
+        )
