@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from .defaults import (
+    BACKEND_CHOICES,
     BUSY_BATCH,
     BUSY_FIRST_CHUNK_TOKENS,
     BUSY_LOOKAHEAD_TOKENS,
     CHUNK_TOKEN_BOUNDS,
     FIRST_CHUNK_TOKENS,
+    GGUF_FORMATS,
     LOOKAHEAD_TOKENS,
     MAX_CHUNK_TOKENS,
     MIN_SNR_DB,
@@ -91,6 +93,24 @@ class ModelConfig:
         "bf16 or int8 weights only",
         choices=QUANTIZE_CHOICES,
     )
+    backend: str = option(
+        "auto",
+        "what runs the GPT's layers: torch (our forward, every device); llamacpp (llama.cpp, "
+        "CPU, GGUF weights); auto = on CPU the faster of the two at warm-up among formats within "
+        f"{MIN_SNR_DB:g} dB hidden-state SNR of fp32, torch on CUDA or where llama.cpp is missing",
+        choices=BACKEND_CHOICES,
+    )
+    gguf_format: str = option(
+        "auto",
+        "llama.cpp weight format; auto = the fastest within the SNR budget at warm-up "
+        "(F32 is exact and only when named)",
+        choices=("auto", *GGUF_FORMATS),
+    )
+    gguf_cache_dir: Path | None = option(
+        None,
+        "where the GPT's GGUF files are kept per weights and format (~ is expanded)",
+        unset="gguf/ beside --dev-model-cache",
+    )
     autotune_cache: bool = option(
         True,
         "keep warm-up's linear-mode timing per CPU, thread count, weights and torch version, "
@@ -123,6 +143,10 @@ class ModelConfig:
         "TORCHINDUCTOR_CACHE_DIR wins)",
         unset="inductor/ beside --dev-model-cache",
     )
+
+    def gguf_folder(self) -> Path:
+        """Where the llama.cpp backend's GGUF files are written once and reused."""
+        return (self.gguf_cache_dir or self.dev_model_cache.parent / "gguf").expanduser()
 
     def compile_folder(self) -> Path:
         """Where inductor keeps the compiled decode step, so that a restart reuses it."""

@@ -11,6 +11,10 @@ class ConfigError(ValueError):
 
 QUANTIZE_CHOICES = ("none", "bf16", "int8", "auto")
 """Linear-mode families `--quantize` allows: lossless only, bf16, int8, or any within budget."""
+BACKEND_CHOICES = ("auto", "torch", "llamacpp")
+"""What runs the GPT's layers (`--backend`)."""
+GGUF_FORMATS = ("F32", "F16", "Q8_0", "Q6_K", "Q5_K", "Q4_K")
+"""The llama.cpp backend's weight formats, widest first (`--gguf-format`)."""
 MIN_SNR_DB = 30.0
 """A lossy mode serves under `auto` only if its hidden states are within this SNR of the
 lossless mode's (autotune at warm-up; bench/bench_quality.py reports against it)."""

@@ -30,6 +30,9 @@ FLAGS = {
     "--device": "auto",
     "--dtype": "auto",
     "--quantize": "auto",  # "none" until issue 29
+    "--backend": "auto",  # "torch" until issue 39
+    "--gguf-format": "auto",
+    "--gguf-cache-dir": None,
     "--autotune-cache": "on",
     "--autotune-cache-dir": None,
     "--compile": "off",

@@ -150,7 +150,7 @@ class ChatTTSEngine:
             self.core = EngineCore.from_config(runner, self.config, is_paused=self._is_paused)
             self._model_info = runner.info
             if self.model_config.adaptive_threads and self._model_info.device == "cpu":
-                self.thread_governor = ThreadGovernor.for_torch()
+                self.thread_governor = ThreadGovernor.for_torch(also=runner.set_gpt_threads)
             log.info("engine ready in %.1f s", time.monotonic() - started)
             self._ready.set()
             self._on_ready()

@@ -31,6 +31,12 @@ class GPTModel(Protocol):
     """What the runner needs of the GPT's 20 Llama layers."""
 
     shape: LlamaShape
+    name: str
+    """What runs them, for logs, metrics and `ModelInfo.backend` ('torch', 'llamacpp Q4_K')."""
+    supports_alignment: bool
+    """It can capture attention weights (the alignment heads that time words)."""
+    graphs_error: str
+    """Why CUDA graphs asked for are not used ('' where none were asked for)."""
 
     def forward(
         self,
@@ -38,14 +44,19 @@ class GPTModel(Protocol):
         decode: DecodeBatch | None,
         alignment: tuple[tuple[HeadId, ...], list[CaptureRow]] | None = None,
     ) -> tuple[list[Tensor], Tensor | None, AlignmentCapture | None]:
-        """One step: each prompt chunk's hidden states (L, D), written into its slot's cache,
-        and the decode rows' (B, D). `alignment`: (heads, rows) whose attention weights to
-        capture (None: nothing extra is computed); the capture, or None where it cannot be
-        taken (a replayed graph)."""
+        """One step: each prompt chunk written into its slot's cache, with the hidden state
+        (D,) of its last position, and the decode rows' (B, D). `alignment`: (heads, rows) whose
+        attention weights to capture (None: nothing extra is computed); the capture, or None
+        where it cannot be taken (a replayed graph, a backend that returns no attention)."""
         ...
 
     def free_slot(self, slot_id: int) -> None:
-        """The slot's stream ended or was cancelled: whatever it cached may be dropped."""
+        """The slot's pass ended, or a new pass takes the slot: what it cached is dropped."""
+        ...
+
+    @property
+    def decode_graphs(self) -> str:
+        """'cuda', 'eager' or 'off', as `ModelInfo.decode_graphs` says."""
         ...
 
 
@@ -67,6 +78,8 @@ class TorchGPT:
         self.graphs_error = ""
         """Why the graphs asked for are not used: what their capture raised at warm-up."""
         self.shape = llama.shape
+        self.name = "torch"
+        self.supports_alignment = True
 
     @classmethod
     def build(
@@ -125,14 +138,14 @@ class TorchGPT:
             if max_position is None:
                 max_position = int(decode.positions.max())
             hidden = self.graphs(decode.slot_ids, decode.embeds, decode.positions, max_position)
-            return prompt_hidden, hidden, None
+            return [h[-1] for h in prompt_hidden], hidden, None
         capture = None
         if alignment is not None:
             capture = AlignmentCapture(*alignment, self.cache, self.shape)
         prompt_hidden, decode_hidden = self.llama.forward_batch(
             prompts, decode, self.cache, capture=capture
         )
-        return prompt_hidden, decode_hidden, capture
+        return [h[-1] for h in prompt_hidden], decode_hidden, capture
 
     def free_slot(self, slot_id: int) -> None:
         """Positions are overwritten by the slot's next prompt: nothing to free."""

@@ -37,6 +37,8 @@ class ModelInfo:
     chunking: ChunkingOptions
     """The server's chunk schedule (its flags, every field set); a request's `chunking`
     overrides it field by field and is checked against it (`ChunkingOptions.check`)."""
+    backend: str = "torch"
+    """What runs the GPT's layers: 'torch', or 'llamacpp <format>' (chosen at warm-up)."""
     linear_modes: dict[int, str] = field(default_factory=dict)
     """Decode batch size -> the GPT linear mode it uses (chosen by timing at warm-up)."""
     decode_graphs: str = "off"

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple, cast
 
 import numpy as np
@@ -28,6 +30,7 @@ from ..model.autotune_cache import AutotuneCache, weights_digest
 from ..model.compiled_decode import set_inductor_cache
 from ..model.hifigan import HiFiGANVocoder
 from ..model.llama import DecodeBatch, PromptRun
+from ..model.llama_layers import LlamaShape
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
@@ -35,8 +38,9 @@ from ..text.attention_timing import ATTENTION
 from ..text.spans import Traced
 from ..text.timing import ESTIMATE
 from .chunking import BusyFirstChunk, ChunkSchedule
-from .gpt import TorchGPT
+from .gpt import GPTModel, TorchGPT, decode_batch_sizes
 from .heads import Heads
+from .llamacpp_gpt import LlamaCppGPT
 from .passes import PassState, Phase, pass_sampling
 from .prompts import PromptBuilder
 from .protocol import ModelInfo
@@ -61,6 +65,20 @@ def build_streaming_decoder(
     return StreamingDecoder(modules.decoder, vocoder, ChunkSchedule.from_config(config), device)
 
 
+@dataclass(frozen=True)
+class BackendSettings:
+    """What may run the GPT's layers (`--backend`, `--gguf-format`, `--gguf-cache-dir`);
+    `engine/backend_choice.py` decides at warm-up."""
+
+    backend: str = "torch"
+    gguf_format: str = "auto"
+    gguf_folder: Path = Path("gguf")
+
+    @classmethod
+    def from_config(cls, config: ModelConfig) -> BackendSettings:
+        return cls(config.backend, config.gguf_format, config.gguf_folder())
+
+
 class _Row(NamedTuple):
     """One row that samples this step."""
 
@@ -83,11 +101,13 @@ class ModelRunner:
         autotune_cache: AutotuneCache | None = None,
         compile_step: str = "off",
         compile_budget_s: float = 300.0,
+        backend: BackendSettings | None = None,
     ) -> None:
         """`decode_graphs` ('cuda', 'eager', 'off'): see `TorchGPT.build`. `autotune_cache`:
         where warm-up's answers (linear modes, alignment heads) are reused from; None measures.
         `compile_step` ('off', 'auto', 'on') and `compile_budget_s`: whether warm-up compiles
-        the CPU decode step (`model/compiled_decode.py`) and how long it may spend."""
+        the CPU decode step (`model/compiled_decode.py`) and how long it may spend. `backend`:
+        what may run the GPT's layers (torch unless given; chosen at warm-up)."""
         self.modules = modules
         self.config = config
         self.device = device
@@ -96,14 +116,17 @@ class ModelRunner:
         self.num_vq = modules.shapes.embed.num_vq
         self.eos_code = modules.shapes.eos_token_id
         self.text_eos = modules.tokenizer.eos_token
-        self.gpt = TorchGPT.build(modules, config, device, dtype, quantize, decode_graphs)
+        self.backend = backend or BackendSettings()
+        self.gpt: GPTModel = TorchGPT.build(modules, config, device, dtype, quantize, decode_graphs)
+        self.torch_gpt: TorchGPT | None = self.gpt
+        """Our forward: serving, or (llama.cpp serving) dropped after warm-up."""
         self.warmup_cache = autotune_cache
         """Where warm-up answers are kept (autotune's table, the alignment heads); None: off."""
-        self.weights_digest = (
-            weights_digest(modules.gpt_state_dict) if autotune_cache is not None else ""
-        )
-        """Part of the warm-up cache's keys: which weights the answers were found with."""
-        modules.gpt_state_dict.clear()
+        wants_digest = autotune_cache is not None or self.backend.backend != "torch"
+        self.weights_digest = weights_digest(modules.gpt_state_dict) if wants_digest else ""
+        """Part of the warm-up caches' keys (and the GGUF files' names): which weights."""
+        if self.backend.backend == "torch":
+            modules.gpt_state_dict.clear()  # else kept until warm-up has written the GGUF
         self.heads = Heads.from_embed(modules.embed)
         self.prompts = PromptBuilder(modules, device)
         num_codes = modules.shapes.embed.num_audio_tokens
@@ -138,10 +161,32 @@ class ModelRunner:
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
             chunking=self.audio.default_config.options(),
-            linear_modes=self.gpt.llama.mode_table,
+            linear_modes=self._linear_modes(),
+            backend=self.gpt.name,
             decode_graphs=self.gpt.decode_graphs,
             decode_graphs_error=self.gpt.graphs_error,
             timing_source=ATTENTION if self.alignment_heads else ESTIMATE,
+        )
+
+    def _linear_modes(self) -> dict[int, str]:
+        if isinstance(self.gpt, TorchGPT):
+            return self.gpt.llama.mode_table
+        return {size: self.gpt.name for size in decode_batch_sizes(self.config.max_streams)}
+
+    def build_llamacpp(self, weight_format: str) -> LlamaCppGPT:
+        """The GPT on llama.cpp in `weight_format`, its GGUF file written first if need be."""
+        from ..model.gguf_export import GGUFCache
+
+        cache = GGUFCache(self.backend.gguf_folder, self.weights_digest)
+        modules, config = self.modules, self.config
+        shape = LlamaShape.from_config(modules.gpt_config)
+        rope_theta = float(getattr(modules.gpt_config, "rope_theta", 10000.0))
+        weights = modules.gpt_state_dict or None
+        threads = torch.get_num_threads()
+        path = cache.get(weight_format, weights, shape, rope_theta, threads)
+        max_batch = config.prefill_chunk_tokens + config.max_streams
+        return LlamaCppGPT(
+            path, shape, config.max_streams, config.max_tokens, max_batch, threads, weight_format
         )
 
     @classmethod
@@ -167,7 +212,13 @@ class ModelRunner:
             autotune_cache=AutotuneCache(folder) if folder is not None else None,
             compile_step=model_config.compile,
             compile_budget_s=model_config.compile_budget_s,
+            backend=BackendSettings.from_config(model_config),
         )
+
+    def set_gpt_threads(self, threads: int) -> None:
+        """The thread governor's count, for a backend with a pool of its own (llama.cpp)."""
+        if isinstance(self.gpt, LlamaCppGPT):
+            self.gpt.set_threads(threads)
 
     def warmup(self, batch_size: int) -> None:
         """Every code path once, and the warm-up measurements (`engine/warmup.py`)."""
@@ -285,6 +336,7 @@ class ModelRunner:
         """A pass takes its slot: the slot's sampler row, and for the audio pass the stream
         that turns its hidden states into audio."""
         self._slots[slot_id] = state
+        self.gpt.free_slot(slot_id)  # the pass's prompt starts at position 0
         if state.phase is Phase.CODES:
             self.code_sampler.set_row(slot_id, state.sampling)
             state.stream = self.audio.open(
@@ -305,14 +357,14 @@ class ModelRunner:
             for c in plan.prefill
         ]
         decode = self._decode_batch(plan) if plan.decode else None
-        prompt_hidden, decode_hidden, capture = self.gpt.forward(
+        prompt_last, decode_hidden, capture = self.gpt.forward(
             prompts, decode, self._alignment_rows(plan)
         )
         if capture is not None:
             self._keep_alignment(plan, capture)
         rows = [
-            _Row(chunk.slot_id, 0, hidden[-1])
-            for chunk, hidden in zip(plan.prefill, prompt_hidden, strict=True)
+            _Row(chunk.slot_id, 0, last)
+            for chunk, last in zip(plan.prefill, prompt_last, strict=True)
             if chunk.completes_prompt
         ]
         if decode_hidden is not None:
@@ -327,7 +379,7 @@ class ModelRunner:
     ) -> tuple[tuple[HeadId, ...], list[CaptureRow]] | None:
         """With alignment heads, the audio pass's decode rows over their text; else None (the
         forward computes nothing extra)."""
-        if not self.alignment_heads:
+        if not self.alignment_heads or not self.gpt.supports_alignment:
             return None
         rows = []
         for i, r in enumerate(plan.decode):

@@ -205,19 +205,28 @@ class ThreadGovernor:
         self.state = State(self.max_threads, self.max_threads, hold_s=self.policy.hold_s)
 
     @classmethod
-    def for_torch(cls, policy: Policy | None = None) -> ThreadGovernor | None:
+    def for_torch(
+        cls, policy: Policy | None = None, also: Callable[[int], None] | None = None
+    ) -> ThreadGovernor | None:
         """A governor over torch's pool at its current size (the ceiling); None at 1 thread.
         Call it on the thread that runs the model; where that thread was named with
-        :func:`name_model_thread` before it first ran torch, only it and its workers count."""
+        :func:`name_model_thread` before it first ran torch, only it and its workers count.
+        `also` is told each new count too (llama.cpp's pool, when it runs the GPT)."""
         import torch
 
         threads = torch.get_num_threads()
         if threads <= 1:
             return None
         name = _thread_name()
+
+        def set_threads(count: int) -> None:
+            torch.set_num_threads(count)
+            if also is not None:
+                also(count)
+
         return cls(
             threads,
-            torch.set_num_threads,
+            set_threads,
             policy or Policy(),
             thread_name=name if name == MODEL_THREAD_NAME else "",
         )

@@ -17,7 +17,9 @@ import torch
 from ..model.alignment_heads import MIN_SCORE, HeadId
 from ..model.autotune_cache import tune_or_reuse, weights_digest
 from ..model.compiled_decode import tune_compiled
+from ..model.llama import DecodeBatch, PromptRun
 from .alignment import CALIBRATION_TEXT, calibrate_alignment_heads
+from .backend_choice import choose_backend
 from .gpt import decode_batch_sizes
 from .utterance import VoiceSpec
 
@@ -34,16 +36,30 @@ def warm_up(runner: ModelRunner, batch_size: int) -> None:
     use (powers of two up to `batch_size`, and `batch_size`), the heads, the streaming Decoder
     + vocoder, and the alignment heads."""
     started = time.monotonic()
-    gpt, device, dtype = runner.gpt, runner.device, runner.dtype
     probe = runner.prompts.code_prompt(
         runner.prompts.normalize("Warm up [uv_break] in 2 minutes, please!"), VoiceSpec(), 5
     )
-    d = gpt.shape.hidden_size
     sizes = decode_batch_sizes(batch_size)
+    embeds = probe.embeds.to(runner.dtype)
+    _tune_torch(runner, sizes, embeds)
+    choice = choose_backend(runner, sizes, embeds)
+    if choice.backend == "llamacpp":
+        runner.gpt = runner.build_llamacpp(choice.weight_format)
+        runner.torch_gpt = None  # its weights and K/V cache go: llama.cpp serves
+    runner.modules.gpt_state_dict.clear()  # the GGUF files are written
+    _run_every_path(runner, sizes)
+    runner.alignment_heads = calibrate_alignment(runner)
+    if runner.device.type == "cuda":
+        torch.cuda.synchronize()
+    log.info("warm-up (decode batches %s) took %.2f s", sizes, time.monotonic() - started)
+
+
+def _tune_torch(runner: ModelRunner, sizes: list[int], probe: torch.Tensor) -> None:
+    """Our forward's linear mode per batch size, the compiled step and the CUDA graphs."""
+    gpt = runner.torch_gpt
+    assert gpt is not None
     autotune_cache = runner.warmup_cache if len(gpt.llama.modes) > 1 else None
-    tune_or_reuse(
-        gpt.llama, sizes, gpt.cache, probe.embeds.to(dtype), autotune_cache, runner.weights_digest
-    )
+    tune_or_reuse(gpt.llama, sizes, gpt.cache, probe, autotune_cache, runner.weights_digest)
     # The decode step as one compiled graph where that measured faster (CPU; bounded).
     tune_compiled(gpt.llama, sizes, gpt.cache, runner.compile_step, runner.compile_budget_s)
     if gpt.graphs is not None:
@@ -51,25 +67,35 @@ def warm_up(runner: ModelRunner, batch_size: int) -> None:
             gpt.graphs.capture_all()  # after autotune: each graph bakes in its size's mode
         except Exception as exc:  # noqa: BLE001 - graphs only speed decoding up
             gpt.drop_graphs(exc)
-    gpt.llama.prefill(0, torch.zeros(16, d, device=device, dtype=dtype), 0, gpt.cache)
+
+
+def _run_every_path(runner: ModelRunner, sizes: list[int]) -> None:
+    """A prefill, a decode step at each batch size with the heads, and the Decoder + vocoder,
+    through the backend that serves."""
+    gpt, device, dtype = runner.gpt, runner.device, runner.dtype
+    d = gpt.shape.hidden_size
+    gpt.forward([PromptRun(0, torch.zeros(16, d, device=device, dtype=dtype), 0)], None)
     for size in sizes:
         slots = torch.arange(size, device=device)
         positions = torch.full((size,), 8, dtype=torch.long, device=device)
         zeros = torch.zeros(size, d, device=device, dtype=dtype)
-        runner.heads.code_logits(gpt.llama.decode(slots, zeros, positions, gpt.cache))
+        _, hidden, _ = gpt.forward([], DecodeBatch(slots, zeros, positions, max_position=8))
+        assert hidden is not None
+        runner.heads.code_logits(hidden)
+    for slot in range(max(sizes)):
+        gpt.free_slot(slot)
     stream = runner.audio.open()
     stream.push(torch.zeros(24, d, device=device))
     runner.audio.finish({0: stream})
-    runner.alignment_heads = calibrate_alignment(runner)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    log.info("warm-up (decode batches %s) took %.2f s", sizes, time.monotonic() - started)
 
 
 def calibrate_alignment(runner: ModelRunner) -> tuple[HeadId, ...]:
     """The alignment heads, from one calibration sentence (`engine/alignment.py`); none with
     CUDA graphs (their replayed decode cannot capture attention)."""
-    gpt = runner.gpt
+    gpt = runner.torch_gpt
+    if gpt is None:
+        log.info("alignment heads: not calibrated (%s returns no attention)", runner.gpt.name)
+        return ()
     if gpt.graphs is not None:
         log.info("alignment heads: not calibrated (CUDA graphs replay the decode step)")
         return ()
