@@ -132,6 +132,15 @@ def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **(extra or {})}
 
 
+def _with(base: dict[str, str], extra: dict[str, str] | None) -> dict[str, str]:
+    if not extra:
+        return base
+    merged = {**base, **extra}
+    if "PYTHONPATH" in extra:
+        merged["PYTHONPATH"] = os.pathsep.join([extra["PYTHONPATH"], base["PYTHONPATH"]])
+    return merged
+
+
 def launch(
     args: Sequence[str] = (),
     *,
@@ -144,12 +153,15 @@ def launch(
     echo: bool = False,
     log_path: Path | str | None = None,
     cwd: Path | str | None = None,
+    env: dict[str, str] | None = None,
 ) -> ServerProcess:
     """Start `python -m chattts_server.main` on a free loopback port; return once it listens.
 
     `dev_model` (with `cache`, the dev-model cache folder) serves a random-weight dev model; pass
     None and a `--model-dir` in `args` for real weights. `metrics` opens the Prometheus endpoint
-    on another free port, `http` the HTTP front door on a third. `echo` copies the output to stderr, `log_path` to a file. Raises
+    on another free port, `http` the HTTP front door on a third. `echo` copies the output to
+    stderr, `log_path` to a file. `env` adds to the server's environment (PYTHONPATH entries go
+    first). Raises
     RuntimeError, with the output so far, when the server exits or stays silent too long.
     """
     cmd = [sys.executable, "-m", "chattts_server.main", "--host", "127.0.0.1", "--port", "0"]
@@ -168,7 +180,7 @@ def launch(
         stderr=subprocess.STDOUT,
         text=True,
         cwd=cwd,
-        env=server_env(),
+        env=_with(server_env(), env),
     )
     sink = open(log_path, "w", encoding="utf-8") if log_path else None  # noqa: SIM115 - _tee closes it
     lines: list[str] = []

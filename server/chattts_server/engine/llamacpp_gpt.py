@@ -173,44 +173,46 @@ class LlamaCppGPT:
         last token (or of every token), in row order."""
         out: list[Tensor] = []
         filled = 0
-        num_outputs = 0  # outputs asked for in the batch being filled
+        wanted: list[int] = []  # batch indices whose hidden states are asked for
         for seq, embeds, start, every in rows:
             tokens = embeds.detach().to(torch.float32).numpy()
             done = 0
             while done < len(tokens):
                 take = min(len(tokens) - done, self._max_batch_tokens - filled)
-                span = slice(filled, filled + take)
-                self._embd[span] = tokens[done : done + take]
-                self._pos[span] = np.arange(start + done, start + done + take)
-                self._wants_output[span] = 1 if every else 0
+                self._embd[filled : filled + take] = tokens[done : done + take]
+                self._pos[filled : filled + take] = np.arange(start + done, start + done + take)
                 for row in range(filled, filled + take):
                     if self._seq_of_row[row] != seq:
                         self._batch.seq_id[row][0] = seq
                         self._seq_of_row[row] = seq
+                if every:
+                    wanted += range(filled, filled + take)
                 filled += take
                 done += take
-                num_outputs += take if every else 0
                 if done == len(tokens) and not every:
-                    self._wants_output[filled - 1] = 1
-                    num_outputs += 1
+                    wanted.append(filled - 1)
                 if filled == self._max_batch_tokens:
-                    out += self._decode(filled, num_outputs)
-                    filled, num_outputs = 0, 0
+                    out += self._decode(filled, wanted)
+                    filled, wanted = 0, []
         if filled:
-            out += self._decode(filled, num_outputs)
+            out += self._decode(filled, wanted)
         return out
 
-    def _decode(self, num_tokens: int, num_outputs: int) -> list[Tensor]:
+    def _decode(self, num_tokens: int, wanted: list[int]) -> list[Tensor]:
+        """One `llama_decode` of the batch's first `num_tokens` rows; the hidden states of the
+        rows in `wanted`. Embeddings mode outputs every row (llama.cpp insists), so every row is
+        marked and the wanted ones are picked."""
         lc = self._lc
         self._batch.n_tokens = num_tokens
+        self._wants_output[:num_tokens] = 1
         status = lc.llama_decode(self._ctx, self._batch)
         if status != 0:
             raise RuntimeError(f"llama_decode failed ({status})")
-        if not num_outputs:
+        if not wanted:
             return []
         pointer = lc.llama_get_embeddings(self._ctx)
-        hidden = np.ctypeslib.as_array(pointer, shape=(num_outputs, self.shape.hidden_size))
-        return list(torch.from_numpy(hidden.copy()))
+        hidden = np.ctypeslib.as_array(pointer, shape=(num_tokens, self.shape.hidden_size))
+        return list(torch.from_numpy(hidden[wanted]))
 
     def free_slot(self, slot_id: int) -> None:
         """The slot's sequence is removed from llama.cpp's KV cache."""

@@ -76,10 +76,12 @@ def _run_every_path(runner: ModelRunner, sizes: list[int]) -> None:
     d = gpt.shape.hidden_size
     gpt.forward([PromptRun(0, torch.zeros(16, d, device=device, dtype=dtype), 0)], None)
     for size in sizes:
+        for slot in range(size):  # each step a fresh position 0 (llama.cpp wants them in order)
+            gpt.free_slot(slot)
         slots = torch.arange(size, device=device)
-        positions = torch.full((size,), 8, dtype=torch.long, device=device)
+        positions = torch.zeros(size, dtype=torch.long, device=device)
         zeros = torch.zeros(size, d, device=device, dtype=dtype)
-        _, hidden, _ = gpt.forward([], DecodeBatch(slots, zeros, positions, max_position=8))
+        _, hidden, _ = gpt.forward([], DecodeBatch(slots, zeros, positions, max_position=0))
         assert hidden is not None
         runner.heads.code_logits(hidden)
     for slot in range(max(sizes)):
