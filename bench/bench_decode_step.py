@@ -14,6 +14,11 @@ other processes hits them alike; the header prints the load average. For each ba
 - scattered: slot ids 0, 2, 4, ... (first mode): attention over the slot range, queries
              scattered into it.
 - gathered:  slot ids 0, 3, 6, ... (first mode): the range is over 2B, so K/V are gathered.
+- llamacpp-<format>: the server's llama.cpp backend (engine/llamacpp_gpt.py) on the same
+             weights exported to GGUF in that format, B sequences at the same positions; its
+             SNR against fp32 is printed with the weights, and after the table each format's
+             FLOP rate at the largest batch beside the rate of a 512-token prefill (bench/
+             _llamacpp_rows.py). Skipped, saying why, where llama.cpp does not load.
 - <mode>+c:  with --compile, that mode's step as one torch.compile graph
              (model/compiled_decode.py), for each mode whose kernels trace; the seconds each
              graph took to compile (or load from inductor's cache) are printed first.
@@ -46,10 +51,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
+import _llamacpp_rows as llamacpp
 import torch
 from transformers import DynamicCache, LlamaConfig, LlamaModel
 
 from chattts_server.defaults import MIN_SNR_DB
+from chattts_server.engine.backend_choice import llamacpp_unavailable
 from chattts_server.model.autotune import measure_snr
 from chattts_server.model.compiled_decode import CompiledDecode, compilable
 from chattts_server.model.kv_cache import SlotKVCache
@@ -155,6 +162,58 @@ def _compiled_step(
     return lambda: compiled.run(slots, x, positions, cache, mode)
 
 
+def _llama_rows(
+    args: argparse.Namespace,
+    model: LlamaModel,
+    config: LlamaConfig,
+    slots: int,
+    max_tokens: int,
+    probe: torch.Tensor,
+) -> list[llamacpp.LlamaCppRow]:
+    formats = [f for f in args.gguf_formats.split(",") if f]
+    if not formats or args.device != "cpu":
+        return []
+    missing = llamacpp_unavailable()
+    if missing is not None:
+        print(f"llama.cpp rows skipped: {missing}")
+        return []
+    with torch.inference_mode():
+        reference = model(inputs_embeds=probe[None].float()).last_hidden_state[0]
+    max_tokens = max(max_tokens, llamacpp.PREFILL_TOKENS + 1)
+    rows = llamacpp.build_rows(
+        model, config, formats, slots, max_tokens, args.threads, probe.float(), reference
+    )
+    print(
+        "llama.cpp GGUF MiB (hidden SNR dB vs fp32): "
+        + ", ".join(
+            f"{r.weight_format} {r.weight_bytes / 2**20:.0f} ({r.snr_db:.1f})" for r in rows
+        )
+    )
+    return rows
+
+
+def _flop_rates(
+    rows: list[llamacpp.LlamaCppRow],
+    shape: LlamaShape,
+    table: list[tuple[int, dict[str, float], dict[str, float], float]],
+) -> list[str]:
+    """Per format: the largest batch's decode FLOP rate beside a 512-token prefill's."""
+    if not rows or not table:
+        return []
+    batch, ms, _, _ = table[-1]
+    per_token = llamacpp.linear_flops_per_token(shape)
+    lines = []
+    for row in rows:
+        prefill = llamacpp.prefill_gflops(row, shape)
+        decode = per_token * batch / ms[f"llamacpp-{row.weight_format}"] / 1e6
+        lines.append(
+            f"llamacpp-{row.weight_format}: batch {batch} step {decode:.1f} GFLOP/s, "
+            f"{llamacpp.PREFILL_TOKENS}-token prefill {prefill:.1f} GFLOP/s "
+            f"({100 * decode / prefill:.0f}% of it), load average {os.getloadavg()[0]:.1f}"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=20)
@@ -190,6 +249,11 @@ def main() -> None:
         default="",
         help="extra columns (first mode): scattered, gathered (empty for none)",
     )
+    parser.add_argument(
+        "--gguf-formats",
+        default="F32,F16,Q8_0,Q6_K,Q5_K,Q4_K",
+        help="llama.cpp rows, one per GGUF format (empty for none)",
+    )
     parser.add_argument("--markdown", default="", help="also write the table here")
     parser.add_argument(
         "--compile",
@@ -209,7 +273,7 @@ def main() -> None:
     if args.smoke:
         args.layers, args.hidden, args.heads, args.inter = 2, 128, 4, 256
         args.batches, args.context, args.steps, args.markdown = "1,2", 16, 2, ""
-        args.probe_mib = 64
+        args.probe_mib, args.gguf_formats = 64, "F16"
 
     args.threads = args.threads or plan_threads(None, cpu_budget(), dict(os.environ)).intra_op
     torch.set_num_threads(args.threads)
@@ -260,6 +324,7 @@ def main() -> None:
             snr |= measure_snr(decoder, probe_embeds, reference, [name])
     within = [m for m in modes if snr.get(m, float("inf")) >= MIN_SNR_DB]
     probe_step, probe_bytes = _probe(args.probe_mib, device)
+    llama_rows = _llama_rows(args, model, config, max(batches), max_tokens, probe_embeds)
 
     header = (
         f"decode step, {args.layers} layers hidden {args.hidden} heads {args.heads} "
@@ -279,6 +344,7 @@ def main() -> None:
     compiled = CompiledDecode(decoder) if args.compile else None
     traced = [m for m in modes if compilable(decoder, m)] if compiled is not None else []
     names = ["bare", *modes, *extra, *(f"{m}+c" for m in traced)]
+    names += [f"llamacpp-{r.weight_format}" for r in llama_rows]
     if compiled is not None:
         with torch.inference_mode():
             seconds = {
@@ -308,6 +374,9 @@ def main() -> None:
                 steps[f"{name}+c"] = _compiled_step(
                     cast("CompiledDecode", compiled), cache_for(name), batch, args.context, name
                 )
+            positions = _positions(batch, args.context)
+            for row in llama_rows:
+                steps[f"llamacpp-{row.weight_format}"] = llamacpp.decode_step(row, positions)
             ms = _interleaved_ms(steps, args.steps, device, STATS[args.stat])
             gbs = probe_bytes / ms[PROBE] / 1e6
             floor = {
@@ -315,6 +384,13 @@ def main() -> None:
                 for m in modes
             }
             floor |= {f"{m}+c": floor[m] for m in traced}
+            live = sum(p + 1 for p in positions)
+            floor |= {
+                f"llamacpp-{r.weight_format}": (r.weight_bytes + live * r.kv_bytes_per_token)
+                / gbs
+                / 1e6
+                for r in llama_rows
+            }
             rows.append((batch, ms, floor, gbs))
             auto = min(within, key=ms.__getitem__) if within else "-"
             cells = [
@@ -325,6 +401,9 @@ def main() -> None:
                 f"{batch:>12} " + " ".join(f"{c:>12}" for c in cells) + f" {auto:>12} {gbs:>6.1f}",
                 flush=True,
             )
+    flop_lines = _flop_rates(llama_rows, LlamaShape.from_config(config), rows)
+    for line in flop_lines:
+        print(line)
     if args.markdown:
         base = "dense-onednn" if "dense-onednn" in modes else modes[0]
         snr_line = ", ".join(f"{m} {v:.1f}" for m, v in snr.items())
@@ -356,6 +435,8 @@ def main() -> None:
                 + " | ".join(cells)
                 + f" | {gbs:.1f} | {best} | {ms[base] / ms[best]:.2f}x | {auto_cells} |"
             )
+        if flop_lines:
+            lines += ["", *(f"- {line}" for line in flop_lines)]
         Path(args.markdown).write_text("\n".join(lines) + "\n")
 
 

@@ -33,7 +33,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -41,11 +43,20 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "server"), str(REPO / "client")]
 
 from chattts_server.defaults import MIN_SNR_DB  # noqa: E402
+from chattts_server.engine.backend_choice import llamacpp_unavailable  # noqa: E402
+from chattts_server.engine.llamacpp_gpt import LlamaCppGPT  # noqa: E402
 from chattts_server.model.autotune import snr_db  # noqa: E402
 from chattts_server.model.dev_assets import build_dev_assets  # noqa: E402
+from chattts_server.model.gguf_export import GGUFCache  # noqa: E402
 from chattts_server.model.kv_cache import SlotKVCache  # noqa: E402
 from chattts_server.model.linear_modes import MODES, modes_for  # noqa: E402
-from chattts_server.model.llama import LlamaDecoder, served_kv_dtype  # noqa: E402
+from chattts_server.model.llama import (  # noqa: E402
+    DecodeBatch,
+    LlamaDecoder,
+    LlamaShape,
+    PromptRun,
+    served_kv_dtype,
+)
 from chattts_server.model.loader import load_chattts  # noqa: E402
 from chattts_server.model.mel_decoder import decode_mel  # noqa: E402
 
@@ -78,6 +89,59 @@ def run_mode(
         position = torch.tensor([prompt.shape[0] + step])
         hidden = llama.decode(torch.tensor([0]), x, position, cache, mode=mode)
     return torch.stack(hiddens), torch.stack(codes)
+
+
+def run_llamacpp(
+    gpt: LlamaCppGPT,
+    prompt: torch.Tensor,
+    head_code: torch.Tensor,
+    emb_code: torch.Tensor,
+    forced: torch.Tensor,
+    steps: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """As `run_mode`, on the llama.cpp backend (sequence 0), fed the reference's codes."""
+    num_vq = head_code.shape[0]
+    gpt.free_slot(0)
+    last, _, _ = gpt.forward([PromptRun(0, prompt, 0)], None)
+    hidden = last[0][None]
+    hiddens, codes = [], []
+    for step in range(steps):
+        hiddens.append(hidden[0])
+        logits = torch.einsum("bd,qvd->bqv", hidden.float(), head_code)
+        codes.append(logits.argmax(-1)[0])
+        x = emb_code[torch.arange(num_vq), forced[step]].sum(0, keepdim=True)
+        position = prompt.shape[0] + step
+        _, out, _ = gpt.forward([], DecodeBatch(torch.tensor([0]), x, torch.tensor([position])))
+        assert out is not None
+        hidden = out
+    gpt.free_slot(0)
+    return torch.stack(hiddens), torch.stack(codes)
+
+
+def llamacpp_rows(
+    modules: Any,
+    formats: list[str],
+    max_tokens: int,
+    run: Callable[[LlamaCppGPT], tuple[torch.Tensor, torch.Tensor]],
+) -> list[tuple[str, torch.Tensor, torch.Tensor, int, str]]:
+    """(format, hidden, codes, GGUF bytes, K/V) per llama.cpp format, or none, saying why."""
+    missing = llamacpp_unavailable()
+    if missing is not None or not formats:
+        print(f"llama.cpp rows skipped: {missing or 'no --gguf-formats'}")
+        return []
+    shape = LlamaShape.from_config(modules.gpt_config)
+    cache = GGUFCache(Path(tempfile.mkdtemp(prefix="bench-quality-gguf-")), "quality")
+    theta = float(getattr(modules.gpt_config, "rope_theta", 10000.0))
+    out = []
+    for fmt in formats:
+        path = cache.get(fmt, modules.gpt_state_dict, shape, theta, torch.get_num_threads())
+        gpt = LlamaCppGPT(path, shape, 1, max_tokens, max_tokens, torch.get_num_threads(), fmt)
+        try:
+            hidden, codes = run(gpt)
+        finally:
+            gpt.close()
+        out.append((fmt, hidden, codes, path.stat().st_size, "float32" if fmt == "F32" else "f16"))
+    return out
 
 
 def time_decode(
@@ -115,6 +179,11 @@ def main() -> None:
     parser.add_argument("--model-dir", default="", help="official assets (default: full dev model)")
     parser.add_argument("--cache", default=str(REPO / ".cache" / "dev-models"))
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    parser.add_argument(
+        "--gguf-formats",
+        default="F32,F16,Q8_0,Q6_K,Q5_K,Q4_K",
+        help="llama.cpp backend rows (GGUF formats; empty: none)",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny model, 12 steps, temp output")
     args = parser.parse_args()
     if args.smoke:
@@ -172,6 +241,23 @@ def main() -> None:
                 flush=True,
             )
         timing = {b: time_decode(llama, caches, runs, b, args.time_steps) for b in batches}
+        formats = [f for f in args.gguf_formats.split(",") if f]
+        gguf = llamacpp_rows(
+            modules,
+            formats,
+            max_tokens,
+            lambda gpt: run_llamacpp(gpt, prompt, head_code, emb_code, ref_codes, args.steps),
+        )
+        for fmt, hidden, codes, nbytes, kv_name in gguf:
+            mel = decode_mel(modules.decoder, hidden.T[None].float())
+            agree = (codes == ref_codes).all(-1).float().mean().item()
+            h_snr, m_snr = snr_db(ref_hidden, hidden), snr_db(ref_mel, mel)
+            rows.append((f"llamacpp {fmt}", "", kv_name, h_snr, m_snr, agree, nbytes))
+            print(
+                f"{'llamacpp ' + fmt:>20}: hidden SNR {h_snr:6.1f} dB, mel SNR {m_snr:6.1f} dB, "
+                f"codes agree {100 * agree:5.1f}%",
+                flush=True,
+            )
 
     lines = [
         "# Linear-mode quality budget",
@@ -188,10 +274,13 @@ def main() -> None:
     ]
     for label, mode, kv, h_snr, m_snr, agree, nbytes in rows:
         ok = "yes" if h_snr >= BUDGET_DB else "no"
-        cells = "".join(f" {timing[b][label]:.1f} |" for b in batches)
+        cells = "".join(
+            f" {timing[b][label]:.1f} |" if label in timing[b] else " - |" for b in batches
+        )
         kv_name = str(kv).removeprefix("torch.")
+        family = MODES[mode].family if mode else "llama.cpp"
         lines.append(
-            f"| {label} | {MODES[mode].family} | {kv_name} | {h_snr:.1f} | {m_snr:.1f} | {100 * agree:.1f}% "
+            f"| {label} | {family} | {kv_name} | {h_snr:.1f} | {m_snr:.1f} | {100 * agree:.1f}% "
             f"| {ok} | {nbytes / 2**20:.0f} |{cells}"
         )
     lines += [
@@ -202,7 +291,9 @@ def main() -> None:
         "int8 after N bf16 layers); int8-wo and int8-wo-mixedN do not quantize activations. "
         "The weights are random (HF init, normal 0.02): trained weights have outlier channels that per-channel "
         "int8 handles worse, and which layers are most sensitive may differ; the server "
-        "re-measures the SNR on the loaded weights at warm-up.",
+        "re-measures the SNR on the loaded weights at warm-up. The llama.cpp rows are the "
+        "`--backend llamacpp` formats on the same weights (GGUF file size as weights; decode "
+        "times in decode_step.md, `bench/bench_decode_step.py`).",
         "",
     ]
     out = Path(args.out)
