@@ -3,7 +3,8 @@
 In one run, on the full-size dev model (random weights at the official shapes: timings do not
 depend on weight values), upstream first (the reference every ratio needs), then ours:
   (a) our server (`chattts_server.main` through `chattts_server.launcher`, one subprocess per
-      `--quantize` mode) through the real client library (`AsyncTTSClient`), at each
+      `--modes` entry: a `--quantize` mode on torch, `llamacpp:<format>`, or `default`, the
+      server's default flags) through the real client library (`AsyncTTSClient`), at each
       concurrency: time to first audio (TTFA) p50/p95, the gap-free start (the earliest moment
       playback could start and never stall: the maximum over chunks of arrival time minus the
       audio duration before that chunk) p50/p95, per-stream RTF, aggregate audio seconds per
@@ -20,7 +21,7 @@ that would start after it. Compare ratios measured in one run; a shared machine 
 times noisy.
 
 Usage: python bench/bench_serving.py [--tokens 200] [--requests 16] [--upstream-requests 3]
-       [--concurrency 1,2,16] [--modes none,bf16,int8,auto] [--out bench/results]
+       [--concurrency 1,2,16] [--modes none,auto,default,llamacpp:Q8_0] [--out bench/results]
        [--logs DIR] [--time-budget-s S] [--transports grpc,http]
        python bench/bench_serving.py --smoke    # tiny model, a few tokens, a temp folder
 """
@@ -265,6 +266,17 @@ def merge_levels(into: Level | None, part: Level) -> Level:
     return into
 
 
+def server_mode_args(mode: str) -> list[str]:
+    """The server flags of one `--modes` entry: `default` (the server's own defaults: --backend
+    auto, --quantize auto), `llamacpp:<format>` (llama.cpp in that GGUF format, or `auto`), or a
+    `--quantize` value on the torch backend."""
+    if mode == "default":
+        return []
+    if mode.startswith("llamacpp:"):
+        return ["--backend", "llamacpp", "--gguf-format", mode.split(":", 1)[1]]
+    return ["--quantize", mode, "--backend", "torch"]
+
+
 def run_mode(
     args: argparse.Namespace,
     mode: str,
@@ -285,7 +297,7 @@ def run_mode(
     )
     max_tokens = max(512, args.tokens + 256)
     server_args = [
-        "--quantize", mode, "--device", args.device, "--dtype", args.dtype,
+        *server_mode_args(mode), "--device", args.device, "--dtype", args.dtype,
         "--max-streams", str(args.max_streams),
         "--max-tokens", str(max_tokens), "--max-new-tokens", str(max_tokens - 128),
         "--max-queue", str(max(64, args.requests * 2)),
@@ -394,7 +406,8 @@ def write_report(args: argparse.Namespace, up: Level | None, ours: list[Level], 
         f"{args.model.capitalize()} dev model (random weights), {args.device}/{args.dtype}, "
         f"{args.tokens} tokens per "
         f"stream ({args.tokens / TOKENS_PER_S:.2f} s of audio), server --max-streams "
-        f"{args.max_streams}, one server per `--quantize` mode (autotuned at warm-up). "
+        f"{args.max_streams}, one server per `--modes` entry (a `--quantize` mode on torch, "
+        "`llamacpp:<format>`, or `default`: the server's default flags; each tuned at warm-up). "
         f"Load average at the end {os.getloadavg()[0]:.1f}. Command: `python {' '.join(sys.argv)}`",
         "",
         "| run | streams | requests | TTFA p50 s | TTFA p95 s | gap-free start p50 s "
@@ -501,7 +514,11 @@ def main() -> None:
         "--upstream-requests", type=int, default=3, help="sequential upstream requests (and c1)"
     )
     parser.add_argument("--concurrency", default="1,2,16")
-    parser.add_argument("--modes", default="none,bf16,int8,auto", help="--quantize values")
+    parser.add_argument(
+        "--modes",
+        default="none,auto,llamacpp:auto,default",
+        help="servers to run: --quantize values (torch), llamacpp:<format|auto>, default",
+    )
     parser.add_argument(
         "--rounds", type=int, default=1, help="repeat each level, the transports taking turns"
     )

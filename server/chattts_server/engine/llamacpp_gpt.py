@@ -112,8 +112,10 @@ class LlamaCppGPT:
         params.pooling_type = lc.LLAMA_POOLING_TYPE_NONE
         params.kv_unified = False
         params.no_perf = True
-        if weight_format == "F32":  # the exact format keeps K/V exact too
+        if weight_format == "F32":  # the exact format: K/V in fp32, attention without flash
+            # attention, whose CPU kernel works in fp16 (61 dB against fp32 on the full model)
             params.type_k = params.type_v = lc.GGML_TYPE_F32
+            params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         self._ctx = lc.llama_init_from_model(self._model, params)
         if not self._ctx:
             lc.llama_model_free(self._model)
