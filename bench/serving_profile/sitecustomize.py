@@ -11,8 +11,9 @@ Methods that do not exist (the engine changed) are skipped and show as absent.
 
 The GPT step has these entries: `LlamaDecoder.forward_batch` (the engine step's one forward:
 prompt chunks and, with CUDA graphs off, the decode batch), `DecodeGraphs.__call__` (graphs on:
-the replay), and `decode` / `prefill` (warm-up and direct callers); the first two count the
-decode rows (tokens) they run. On CUDA each timer synchronizes the device before
+the replay), `LlamaCppGPT.forward` (the llama.cpp backend's whole step), and `decode` /
+`prefill` (warm-up and direct callers); the first three count the decode rows (tokens) they
+run. On CUDA each timer synchronizes the device before
 it starts and stops, so a component's time is its own kernels', not whatever the next host
 read waits for.
 """
@@ -44,6 +45,7 @@ _TIMERS = {
     "gpt_decode": ("chattts_server.model.llama", "LlamaDecoder", "decode"),
     "gpt_decode_graphs": ("chattts_server.model.cuda_graphs", "DecodeGraphs", "__call__"),
     "gpt_prefill": ("chattts_server.model.llama", "LlamaDecoder", "prefill"),
+    "gpt_llamacpp": ("chattts_server.engine.llamacpp_gpt", "LlamaCppGPT", "forward"),
     "heads_sampling": ("chattts_server.engine.runner", "ModelRunner", "_code_step"),
     "decoder_vocoder": ("chattts_server.engine.streaming_decode", "StreamingDecoder", "step"),
     "decoder_vocoder_finish": (
@@ -114,6 +116,16 @@ def _install() -> None:
         return forward_batch(self, prompts, decode, *args, **kwargs)
 
     llama_decoder.forward_batch = count_decode_rows
+    llamacpp_gpt = importlib.import_module("chattts_server.engine.llamacpp_gpt").LlamaCppGPT
+    llamacpp_forward = llamacpp_gpt.forward
+
+    def count_llamacpp_rows(self, prompts, decode, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if decode is not None:
+            rows[0] += int(decode.embeds.shape[0])
+            rows[1] += 1
+        return llamacpp_forward(self, prompts, decode, *args, **kwargs)
+
+    llamacpp_gpt.forward = count_llamacpp_rows
 
     def dump() -> None:
         while True:

@@ -57,8 +57,11 @@ class BackendChoice:
     reason: str = ""
 
 
-def choose_backend(runner: ModelRunner, sizes: list[int], probe: torch.Tensor) -> BackendChoice:
-    """The backend `runner` serves with (swapping `runner.gpt` when llama.cpp wins)."""
+def choose_backend(
+    runner: ModelRunner, sizes: list[int], probe: torch.Tensor, reference: torch.Tensor | None
+) -> BackendChoice:
+    """The backend `runner` serves with: 'torch', or llama.cpp in the format that won.
+    `reference`: the probe's hidden states in fp32 (`warmup.fp32_reference`)."""
     settings = runner.backend
     if settings.backend == "torch" or runner.device.type != "cpu":
         why = "asked for" if settings.backend == "torch" else f"{runner.device.type} device"
@@ -74,7 +77,7 @@ def choose_backend(runner: ModelRunner, sizes: list[int], probe: torch.Tensor) -
     choice = BackendChoice("torch")
     if settings.backend == "auto":
         choice.step_ms["torch"] = _mean_step_ms(lambda b: _time_torch(torch_gpt, b), sizes)
-    reference = torch_gpt.llama.prefill(0, probe, 0, torch_gpt.cache).float()
+    assert reference is not None, "an fp32 reference is taken wherever llama.cpp competes"
     best: tuple[float, str] | None = None
     for weight_format in formats:
         gpt = runner.build_llamacpp(weight_format)

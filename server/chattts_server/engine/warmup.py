@@ -17,6 +17,8 @@ import torch
 from ..model.alignment_heads import MIN_SCORE, HeadId
 from ..model.autotune_cache import tune_or_reuse, weights_digest
 from ..model.compiled_decode import tune_compiled
+from ..model.kv_cache import SlotKVCache
+from ..model.linear_modes import MODES
 from ..model.llama import DecodeBatch, PromptRun
 from .alignment import CALIBRATION_TEXT, calibrate_alignment_heads
 from .backend_choice import choose_backend
@@ -41,8 +43,9 @@ def warm_up(runner: ModelRunner, batch_size: int) -> None:
     )
     sizes = decode_batch_sizes(batch_size)
     embeds = probe.embeds.to(runner.dtype)
+    reference = fp32_reference(runner, embeds)  # before autotune frees the lossless weights
     _tune_torch(runner, sizes, embeds)
-    choice = choose_backend(runner, sizes, embeds)
+    choice = choose_backend(runner, sizes, embeds, reference)
     if choice.backend == "llamacpp":
         runner.gpt = runner.build_llamacpp(choice.weight_format)
         runner.torch_gpt = None  # its weights and K/V cache go: llama.cpp serves
@@ -52,6 +55,17 @@ def warm_up(runner: ModelRunner, batch_size: int) -> None:
     if runner.device.type == "cuda":
         torch.cuda.synchronize()
     log.info("warm-up (decode batches %s) took %.2f s", sizes, time.monotonic() - started)
+
+
+def fp32_reference(runner: ModelRunner, probe: torch.Tensor) -> torch.Tensor | None:
+    """The probe's hidden states in fp32 (lossless linears, fp32 K/V): what a llama.cpp format
+    is held against. None where no other backend competes."""
+    gpt = runner.torch_gpt
+    if gpt is None or runner.backend.backend == "torch" or runner.device.type != "cpu":
+        return None
+    lossless = next(m for m in gpt.llama.modes if MODES[m].lossless)
+    cache = SlotKVCache(gpt.shape, 1, probe.shape[0], runner.device, torch.float32)
+    return gpt.llama.prefill(0, probe.float(), 0, cache, mode=lossless).float()
 
 
 def _tune_torch(runner: ModelRunner, sizes: list[int], probe: torch.Tensor) -> None:
