@@ -11,8 +11,8 @@ weights) at batch 1, 4 and 16, each row attending to `--context` cached position
 - OpenVINO:     that ONNX graph compiled by OpenVINO, fp32, and its weights compressed to int8
                 and int4 by NNCF (`compress_weights`).
 
-The contenders run in turn, step by step, so load from elsewhere hits them alike; every figure
-is printed with the load average. ONNX Runtime, OpenVINO and NNCF are not server dependencies:
+Each contender runs its steps back to back (their thread pools spin after a run, so turns
+step by step would slow whoever comes next); every figure is printed with the load average. ONNX Runtime, OpenVINO and NNCF are not server dependencies:
 `uv sync --locked --extra server --extra dev --extra bench-runtimes` installs them for this run;
 without them their rows say they were skipped. Writes <out>/cpu_runtimes.md.
 
@@ -96,16 +96,21 @@ class DecodeStep(nn.Module):
         return self._norm(x, self.model.norm.weight)
 
 
-def _interleaved(steps: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    for step in steps.values():
+def _in_blocks(steps: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median ms per step, each contender's steps back to back. Not interleaved step by step
+    as bench_decode_step does: these runtimes keep thread pools of their own whose workers
+    spin after a run, and a spinning pool slows whichever contender runs next."""
+    times: dict[str, float] = {}
+    for name, step in steps.items():
         step()
-    times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, step in steps.items():
+        step()
+        ts = []
+        for _ in range(repeats):
             started = time.perf_counter()
             step()
-            times[name].append((time.perf_counter() - started) * 1e3)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+            ts.append((time.perf_counter() - started) * 1e3)
+        times[name] = statistics.median(ts)
+    return times
 
 
 def _onnx_sessions(model: LlamaModel, shape: LlamaShape, context: int, folder: Path):  # type: ignore[no-untyped-def]
@@ -141,6 +146,8 @@ def _onnx_sessions(model: LlamaModel, shape: LlamaShape, context: int, folder: P
     quantizer.model.save_model_to_file(str(int4), use_external_data_format=False)
     options = ort.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
+    # Its workers spin after each run by default, starving the next contender's threads.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     runs = {}
     for name, path in (("ort-fp32", fp32), ("ort-int8", int8), ("ort-int4", int4)):
         session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -250,7 +257,7 @@ def main() -> None:
                 row, [args.context] * batch
             )
         with torch.inference_mode():
-            results[batch] = _interleaved(steps, args.steps)
+            results[batch] = _in_blocks(steps, args.steps)
         print(f"B{batch}: " + ", ".join(f"{n} {ms:.1f}" for n, ms in results[batch].items()))
     names = list(dict.fromkeys(n for r in results.values() for n in r))
     torch_auto = {

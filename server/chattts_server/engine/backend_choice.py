@@ -3,8 +3,8 @@
 `torch` is our forward (`TorchGPT`, every device, CUDA graphs); `llamacpp` is llama.cpp over
 GGUF weights (`LlamaCppGPT`, CPU). Under `auto` on CPU each llama.cpp format competes with torch
 (already autotuned): a format serves only if its hidden states on the probe are within the SNR
-budget of torch fp32 on the loaded weights, then the fastest mean decode step over the warm-up
-batch sizes wins. One backend serves every batch size: a slot's K/V lives in one backend.
+budget of torch fp32 on the loaded weights, then the fastest decode step wins (geometric mean over
+the warm-up batch sizes). One backend serves every batch size: a slot's K/V lives in one backend.
 Where llama.cpp cannot be imported (the build failed, another platform), torch serves and the
 log says why.
 """
@@ -53,7 +53,7 @@ class BackendChoice:
     snr_db: dict[str, float] = field(default_factory=dict)
     """Each llama.cpp format's hidden-state SNR against torch fp32 on the probe."""
     step_ms: dict[str, float] = field(default_factory=dict)
-    """Mean decode step over the warm-up sizes: 'torch' and each format measured."""
+    """Geometric mean decode step over the warm-up sizes: 'torch' and each format measured."""
     reason: str = ""
 
 
@@ -107,11 +107,13 @@ def _log(choice: BackendChoice) -> None:
         for name in dict.fromkeys([*choice.step_ms, *choice.snr_db])
     )
     served = choice.backend + (f" {choice.weight_format}" if choice.weight_format else "")
-    log.info("GPT backend: %s (mean decode step over warm-up sizes: %s)", served, rows)
+    log.info("GPT backend: %s (geometric mean decode step over warm-up sizes: %s)", served, rows)
 
 
 def _mean_step_ms(time_step, sizes: list[int]) -> float:  # type: ignore[no-untyped-def]
-    return statistics.mean(time_step(b) for b in sizes)
+    """The geometric mean over batch sizes: each size counts alike in relative terms (an
+    arithmetic mean would be the largest batch's choice, where one stream's RTF is not)."""
+    return statistics.geometric_mean(time_step(b) for b in sizes)
 
 
 def _time_torch(gpt: TorchGPT, batch: int, steps: int = 3) -> float:
