@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 PYTEST := $(BIN)/python -m pytest --durations=20
 
-.PHONY: install lock browser ffmpeg proxy run test proto lint bench bench-quick clean
+.PHONY: install lock llama-build-args browser ffmpeg proxy run test proto lint bench bench-quick clean
 
 install: $(STAMP)
 
@@ -44,6 +44,10 @@ LLAMA_CPU_KEY = $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | c
 LLAMA_BUILD = --config-settings-package "llama-cpp-python:cmake.define.GGML_OPENMP=OFF" \
 	--config-settings-package "llama-cpp-python:cmake.define.CHATTTS_CPU_KEY=$(LLAMA_CPU_KEY)"
 SYNC = $(UV) sync --locked --extra server --extra dev --python "$$(command -v $(PYTHON))"
+
+# What `uv sync` must be told to find the built llama.cpp up to date (tests/e2e/test_lock.py).
+llama-build-args:
+	@echo $(LLAMA_BUILD)
 
 $(STAMP): pyproject.toml uv.lock | $(UV)
 	$(SYNC) --extra llamacpp $(LLAMA_BUILD) || { \

@@ -18,8 +18,7 @@ from ..model.alignment_heads import MIN_SCORE, HeadId
 from ..model.autotune_cache import tune_or_reuse, weights_digest
 from ..model.compiled_decode import tune_compiled
 from ..model.kv_cache import SlotKVCache
-from ..model.linear_modes import MODES
-from ..model.llama import DecodeBatch, PromptRun
+from ..model.llama import DecodeBatch, LlamaDecoder, PromptRun
 from .alignment import CALIBRATION_TEXT, calibrate_alignment_heads
 from .backend_choice import choose_backend
 from .gpt import decode_batch_sizes
@@ -58,14 +57,17 @@ def warm_up(runner: ModelRunner, batch_size: int) -> None:
 
 
 def fp32_reference(runner: ModelRunner, probe: torch.Tensor) -> torch.Tensor | None:
-    """The probe's hidden states in fp32 (lossless linears, fp32 K/V): what a llama.cpp format
-    is held against. None where no other backend competes."""
-    gpt = runner.torch_gpt
-    if gpt is None or runner.backend.backend == "torch" or runner.device.type != "cpu":
+    """The probe's hidden states in fp32 (plain `F.linear` on the loaded weights, fp32 K/V):
+    what a llama.cpp format is held against, whatever `--quantize` built for torch. None where
+    no other backend competes."""
+    if runner.backend.backend == "torch" or runner.device.type != "cpu":
         return None
-    lossless = next(m for m in gpt.llama.modes if MODES[m].lossless)
-    cache = SlotKVCache(gpt.shape, 1, probe.shape[0], runner.device, torch.float32)
-    return gpt.llama.prefill(0, probe.float(), 0, cache, mode=lossless).float()
+    modules = runner.modules
+    dense = LlamaDecoder.from_state_dict(  # shares the weights' storage: nothing is copied
+        modules.gpt_config, modules.gpt_state_dict, runner.device, torch.float32, modes=["dense"]
+    )
+    cache = SlotKVCache(dense.shape, 1, probe.shape[0], runner.device, torch.float32)
+    return dense.prefill(0, probe.float(), 0, cache).float()
 
 
 def _tune_torch(runner: ModelRunner, sizes: list[int], probe: torch.Tensor) -> None:
