@@ -35,13 +35,14 @@ $(UV):
 	.cache/uv-tool/bin/python -m pip install --quiet --disable-pip-version-check \
 	  "uv==$(UV_VERSION)" "packaging==$(PACKAGING_VERSION)"
 
-# llama.cpp (the `llamacpp` extra) builds from source for this CPU: ggml's -march=native, and its
-# own thread pool rather than a second OpenMP runtime beside torch's. The CPU's flags are one of
-# the build's settings, so uv's cache (.cache/uv) keeps one wheel per kind of CPU and a second
-# install reuses it. A build that fails leaves the install without it: the server then serves
+# llama.cpp (the `llamacpp` extra) builds from source for this CPU: ggml's -march=native, with
+# OpenMP (ggml's own pool waits at its barriers by spinning, and two busy replicas of it on
+# shared cores slowed each other 19x; libgomp spins GOMP_SPINCOUNT, which threads.py bounds,
+# then sleeps). The CPU's flags are one of the build's settings, so uv's cache (.cache/uv) keeps
+# one wheel per kind of CPU and a second install reuses it. A build that fails leaves the install without it: the server then serves
 # --backend torch and says why.
 LLAMA_CPU_KEY = $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-12)
-LLAMA_BUILD = --config-settings-package "llama-cpp-python:cmake.define.GGML_OPENMP=OFF" \
+LLAMA_BUILD = --config-settings-package "llama-cpp-python:cmake.define.GGML_OPENMP=ON" \
 	--config-settings-package "llama-cpp-python:cmake.define.CHATTTS_CPU_KEY=$(LLAMA_CPU_KEY)"
 SYNC = $(UV) sync --locked --extra server --extra dev --python "$$(command -v $(PYTHON))"
 

@@ -233,6 +233,7 @@ class _Replicas:
         from chattts_devtools.launcher import launch
 
         flags = ["--max-streams", "2", "--max-tokens", "1024", "--max-new-tokens", "800"]
+        flags += args.server_arg
         if lever == "off":
             flags += ["--adaptive-threads", "off"]
         if args.smoke:
@@ -363,6 +364,13 @@ def main() -> None:
     parser.add_argument("--cache", default=str(REPO / ".cache" / "dev-models"))
     parser.add_argument("--parts", default="step,neighbours", help="step, neighbours or both")
     parser.add_argument("--markdown", default="", help="also write the tables here")
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="a flag for both replicas, repeatable (e.g. --server-arg=--backend "
+        "--server-arg=llamacpp)",
+    )
     parser.add_argument(
         "--smoke", action="store_true", help="tiny shapes, one round, few tokens, no markdown"
     )
