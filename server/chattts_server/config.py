@@ -4,7 +4,7 @@ Each field says everything about itself once, with `option(...)`: its default, h
 choices or bounds; `config_cli` makes the command line from that, `validate` checks every bound,
 and only rules between fields are written out (each section's `check`). No module reads the
 environment at import time; `main` builds a `ServerConfig` and hands it to whoever needs it.
-A leaf but for `defaults`, the numbers other layers use too (tests/unit/test_import_graph.py).
+A leaf but for `defaults` (the numbers other layers use too) and `config_fields` (tests/unit/test_import_graph.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .config_fields import check as _check
+from .config_fields import check_value as _check_value
+from .config_fields import option
 from .defaults import (
     BACKEND_CHOICES,
     BUSY_BATCH,
@@ -26,38 +29,15 @@ from .defaults import (
     MAX_CHUNK_TOKENS,
     MIN_SNR_DB,
     QUANTIZE_CHOICES,
-    ConfigError,
     check_chunk_sizes,
+)
+from .defaults import (
+    ConfigError as ConfigError,
 )
 
 DEV_MODEL_CACHE = Path("~/.cache/chattts-stream/dev-models")
 """Where dev models are built unless told otherwise; `~` is expanded where it is used, so no
 home directory is looked up at import."""
-
-
-def _check(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
-
-
-def option(
-    default: Any,
-    help: str,
-    *,
-    choices: tuple[Any, ...] | None = None,
-    bounds: tuple[float | None, float | None] | None = None,
-    unset: str | None = None,
-    switch: str | None = None,
-    group: str | None = None,
-) -> Any:
-    """A config field and its command-line flag.
-
-    `bounds`: inclusive (low, high), either may be None. `unset`: what a None default means,
-    shown as the default in --help. `switch`: 'on-off' for a bool flag taking on/off (default:
-    a bool is a `--name` flag when False by default, `--no-name` when True). `group`: the --help
-    group of a top-level field."""
-    meta = {"help": help, "choices": choices, "bounds": bounds, "unset": unset, "switch": switch}
-    return field(default=default, metadata={**meta, "group": group})
 
 
 @dataclass(frozen=True)
@@ -445,28 +425,3 @@ SECTIONS = (
     ("security", "security"),
 )
 """The sections of `ServerConfig`, in --help order, with their --help group."""
-
-
-def flag_name(f: dataclasses.Field[Any]) -> str:
-    name = f.name.replace("_", "-")
-    if f.default is True and f.metadata["switch"] is None:
-        return f"--no-{name}"
-    return f"--{name}"
-
-
-def _check_value(f: dataclasses.Field[Any], value: Any) -> None:
-    choices, bounds = f.metadata["choices"], f.metadata["bounds"]
-    if value is None:
-        return
-    if choices is not None:
-        _check(
-            value in choices, f"{flag_name(f)} must be one of {', '.join(choices)}, got {value!r}"
-        )
-    if bounds is not None:
-        low, high = bounds
-        if high is None:
-            _check(value >= low, f"{flag_name(f)} must be >= {low:g}")
-        else:
-            low_text = "-inf" if low is None else f"{low:g}"
-            ok = (low is None or value >= low) and value <= high
-            _check(ok, f"{flag_name(f)} must be in [{low_text}, {high:g}]")

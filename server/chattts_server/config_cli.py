@@ -10,7 +10,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from .config import SECTIONS, ServerConfig, flag_name
+from .config import SECTIONS, ServerConfig
+from .config_fields import flag_name
 
 
 def _add_flag(group: argparse._ArgumentGroup, f: dataclasses.Field[Any], kind: type) -> None:
