@@ -1,23 +1,29 @@
-"""Replicas under load through a rolling restart and a kill -9: the figures of issue 28.
+"""Replicas under load through rolling restarts and a kill -9, with default flags (issue 40).
 
-Three tiny replicas (--listen-when-ready, so the TCP-checked proxy works too) on fixed loopback
-ports; for each setup in turn, eight callers mixing Synthesize, a fragmented stream and a POST
-(tools/chattts_devtools/replica_load.py) run while every replica is restarted in turn (SIGTERM,
-drain, relaunch, SERVING before the next), then while one replica is killed with SIGKILL.
-Setups: `haproxy` (deploy/haproxy/haproxy.cfg as shipped), `plain` (haproxy-plain.cfg, TCP
-checks only), `direct` (no proxy: chattts_client's default service config, gRPC calls only).
+Three tiny replicas on fixed loopback ports, started with default flags (so their ports stay
+closed while the model loads). One load per setup runs at once, eight callers each mixing
+Synthesize, a fragmented stream, a POST and a WebSocket (tools/chattts_devtools/replica_load.py):
+- `haproxy`: deploy/haproxy/haproxy.cfg as shipped (readiness checks on the HTTP door);
+- `plain`: deploy/haproxy/haproxy-plain.cfg as shipped (TCP checks);
+- `operator`: the config most operators write (tools/chattts_devtools/haproxy-operator.cfg: TCP
+  checks, `retries 3`, `option redispatch`, no `retry-on`);
+- `direct`: no proxy, chattts_client's default service config (gRPC calls only).
 
-Printed per setup: the rolling restart's failed calls; the kill's failed calls, their statuses,
-the longest time from the kill to a failure, whether every call started after the kill
-succeeded, and the survivors' first-audio p95 before and during (5 s from) the kill.
+Every replica is restarted in turn (SIGTERM, drain, relaunch, SERVING before the next), round
+after round, until every load has made `--min-calls` calls. Then one replica is killed with
+SIGKILL. Printed per setup: the restarts' calls and failures (gRPC and HTTP apart), each failure's
+status and whether it had audio; the kill's failed calls, their statuses, the longest time from
+the kill to a failure, whether every call started after the kill succeeded, and the survivors'
+first-audio p95 before and during (5 s from) the kill.
 
-Usage: python bench/bench_replicas.py [--setups haproxy,plain,direct] [--callers 8]
-       python bench/bench_replicas.py --smoke   # two replicas, one setup, a kill only
+Usage: python bench/bench_replicas.py [--setups haproxy,plain,operator,direct] [--min-calls 1000]
+       python bench/bench_replicas.py --smoke   # two replicas, one round, a kill
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,7 +34,6 @@ sys.path[:0] = [str(REPO / d) for d in ("client", "server", "tools")]
 from chattts_devtools.replica_load import Load, Outcome, judge_kill, p95  # noqa: E402
 from chattts_devtools.replicas import (  # noqa: E402
     CONFIGS,
-    LISTEN_WHEN_READY,
     REPLICA_ARGS,
     HAProxy,
     Replicas,
@@ -38,72 +43,104 @@ from chattts_devtools.replicas import (  # noqa: E402
 CACHE = REPO / ".cache" / "dev-models"
 SETTLE_S = 1.5
 """Load before and after each event, so calls in flight meet it."""
+HTTP_KINDS = ("post", "websocket")
 
 
-def _failed(outcomes: list[Outcome]) -> str:
-    return f"{sum(not o.ok for o in outcomes)}/{len(outcomes)}"
+def _load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.0f} ms"
 
 
-def _load(setup: str, replicas: Replicas, proxies: dict[str, HAProxy], callers: int) -> Load:
-    if setup == "direct":
-        return Load(replicas.direct_target, None, callers).start()
-    proxy = proxies[setup]
-    return Load(proxy.grpc_target, proxy.http_url, callers).start()
+def _count(outcomes: list[Outcome], http: bool) -> str:
+    mine = [o for o in outcomes if (o.kind in HTTP_KINDS) == http]
+    return f"{sum(not o.ok for o in mine)}/{len(mine)}"
 
 
-def rolling_restart(load: Load, replicas: Replicas) -> list[Outcome]:
+def _failures(outcomes: list[Outcome]) -> list[str]:
+    lines = {
+        f"{o.kind}:{o.status}@{o.served_by or '?'} "
+        f"{'after audio' if o.first_audio else 'before audio'} {o.detail}"
+        for o in outcomes
+        if not o.ok
+    }
+    return sorted(lines)
+
+
+def start_loads(
+    setups: list[str], replicas: Replicas, proxies: dict[str, HAProxy], callers: int
+) -> dict[str, Load]:
+    loads = {}
+    for setup in setups:
+        if setup == "direct":
+            loads[setup] = Load(replicas.direct_target, None, callers)
+        else:
+            loads[setup] = Load(proxies[setup].grpc_target, proxies[setup].http_url, callers)
+    return {name: load.start() for name, load in loads.items()}
+
+
+def rolling_restarts(
+    loads: dict[str, Load], replicas: Replicas, min_calls: int, max_rounds: int
+) -> int:
+    """Restart every replica in turn until each load has `min_calls` calls; returns the rounds."""
     time.sleep(SETTLE_S)
-    for replica in replicas.members:
-        replicas.restart(replica)
+    rounds = 0
+    while rounds < max_rounds:
+        for replica in replicas.members:
+            code = replicas.restart(replica)
+            if code != 0:
+                raise RuntimeError(f"{replica.name} exited {code} on SIGTERM")
+        rounds += 1
+        if min(len(load.outcomes) for load in loads.values()) >= min_calls:
+            break
     time.sleep(SETTLE_S)
-    return load.stop()
+    return rounds
 
 
-def kill_9(load: Load, replicas: Replicas, revive: bool) -> tuple[list[Outcome], float]:
+def restart_rows(results: dict[str, list[Outcome]]) -> list[str]:
+    rows = [f"{'setup':9} {'calls':>6} {'gRPC failed':>12} {'HTTP failed':>12}"]
+    for setup, outcomes in results.items():
+        http = _count(outcomes, http=True) if setup != "direct" else "-"
+        rows.append(f"{setup:9} {len(outcomes):>6} {_count(outcomes, http=False):>12} {http:>12}")
+        rows += [f"    {line}" for line in _failures(outcomes)]
+    return rows
+
+
+def kill_9(loads: dict[str, Load], replicas: Replicas, revive: bool) -> list[str]:
     victim = replicas.members[-1]
     time.sleep(2 * SETTLE_S)
     kill_at = time.monotonic()
     replicas.kill(victim)
     time.sleep(5.0)
-    outcomes = load.stop()
+    results = {name: load.stop() for name, load in loads.items()}
     if revive:
         replicas.revive(victim)
-    return outcomes, kill_at
-
-
-def run_setup(
-    setup: str, replicas: Replicas, proxies: dict[str, HAProxy], args: argparse.Namespace
-) -> str:
-    """One row. --smoke skips the rolling restart and the revival (the slow parts: each
-    relaunch loads a model) and only kills."""
-    restart = "skipped"
-    if not args.smoke:
-        restart = _failed(rolling_restart(_load(setup, replicas, proxies, args.callers), replicas))
-    killed, kill_at = kill_9(
-        _load(setup, replicas, proxies, args.callers), replicas, revive=not args.smoke
-    )
-    report = judge_kill(killed, kill_at)
-    after_ok = all(o.ok for o in report.started_after)
-    details = sorted({f"{o.status}: {o.detail}" for o in report.failed if o.detail})
-    return (
-        "\n".join(f"  ({d})" for d in details)
-        + ("\n" if details else "")
-        + f"{setup:8} {restart:>10} {_failed(killed):>10} "
-        f"{','.join(report.statuses) or '-':>44} {_ms(report.max_time_to_error_s):>10} "
-        f"{'yes' if after_ok else 'NO':>6} ({len(report.started_after)}) "
-        f"{_ms(p95(report.ttfa_before)):>9} -> {_ms(p95(report.ttfa_during))}"
-    )
+    rows = [
+        f"{'setup':9} {'kill -9':>10} {'kill statuses':>44} {'to error':>10} {'after ok':>6}"
+        "  first-audio p95 before -> during"
+    ]
+    for setup, outcomes in results.items():
+        report = judge_kill(outcomes, kill_at)
+        after_ok = all(o.ok for o in report.started_after)
+        failed = f"{len(report.failed)}/{len(outcomes)}"
+        rows.append(
+            f"{setup:9} {failed:>10} {','.join(report.statuses) or '-':>44} "
+            f"{_ms(report.max_time_to_error_s):>10} "
+            f"{'yes' if after_ok else 'NO':>6} ({len(report.started_after)}) "
+            f"{_ms(p95(report.ttfa_before)):>9} -> {_ms(p95(report.ttfa_during))}"
+        )
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--setups", default="haproxy,plain,direct", help="comma-separated")
+    parser.add_argument("--setups", default="haproxy,plain,operator,direct", help="comma-separated")
     parser.add_argument("--callers", type=int, default=8, help="concurrent callers per setup")
-    parser.add_argument("--smoke", action="store_true", help="two replicas, one setup, a kill only")
+    parser.add_argument("--min-calls", type=int, default=1000, help="calls per setup, at least")
+    parser.add_argument("--max-rounds", type=int, default=12, help="rolling restarts, at most")
+    parser.add_argument("--smoke", action="store_true", help="two replicas, one round, a kill")
     args = parser.parse_args()
     setups = args.setups.split(",")
     missing = haproxy_missing()
@@ -111,23 +148,32 @@ def main() -> None:
         print(f"skipping the proxy setups: {missing}")
         setups = [s for s in setups if s == "direct"]
     if args.smoke:
-        setups, args.callers = setups[:1], 4
-    with Replicas(2 if args.smoke else 3, CACHE, [*REPLICA_ARGS, *LISTEN_WHEN_READY]) as replicas:
+        setups, args.callers, args.min_calls, args.max_rounds = setups[:1], 4, 0, 1
+    print(f"load average before: {_load_avg()}")
+    with Replicas(2 if args.smoke else 3, CACHE, REPLICA_ARGS) as replicas:
         replicas.start()
         proxies = {s: HAProxy(CONFIGS[s], replicas) for s in setups if s in CONFIGS}
         try:
             for proxy in proxies.values():
                 proxy.start()
+            started = time.monotonic()
+            loads = start_loads(setups, replicas, proxies, args.callers)
+            rounds = rolling_restarts(loads, replicas, args.min_calls, args.max_rounds)
+            results = {name: load.stop() for name, load in loads.items()}
             print(
-                f"{'setup':8} {'restart':>10} {'kill -9':>10} {'kill statuses':>44} "
-                f"{'to error':>10} {'after ok':>6}  first-audio p95 before -> during"
+                f"rolling restarts: {rounds} rounds of {len(replicas.members)} replicas in "
+                f"{time.monotonic() - started:.0f} s, load average {_load_avg()}"
             )
-            for setup in setups:
-                print(run_setup(setup, replicas, proxies, args), flush=True)
+            print("\n".join(restart_rows(results)), flush=True)
+            loads = start_loads(setups, replicas, proxies, args.callers)
+            print("\n".join(kill_9(loads, replicas, revive=not args.smoke)), flush=True)
         finally:
             for proxy in proxies.values():
                 proxy.stop()
-    print(f"{len(replicas.members)} replicas, {args.callers} callers; a loaded machine's figures")
+    print(
+        f"{len(replicas.members)} replicas ({' '.join(REPLICA_ARGS)}), {args.callers} callers "
+        f"per setup; load average after: {_load_avg()}"
+    )
 
 
 if __name__ == "__main__":

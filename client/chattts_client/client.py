@@ -301,7 +301,7 @@ class TTSClient(_ClientBase):
     `tls=True` uses the system roots. `token` is sent as `authorization: Bearer <token>`.
     `tls_server_name` overrides the name checked against the server certificate.
     `service_config` (default `SERVICE_CONFIG`: round robin over the target's addresses, retry of
-    UNAVAILABLE or UNKNOWN before the first response, streams included) is the channel's gRPC
+    UNAVAILABLE, UNKNOWN or CANCELLED before the first response, streams included) is the channel's gRPC
     service config; None turns retries off. `keepalive=False` sends no pings (see
     chattts_client.resilience).
     """

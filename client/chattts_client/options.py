@@ -32,7 +32,7 @@ class ClientOptions:
     `tls=True` uses the system roots. `token` is sent as `authorization: Bearer <token>`.
     `tls_server_name` overrides the name checked against the server certificate.
     `service_config` is the channel's gRPC service config (default `SERVICE_CONFIG`: round
-    robin, retry of UNAVAILABLE or UNKNOWN before the first response, streams included; None:
+    robin, retry of UNAVAILABLE, UNKNOWN or CANCELLED before the first response, streams included; None:
     neither); `keepalive` pings a quiet connection to find a dead peer within seconds
     (chattts_client.resilience).
     """

@@ -1,6 +1,6 @@
 """What lets a client ride out replicas that restart, drain or die: the default gRPC service
-config (round robin, retry of UNAVAILABLE or UNKNOWN before the first response, streams
-included) and keepalive that finds a peer that stopped answering.
+config (round robin, retry of UNAVAILABLE, UNKNOWN or a server's CANCELLED before the first
+response, streams included) and keepalive that finds a peer that stopped answering.
 `ClientOptions(service_config=None, keepalive=False)` turns them off. docs/replicas.md
 gives the same JSON for clients in other languages.
 """
@@ -28,14 +28,18 @@ SERVICE_CONFIG: dict[str, Any] = {
             # to 256 KiB of it for this): a call refused by a starting or draining replica, or
             # cut before it spoke. A grpc-retry-pushback-ms from the server overrides the
             # backoff. UNKNOWN too: what a proxy answers for a stream it cut before any
-            # response (HAProxy ends it without trailers when its replica dies); a call that
-            # had audio is committed, so it still fails and says so.
+            # response (HAProxy ends it without trailers when its replica dies). CANCELLED
+            # too: what grpc's server core answers a stream that reached it after its GOAWAY
+            # went out (a proxy's pooled connection racing the drain; the app never sees it,
+            # tests/integration/test_drain_transport.py). The caller's own cancel is never
+            # retried, and a call that had audio is committed, so it still fails and says so.
+            # Five attempts at most (grpc's own cap), 1.5 s of backoff in all.
             "retryPolicy": {
                 "maxAttempts": 5,
                 "initialBackoff": "0.1s",
                 "maxBackoff": "1s",
                 "backoffMultiplier": 2,
-                "retryableStatusCodes": ["UNAVAILABLE", "UNKNOWN"],
+                "retryableStatusCodes": ["UNAVAILABLE", "UNKNOWN", "CANCELLED"],
             },
         }
     ],

@@ -347,10 +347,13 @@ class NetworkConfig:
         bounds=(0, 65535),
     )
     listen_when_ready: bool = option(
-        False,
-        "open the gRPC and HTTP ports only once the model is loaded and warm (connections are "
-        "refused until then), for load balancers that check only that a port accepts TCP; "
-        "without it the ports open at start-up and health answers NOT_SERVING while loading",
+        True,
+        "open the gRPC and HTTP ports only once the model is loaded and warm: until then "
+        "connections are refused, so no proxy or client sends a call to a replica that would "
+        "only refuse it, whatever its health check (Kubernetes: a startupProbe covers the load). "
+        "--no-listen-when-ready opens them at start-up, health answering NOT_SERVING while "
+        "the model loads: only behind a proxy that checks readiness (deploy/haproxy/haproxy.cfg)",
+        switch="both",
     )
     keepalive_time_s: float = option(
         30.0, "ping idle connections this often, in seconds", bounds=(1, None)

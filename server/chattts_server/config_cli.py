@@ -20,6 +20,14 @@ def _add_flag(group: argparse._ArgumentGroup, f: dataclasses.Field[Any], kind: t
     if kind is bool and m["switch"] is None:
         group.add_argument(flag_name(f), action="store_true", help=help_text)
         return
+    if kind is bool and m["switch"] == "both":
+        group.add_argument(
+            flag_name(f),
+            action=argparse.BooleanOptionalAction,
+            default=f.default,
+            help=f"{help_text} (default: %(default)s)",
+        )
+        return
     if kind is bool:  # on-off
         default: Any = "on" if f.default else "off"
         group.add_argument(
@@ -77,6 +85,8 @@ def _value(args: argparse.Namespace, f: dataclasses.Field[Any], kind: type) -> A
     if kind is bool:
         if f.metadata["switch"] == "on-off":
             return value == "on"
+        if f.metadata["switch"] == "both":
+            return value
         return not value if flag_name(f).startswith("--no-") else value
     if kind is Path:
         return Path(value) if value else None

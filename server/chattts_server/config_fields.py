@@ -30,8 +30,9 @@ def option(
     """A config field and its command-line flag.
 
     `bounds`: inclusive (low, high), either may be None. `unset`: what a None default means,
-    shown as the default in --help. `switch`: 'on-off' for a bool flag taking on/off (default:
-    a bool is a `--name` flag when False by default, `--no-name` when True). `group`: the --help
+    shown as the default in --help. `switch`: 'on-off' for a bool flag taking on/off, 'both'
+    for `--name` and `--no-name` (default: a bool is a `--name` flag when False by default,
+    `--no-name` when True). `group`: the --help
     group of a top-level field."""
     meta = {"help": help, "choices": choices, "bounds": bounds, "unset": unset, "switch": switch}
     return field(default=default, metadata={**meta, "group": group})

@@ -318,7 +318,7 @@ class TTSServer:
             self.admission.held if self.admission else 0,
             self.admission.waiting if self.admission else 0,
         )
-        await self._set_health(NOT_SERVING)  # Watch streams hear it before their connection goes
+        await self.health.drain()  # watchers hear NOT_SERVING before their connection's GOAWAY
         if self.admission is not None:
             self.admission.stop_accepting()
         if self.http is not None:

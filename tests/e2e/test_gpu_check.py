@@ -37,6 +37,7 @@ def _run(args: list[str], env: dict[str, str], timeout_s: float) -> subprocess.C
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(660)  # the script gets 600 s (below), not pytest's default 300
 def test_dry_run_does_everything_but_the_gpu(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = _run(["bash", str(SCRIPT), "--dry-run"], {"OUT": str(out)}, timeout_s=600)

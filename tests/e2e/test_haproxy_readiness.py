@@ -1,8 +1,8 @@
 """haproxy.cfg's readiness check keeps traffic off a replica that is up but not ready: with
-default flags a replica listens while its model loads (health NOT_SERVING, /health 503, every
-call refused), and under least connections it would draw every call. Two replicas, one
+--no-listen-when-ready a replica listens while its model loads (health NOT_SERVING, /health 503,
+every call refused), and under least connections it would draw every call. Two replicas, one
 restarted under load behind the shipped file: no call fails. (test_haproxy_replicas.py runs its
-replicas with --listen-when-ready, for the TCP-checked file beside this one.)"""
+replicas with default flags, which keep the ports closed while loading.)"""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ pytestmark = [
 def test_a_loading_replica_draws_no_call_behind_the_readiness_check(
     dev_model_cache: Path, tiny_model_dir: Path
 ) -> None:
-    with Replicas(2, dev_model_cache, REPLICA_ARGS) as replicas:
+    with Replicas(2, dev_model_cache, [*REPLICA_ARGS, "--no-listen-when-ready"]) as replicas:
         replicas.start()
         with HAProxy(CONFIGS["haproxy"], replicas) as proxy:
             load = Load(proxy.grpc_target, proxy.http_url, num_callers=6).start()

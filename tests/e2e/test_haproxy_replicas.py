@@ -1,14 +1,16 @@
-"""Three replicas under load, behind the shipped HAProxy files and behind none (RELIABILITY.md
-promise 12): a rolling restart fails no call; a replica killed with SIGKILL fails only the calls
-it was already speaking, each within 2 s, and every call started after the kill succeeds.
+"""Three replicas with default flags under load, behind the shipped HAProxy files, behind the
+bare config most operators write, and behind none (RELIABILITY.md promise 12): a rolling restart
+fails no call; a replica killed with SIGKILL fails only the calls it was already speaking, each
+within 2 s, and every call started after the kill succeeds.
 
-One module fixture holds three tiny replicas, HAProxy with deploy/haproxy/haproxy.cfg (readiness
-checks on the HTTP door) and HAProxy with haproxy-plain.cfg (TCP checks only), both as shipped,
-their server lines filled from the environment. Each test puts three loads on the replicas at
-once, eight callers each (Synthesize, a fragmented stream, a POST and a WebSocket): one through
-each proxy and one straight at the replicas on chattts_client's own service config (round robin,
-retry of UNAVAILABLE before the first response; gRPC calls only: HTTP has no client-side
-balancer).
+One module fixture holds three tiny replicas and three HAProxies, their server lines filled from
+the environment: deploy/haproxy/haproxy.cfg (readiness checks on the HTTP door) and
+haproxy-plain.cfg (TCP checks only), both as shipped, and tools/chattts_devtools/
+haproxy-operator.cfg (TCP checks, retries and redispatch, no retry-on). Each test puts four loads
+on the replicas at once, eight callers each (Synthesize, a fragmented stream, a POST and a
+WebSocket): one through each proxy and one straight at the replicas on chattts_client's own
+service config (round robin, retry before the first response; gRPC calls only: HTTP has no
+client-side balancer). bench/bench_replicas.py runs the same for 1,000 calls and more a setup.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import pytest
 from chattts_devtools.replica_load import Load, Outcome, judge_kill, p95
 from chattts_devtools.replicas import (
     CONFIGS,
-    LISTEN_WHEN_READY,
     REPLICA_ARGS,
     HAProxy,
     Replicas,
@@ -36,7 +37,7 @@ pytestmark = [
     pytest.mark.skipif(haproxy_missing() is not None, reason=str(haproxy_missing())),
 ]
 
-SETUPS = ("haproxy", "plain", "direct")
+PROXIES = ("haproxy", "plain", "operator")
 NUM_CALLERS = 8
 TIME_TO_ERROR_S = 2.0
 CALLS_AFTER = 3
@@ -57,9 +58,9 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(dev_model_cache: Path, tiny_model_dir: Path) -> Iterator[Cluster]:
-    with Replicas(3, dev_model_cache, [*REPLICA_ARGS, *LISTEN_WHEN_READY]) as replicas:
+    with Replicas(3, dev_model_cache, REPLICA_ARGS) as replicas:  # default flags
         replicas.start()
-        proxies = {name: HAProxy(CONFIGS[name], replicas) for name in ("haproxy", "plain")}
+        proxies = {name: HAProxy(CONFIGS[name], replicas) for name in PROXIES}
         try:
             for proxy in proxies.values():
                 proxy.start()

@@ -58,8 +58,11 @@ def _slow_loading(config, release: threading.Event) -> InProcessServer:
 
 
 def test_health_is_not_serving_until_the_model_is_ready(tiny_model_dir):
+    """--no-listen-when-ready: the port opens at start-up and health answers NOT_SERVING while
+    the model loads (behind a readiness-checking proxy)."""
     release = threading.Event()
-    config = tiny_server_config(DEV_MODEL_CACHE)
+    base = tiny_server_config(DEV_MODEL_CACHE)
+    config = replace(base, network=replace(base.network, listen_when_ready=False))
 
     with _slow_loading(config, release) as srv, grpc.insecure_channel(srv.target) as channel:
         health = health_pb2_grpc.HealthStub(channel)
@@ -136,14 +139,14 @@ def _refused(port: int) -> bool:
     return False
 
 
-def test_listen_when_ready_refuses_connections_until_the_model_is_ready(tiny_model_dir):
-    """--listen-when-ready: while the model loads both ports are held (their numbers known) but
-    refuse connections, so a TCP-checking proxy sees the replica as down; then SERVING."""
+def test_by_default_the_ports_refuse_connections_until_the_model_is_ready(tiny_model_dir):
+    """Default flags (--listen-when-ready): while the model loads both ports are held (their
+    numbers known) but refuse connections, so neither a TCP-checking proxy nor a client's round
+    robin sends a call there; then SERVING."""
     release = threading.Event()
     base = tiny_server_config(DEV_MODEL_CACHE)
-    config = replace(
-        base, network=replace(base.network, http_port=free_port(), listen_when_ready=True)
-    )
+    assert base.network.listen_when_ready
+    config = replace(base, network=replace(base.network, http_port=free_port()))
 
     with _slow_loading(config, release) as srv:
         http_port = srv.server.http_port

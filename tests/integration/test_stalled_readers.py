@@ -1,5 +1,5 @@
 """Stalled readers (issue 31): on a one-slot server with no queue, a client at any door that
-stops reading frees the slot within the stall timeout (plus a second), with the answer each
+stops reading frees the slot soon after the stall timeout (long before the stream would end), with the answer each
 door documents (gRPC DEADLINE_EXCEEDED saying why, a cut HTTP body, WebSocket close 1008 with
 the reason) and the stalled-streams metric counting it; a reader that keeps up with real time
 is never cut, nor is a stream idle for want of text.
@@ -62,10 +62,12 @@ def _stalled(srv, method: str) -> float:
     return value or 0.0
 
 
-FREED_WITHIN_S = STALL_S + 2
+FREED_WITHIN_S = STALL_S + 6
 """From the client's last read, the slot must be free within the stall timeout, plus the time
 the server takes to fill the transport's buffers (its writes only wait once they are full), plus
-the poll: 2.2-2.6 s measured on a quiet 2-core machine, 3.1-3.2 s with eight other jobs on it."""
+the poll: 2.2-2.6 s measured on a quiet 2-core machine, 3.1-3.2 s with eight other jobs on it,
+4.7-6.0 s beside a fresh clone's build. A stream left to run would take far longer (LONG: 48 s
+of audio), so the bound still tells a stall cut from a stream that ran to its end."""
 
 
 def _freed_within(srv, stopped_at: float) -> float:

@@ -18,7 +18,7 @@ FLAGS = {
     "--port": 50051,
     "--metrics-port": 0,
     "--http-port": 0,
-    "--listen-when-ready": False,
+    "--listen-when-ready": True,
     "--keepalive-time-s": 30.0,
     "--keepalive-timeout-s": 10.0,
     "--max-connection-age-s": 0.0,

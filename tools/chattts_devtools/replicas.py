@@ -29,8 +29,13 @@ from .launcher import ServerProcess, free_port, launch, wait_serving
 
 _REPO = Path(__file__).resolve().parents[2]
 HAPROXY_DIR = _REPO / "deploy" / "haproxy"
-CONFIGS = {"haproxy": HAPROXY_DIR / "haproxy.cfg", "plain": HAPROXY_DIR / "haproxy-plain.cfg"}
-"""The shipped files: readiness-checked, and the plain TCP-checked variant."""
+CONFIGS = {
+    "haproxy": HAPROXY_DIR / "haproxy.cfg",
+    "plain": HAPROXY_DIR / "haproxy-plain.cfg",
+    "operator": Path(__file__).with_name("haproxy-operator.cfg"),
+}
+"""The shipped files (readiness-checked, and the plain TCP-checked variant), and the bare config
+most operators first write (TCP checks, retries and redispatch, nothing else)."""
 MAX_REPLICAS = 3
 """Server lines in the shipped files; unused ones point at a port nobody listens on."""
 # --max-streams 12: sized N+1, as an operator would, so two replicas take the whole load once a
@@ -40,8 +45,6 @@ MAX_REPLICAS = 3
 # own (tests/integration/test_reliability.py). --grace-s 30: on a 2-core machine loaded by other
 # jobs a call took up to 15 s; the drain waits only as long as its streams need.
 REPLICA_ARGS = ("--max-streams", "12", "--max-queue", "16", "--grace-s", "30", "--no-warmup")
-LISTEN_WHEN_READY = ("--listen-when-ready",)
-"""What replicas behind a TCP-checked proxy (haproxy-plain.cfg) need: no port open while loading."""
 
 
 def haproxy_missing() -> str | None:
