@@ -15,6 +15,7 @@ period, and the process with it; a watcher that wants more watches again and fin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -86,7 +87,5 @@ class HealthServicer(health_aio.HealthServicer):
         """Every service NOT_SERVING for good; returns once each watch has been told and ended
         (at most `timeout_s`: a watcher that reads nothing does not hold up the drain)."""
         await self.enter_graceful_shutdown()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._no_watches.wait(), timeout_s)
-        except TimeoutError:
-            pass
