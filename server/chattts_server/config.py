@@ -259,6 +259,13 @@ class AdmissionConfig:
     grace_s: float = option(
         30.0, "on SIGTERM, streams in flight get this long to finish, in seconds", bounds=(0, 3600)
     )
+    http_linger_s: float = option(
+        2.0,
+        "on SIGTERM, HTTP keep-alive connections already open stay open at least this long "
+        "(within --grace-s): a request still sent on one is served and answered Connection: "
+        "close, so a proxy has seen the replica go before the idle ones close under it",
+        bounds=(0, 600),
+    )
 
 
 @dataclass(frozen=True)

@@ -243,7 +243,7 @@ class TTSServer:
                 return
         if self._draining:
             return
-        self.admission.accepting = True
+        self.admission.ready = True
         await self._set_health(SERVING)
         log.info("serving chattts.v1.TextToSpeech on port %d", self.port)
 
@@ -291,6 +291,8 @@ class TTSServer:
 
     def _on_engine_fatal(self, exc: BaseException) -> None:
         self._fatal = exc
+        if self.admission is not None:
+            self.admission.ready = False  # refuse what still arrives: nothing can serve it
         log.error("engine is unusable; shutting down so a supervisor can restart us")
         asyncio.ensure_future(self.drain(grace_s=0))
 
@@ -299,47 +301,68 @@ class TTSServer:
         await self.health.set(SERVICE_NAME, status)
 
     async def drain(self, grace_s: float | None = None) -> None:
-        """Graceful stop: NOT_SERVING, refuse new streams, let streams (queued ones too) finish,
-        cancel the rest.
+        """Graceful stop, in the order of gRPC's graceful-shutdown guide
+        (tests/integration/test_drain_transport.py watches it on the wire):
 
-        The listeners close at once (gRPC's stop also sends GOAWAY on every connection, so
-        clients and proxies open no new stream on them): a replica that kept listening only to
-        refuse would pass a proxy's TCP check and, with fewer streams than its peers, draw every
-        new call under least-connections balancing. Streams in flight run on until the grace
-        period ends.
+        1. Health NOT_SERVING (grpc.health.v1 and /health); each health Watch hears it and
+           ends, so none holds its connection open through the drain.
+        2. The doors shut: the listeners close (a proxy's TCP check and next connection are
+           refused), and gRPC's stop sends GOAWAY on every connection, so neither a proxy nor a
+           client opens a new stream on them. A stream that raced the GOAWAY is answered by
+           grpc's core with no audio (CANCELLED), which the client library resends.
+        3. Streams in flight, those queued before the drain, and any that reached admission
+           before the doors shut (see `Admission.draining`) finish within the grace period;
+           the rest are cancelled at its end.
+        4. HTTP keep-alive connections still open stay open for --http-linger-s (a request
+           still sent on one is served and answered Connection: close), then close.
+        5. Only then do the connections close and the process exit.
+
+        A replica that kept listening only to refuse would pass a proxy's TCP check and, with
+        fewer streams than its peers, draw every new call under least-connections balancing.
         """
         if self._draining:
             return
         self._draining = True
+        loop = asyncio.get_running_loop()
         grace = self.config.admission.grace_s if grace_s is None else grace_s
+        deadline = loop.time() + grace
         log.info(
             "draining: up to %.1f s for %d streams (%d of them queued)",
             grace,
             self.admission.held if self.admission else 0,
             self.admission.waiting if self.admission else 0,
         )
-        await self.health.drain()  # watchers hear NOT_SERVING before their connection's GOAWAY
         if self.admission is not None:
-            self.admission.stop_accepting()
+            self.admission.drain()
+        await self.health.drain()
         if self.http is not None:
             self.http.stop_listening()
         for reserved in self._reserved:
             reserved.close()
         grpc_stopped = None
         if self.server is not None and self._listening:
-            grpc_stopped = asyncio.ensure_future(self.server.stop(grace or 0))
-        if self.admission is not None and self.admission.held:
-            try:
-                await asyncio.wait_for(self.admission.wait_idle(), grace)
-            except TimeoutError:
-                log.warning("grace period over; cancelling %d streams", self.admission.held)
+            grpc_stopped = asyncio.ensure_future(self.server.stop(max(0.0, deadline - loop.time())))
+        await self._wait_idle(deadline)
         if self.http is not None:
+            linger_end = min(deadline, deadline - grace + self.config.admission.http_linger_s)
+            await asyncio.sleep(max(0.0, linger_end - loop.time()))
+            await self._wait_idle(deadline)  # what came in on those connections meanwhile
             await self.http.stop()  # cancels the HTTP streams still running after the grace
         if grpc_stopped is not None:
             await grpc_stopped
-        await asyncio.get_running_loop().run_in_executor(None, self.engine.stop)
+        await loop.run_in_executor(None, self.engine.stop)
         assert self._stopped is not None
         self._stopped.set()
+
+    async def _wait_idle(self, deadline: float) -> None:
+        """Until no stream is held, or `deadline` (loop time) passes."""
+        if self.admission is None or not self.admission.held:
+            return
+        timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+        try:
+            await asyncio.wait_for(self.admission.wait_idle(), timeout)
+        except TimeoutError:
+            log.warning("grace period over; cancelling %d streams", self.admission.held)
 
     async def wait(self) -> int:
         """Block until stopped; the process exit code (0, or 1 after an engine failure)."""

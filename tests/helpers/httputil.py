@@ -51,11 +51,13 @@ def http_server(
     max_queue: int = 0,
     limits: dict[str, object] | None = None,
     runner_factory: Callable[[ServerConfig], Any] | None = None,
+    listen_when_ready: bool = True,
     **security: object,
 ) -> Iterator[InProcessServer]:
     """An in-process server (tiny model) with HTTP on, bearer tokens on (TOKEN) and one voice
     preset ("anna"); `security` adds TLS settings, `limits` overrides LimitsConfig fields,
-    `runner_factory` builds the engine's runner (e.g. a FaultyRunner)."""
+    `runner_factory` builds the engine's runner (e.g. a FaultyRunner), `listen_when_ready`
+    False opens the ports while the model loads."""
     tokens = folder / "tokens.txt"
     tokens.write_text(f"# test tokens\n{TOKEN}\n")
     voices = folder / "voices"
@@ -64,7 +66,7 @@ def http_server(
     base = tiny_server_config(DEV_MODEL_CACHE, max_streams=max_streams, max_queue=max_queue)
     config = replace(
         base,
-        network=replace(base.network, http_port=free_port()),
+        network=replace(base.network, http_port=free_port(), listen_when_ready=listen_when_ready),
         limits=replace(base.limits, **(limits or {})),  # type: ignore[arg-type]
         security=SecurityConfig(auth_token_file=tokens, **security),  # type: ignore[arg-type]
         voices_dir=voices,

@@ -28,7 +28,7 @@ def pair(tiny_model_dir) -> Iterator[tuple[InProcessServer, InProcessServer]]:
         InProcessServer(tiny_server_config(DEV_MODEL_CACHE)) as serving,
     ):
         assert refusing.server is not None and refusing.server.admission is not None
-        refusing.server.admission.accepting = False  # as while loading or draining
+        refusing.server.admission.ready = False  # as while loading (--no-listen-when-ready)
         yield refusing, serving
 
 

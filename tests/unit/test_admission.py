@@ -56,7 +56,7 @@ def _run(test) -> None:
 def test_waiting_streams_go_by_priority_then_arrival() -> None:
     async def test() -> None:
         admission = Admission(max_streams=1, max_queue=8)
-        admission.accepting = True
+        admission.ready = True
         s = Streams(admission)
         await s.start("holder", BULK)
         for name, priority in [("b1", BULK), ("d1", DEFAULT), ("n1", NAV), ("b2", BULK)]:
@@ -75,7 +75,7 @@ def test_waiting_streams_go_by_priority_then_arrival() -> None:
 def test_reserved_places_are_for_interactive_streams_only() -> None:
     async def test() -> None:
         admission = Admission(max_streams=3, max_queue=8, reserved_slots=1)
-        admission.accepting = True
+        admission.ready = True
         s = Streams(admission)
         for name in ["b1", "b2", "b3"]:
             await s.start(name, BULK)
@@ -96,7 +96,7 @@ def test_reserved_places_are_for_interactive_streams_only() -> None:
 def test_a_full_queue_refuses_the_newest_least_urgent_waiter_for_a_more_urgent_one() -> None:
     async def test() -> None:
         admission = Admission(max_streams=1, max_queue=2)
-        admission.accepting = True
+        admission.ready = True
         s = Streams(admission)
         await s.start("holder", DEFAULT)
         await s.start("b1", BULK)
@@ -119,23 +119,42 @@ def test_reserved_slots_must_leave_a_place_for_other_streams() -> None:
         Admission(max_streams=2, max_queue=1, reserved_slots=2)
 
 
-def test_a_drain_refuses_new_streams_and_serves_the_queued_ones() -> None:
+def test_a_drain_serves_what_reaches_it_and_says_when_the_last_is_done() -> None:
+    """The doors shut in a drain (listeners, GOAWAY): what still reaches admission came in
+    before, and is served like the queued streams (refused, a call behind a proxy that cannot
+    resend it would fail)."""
+
     async def test() -> None:
         admission = Admission(max_streams=1, max_queue=4)
-        admission.accepting = True
+        admission.ready = True
         s = Streams(admission)
         await s.start("holder", DEFAULT)
         await s.start("q1", DEFAULT)
         await s.start("q2", BULK)
-        admission.stop_accepting()
-        await s.start("late", DEFAULT)
-        # Queued before the drain: served in turn (a caller that does not retry would fail).
-        assert s.refused == {"late": "unavailable"} and admission.waiting == 2
+        admission.drain()
+        assert not admission.accepting  # what health reports
+        await s.start("late", DEFAULT)  # e.g. a request on a keep-alive connection
+        assert s.refused == {} and admission.waiting == 3
         idle = asyncio.create_task(admission.wait_idle())
-        for name in ["holder", "q1"]:
+        for name in ["holder", "q1", "late"]:
             await s.end(name)
-        assert s.admitted == ["holder", "q1", "q2"] and not idle.done()
+        assert s.admitted == ["holder", "q1", "late", "q2"] and not idle.done()
         await s.end("q2")
         await asyncio.wait_for(idle, 1)
+
+    _run(test)
+
+
+def test_a_server_not_ready_refuses_every_stream() -> None:
+    async def test() -> None:
+        admission = Admission(max_streams=2, max_queue=4)
+        s = Streams(admission)
+        await s.start("early", NAV)
+        admission.ready = True
+        await s.start("on time", DEFAULT)
+        admission.ready = False  # the engine failed
+        await s.start("after", DEFAULT)
+        assert s.refused == {"early": "unavailable", "after": "unavailable"}
+        assert s.admitted == ["on time"]
 
     _run(test)

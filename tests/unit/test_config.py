@@ -61,6 +61,7 @@ FLAGS = {
     "--reserved-slots": 0,
     "--retry-pushback-ms": 500,
     "--grace-s": 30.0,
+    "--http-linger-s": 2.0,
     "--max-text-chars": 4000,
     "--max-stream-chars": 100000,
     "--max-receive-bytes": 1048576,

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 
 from ..engine.utterance import Priority
 
+NOT_READY = "server is not ready: its model is loading, or failed"
+
 
 class AdmissionRejected(Exception):
-    """Refused: `code` is 'exhausted' (full) or 'unavailable' (not ready or draining)."""
+    """Refused: `code` is 'exhausted' (full) or 'unavailable' (not ready)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -48,10 +50,22 @@ class Admission:
         self._waiters: list[_Waiter] = []
         """A heap: the most urgent class, then the earliest arrival, first."""
         self._arrivals = itertools.count()
-        self.accepting = False
-        """False until the engine is warm, and again once draining starts."""
+        self.ready = False
+        """True once the engine is warm (and False again if it fails): until then every stream
+        is refused UNAVAILABLE."""
+        self.draining = False
+        """A drain began. Health says so and the doors are shut (listeners closed, GOAWAY on
+        every gRPC connection), so no new caller arrives; a stream that still reaches admission
+        came in before the doors shut (one the gRPC transport had taken, a request on an HTTP
+        keep-alive connection a proxy opened earlier) and is served like a queued one: refused,
+        it would fail its caller behind a proxy that cannot resend it."""
         self._idle = asyncio.Event()
         self._idle.set()
+
+    @property
+    def accepting(self) -> bool:
+        """Ready and not draining: what health reports."""
+        return self.ready and not self.draining
 
     @property
     def waiting(self) -> int:
@@ -86,10 +100,8 @@ class Admission:
             self._release()
 
     async def _acquire(self, timeout_s: float | None, priority: Priority) -> None:
-        if not self.accepting:
-            raise AdmissionRejected(
-                "unavailable", "server is not accepting streams (starting or draining)"
-            )
+        if not self.ready:
+            raise AdmissionRejected("unavailable", NOT_READY)
         ahead = any(w.priority <= priority for w in self._waiters)
         if self.active < self.limit(priority) and not ahead:
             self._take()
@@ -159,12 +171,10 @@ class Admission:
             self._take()
             head.future.set_result(None)
 
-    def stop_accepting(self) -> None:
-        """Start draining: refuse new streams. Queued ones keep their place and are served as
-        places free up, within the drain's grace period: they arrived before it began, and
-        refusing them failed a caller that does not retry (one streaming call in ~500 of the
-        rolling-restart test, queued on the replica that drained)."""
-        self.accepting = False
+    def drain(self) -> None:
+        """A drain began: health turns NOT_SERVING; streams that still reach admission are
+        served (see `draining`), and `wait_idle` tells when the last one is done."""
+        self.draining = True
 
     async def wait_idle(self) -> None:
         """Until no stream is active and none waits."""

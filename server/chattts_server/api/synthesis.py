@@ -44,7 +44,7 @@ from ..metrics import Metrics
 from ..text.stream import utterances_traced
 from ..text.timing import ESTIMATE
 from . import auth
-from .admission import Admission, AdmissionRejected
+from .admission import NOT_READY, Admission, AdmissionRejected
 from .convert import StreamSettings, Validator
 from .errors import ClientGoneError, ClientStalledError, is_ours, status_name
 from .events import SessionEvent
@@ -56,8 +56,6 @@ from .text_reader import EndOfText, TextFragment, UtteranceQueue, front_end, rea
 from .voices import VoiceLibrary
 
 log = logging.getLogger(__name__)
-
-NOT_ACCEPTING = "server is not accepting streams (starting or draining)"
 
 Send = Callable[[SessionEvent], Awaitable[None]]
 """A door's write of one event to its client; it waits while the client is not reading."""
@@ -136,14 +134,14 @@ class Synthesis:
         authorization: str | None,
         parse: Callable[[Validator], Awaitable[_T]],
     ) -> _T:
-        """Token, then accepting, then the door's `parse` of its request against the
+        """Token, then ready, then the door's `parse` of its request against the
         validator. A refusal (our exceptions) is counted and logged as a refused stream of
         `method`, then raised; ClientGoneError (the client left before its request was read)
         is raised uncounted."""
         try:
             auth.check(self.tokens, authorization, method)
-            if not self.admission.accepting:
-                raise AdmissionRejected("unavailable", NOT_ACCEPTING)
+            if not self.admission.ready:
+                raise AdmissionRejected("unavailable", NOT_READY)
             return await parse(self.validator)
         except ClientGoneError:
             raise

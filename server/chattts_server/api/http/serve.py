@@ -26,6 +26,30 @@ class HTTPServerError(RuntimeError):
     """The HTTP server cannot start (port in use, bad certificate)."""
 
 
+class _CloseWhenDraining:
+    """The app, but once a drain began every HTTP response says `Connection: close` (uvicorn
+    then closes the connection after it): a proxy's pooled connection to this replica ends
+    after its last request, rather than the server closing it while idle, at the moment the
+    proxy may be sending the next request on it (HTTP/1.1 has no GOAWAY)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.draining = False
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not self.draining:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_closing(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", ()), (b"connection", b"close")]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_closing)
+
+
 def _listen_host(host: str) -> str:
     # gRPC spells "every interface" [::]; asyncio's "" binds every interface in both families.
     if host in ("[::]", "::"):
@@ -43,8 +67,9 @@ class HTTPServer:
             if security.tls_client_ca is not None:
                 options["ssl_ca_certs"] = str(security.tls_client_ca)
                 options["ssl_cert_reqs"] = ssl.CERT_REQUIRED
+        self._app = _CloseWhenDraining(app)
         self.config = uvicorn.Config(
-            app,
+            self._app,
             host=_listen_host(host),
             port=port,
             lifespan="off",
@@ -77,14 +102,18 @@ class HTTPServer:
 
     def stop_listening(self) -> None:
         """The drain's first step: close the listeners, so a proxy's next connection is refused
-        (a TCP check fails, a connect retry goes to another replica), and close idle keep-alive
-        connections so no proxy reuses one. Requests in progress keep their connection until
-        their response ends; WebSockets run on until `stop` (the grace period)."""
+        (a TCP check fails, a connect retry goes to another replica). Connections already open
+        stay: a request that still arrives on one is served, answered `Connection: close`, and
+        the connection closes after it; idle ones close at `stop`, once the proxy has had time
+        to see the replica go (`--http-linger-s`). WebSockets run on until `stop`."""
         for listener in self.server.servers:
             listener.close()
+        self._app.draining = True
         for connection in list(self.server.server_state.connections):
-            if isinstance(connection, HttpToolsProtocol):
-                connection.shutdown()  # idle: closed now; busy: closed after this response
+            if not isinstance(connection, HttpToolsProtocol):
+                continue  # a WebSocket: runs on until `stop`
+            if connection.cycle is not None and not connection.cycle.response_complete:
+                connection.shutdown()  # busy: closed after this response
 
     async def stop(self) -> None:
         """Close the listeners and idle connections, let responses that are ending finish

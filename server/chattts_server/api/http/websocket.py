@@ -37,8 +37,10 @@ server -> client
   close 1009: a message over --max-ws-message-bytes (uvicorn closes; the stream ends
                             INVALID_ARGUMENT).
 
-A server that is starting or draining refuses the upgrade itself: HTTP 503 with the error
-object and Retry-After, so a proxy can send the upgrade to another replica.
+A server whose model is still loading (--no-listen-when-ready) refuses the upgrade itself: HTTP
+503 with the error object and Retry-After, so a proxy can send the upgrade to another replica.
+A draining server serves an upgrade that still reaches it (on a connection opened before the
+drain), as it serves streams queued before it.
 
 A bad frame at any point (not JSON, nested too deep, a lone surrogate, an unknown type, a bad
 field) ends the stream with its error and 1007: what was buffered is not spoken, and the
@@ -61,12 +63,12 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketState
 
 from ...errors import InvalidRequestError
-from ..admission import AdmissionRejected
+from ..admission import NOT_READY, AdmissionRejected
 from ..client_json import check_json, load_json
 from ..convert import StreamSettings, Validator
 from ..errors import ClientGoneError, ClientStalledError, is_ours
 from ..events import AudioOut, SessionEvent, to_json
-from ..synthesis import NOT_ACCEPTING, Synthesis
+from ..synthesis import Synthesis
 from ..text_reader import TextFragment
 from ..voices import VoiceLibrary
 from .errors import HTTPFailure, http_failure
@@ -161,7 +163,7 @@ def ws_settings(
 
 async def speech_stream(ws: WebSocket, synthesis: Synthesis) -> None:
     """Serve one WebSocket stream: the way in, then the text in and the audio out."""
-    if not synthesis.admission.accepting:
+    if not synthesis.admission.ready:
         await _deny_upgrade(ws, synthesis)
         return
     await ws.accept()
@@ -313,11 +315,11 @@ async def _end_with_error(ws: WebSocket, synthesis: Synthesis, exc: BaseExceptio
 
 
 async def _deny_upgrade(ws: WebSocket, synthesis: Synthesis) -> None:
-    """Starting or draining: HTTP 503 in place of the upgrade, so a proxy resends the upgrade
-    to another replica (HAProxy's `retry-on 503`). After the upgrade only a 1013 close could
-    say so, which no proxy retries: an upgrade that reached a draining replica on a connection
-    kept alive would have failed its caller."""
-    exc = AdmissionRejected("unavailable", NOT_ACCEPTING)
+    """Not ready (--no-listen-when-ready while loading): HTTP 503 in place of the upgrade, so
+    a proxy resends the upgrade to another replica (HAProxy's `retry-on 503`). After the upgrade
+    only a 1013 close could say so, which no proxy retries. (A draining replica serves an
+    upgrade that still reaches it, as `Admission.draining` says.)"""
+    exc = AdmissionRejected("unavailable", NOT_READY)
     synthesis.refused(METHOD, exc)
     failed = http_failure(exc)
     headers = {**failed.headers, "Retry-After": "1"}
