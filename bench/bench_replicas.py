@@ -69,6 +69,18 @@ def _failures(outcomes: list[Outcome]) -> list[str]:
     return sorted(lines)
 
 
+def proxy_errors(proxies: dict[str, HAProxy], limit: int = 4) -> list[str]:
+    """HAProxy's own log lines for the requests it answered 5xx: which replica, and why
+    (termination state), for each setup that had any."""
+    rows = []
+    for setup, proxy in proxies.items():
+        lines = [
+            line.strip() for line in proxy.log if any(f" {c} " in line for c in (502, 503, 504))
+        ]
+        rows += [f"  {setup} haproxy: {line[:220]}" for line in lines[:limit]]
+    return rows
+
+
 def start_loads(
     setups: list[str], replicas: Replicas, proxies: dict[str, HAProxy], callers: int
 ) -> dict[str, Load]:
@@ -167,6 +179,7 @@ def main() -> None:
             print("\n".join(restart_rows(results)), flush=True)
             loads = start_loads(setups, replicas, proxies, args.callers)
             print("\n".join(kill_9(loads, replicas, revive=not args.smoke)), flush=True)
+            print("\n".join(proxy_errors(proxies)) or "no 5xx in HAProxy's logs", flush=True)
         finally:
             for proxy in proxies.values():
                 proxy.stop()
