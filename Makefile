@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 PYTEST := $(BIN)/python -m pytest --durations=20
 
-.PHONY: install lock llama-build-args browser ffmpeg proxy run test proto lint bench bench-quick clean
+.PHONY: install install-python lock llama-build-args browser ffmpeg proxy run test proto lint bench bench-quick clean
 
 install: $(STAMP)
 
@@ -44,11 +44,18 @@ $(UV):
 LLAMA_CPU_KEY = $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-12)
 LLAMA_BUILD = --config-settings-package "llama-cpp-python:cmake.define.GGML_OPENMP=ON" \
 	--config-settings-package "llama-cpp-python:cmake.define.CHATTTS_CPU_KEY=$(LLAMA_CPU_KEY)"
-SYNC = $(UV) sync --locked --extra server --extra dev --python "$$(command -v $(PYTHON))"
+# The interpreter itself, not a pyenv shim in front of it: uv takes a venv made from the
+# interpreter as not satisfying a request for the shim's path, and replaced .venv (rebuilding
+# llama.cpp and every sdist) on every second install.
+INSTALL_PYTHON = $(shell $(PYTHON) -c 'import sys; print(sys.executable)')
+SYNC = $(UV) sync --locked --extra server --extra dev --python "$(INSTALL_PYTHON)"
 
 # What `uv sync` must be told to find the built llama.cpp up to date (tests/e2e/test_lock.py).
 llama-build-args:
 	@echo $(LLAMA_BUILD)
+
+install-python:
+	@echo $(INSTALL_PYTHON)
 
 $(STAMP): pyproject.toml uv.lock | $(UV)
 	$(SYNC) --extra llamacpp $(LLAMA_BUILD) || { \

@@ -49,6 +49,12 @@ def test_the_venv_holds_exactly_the_lock() -> None:
         extras += ["--extra", "llamacpp", *shlex.split(settings)]
     done = _uv("sync", "--locked", "--check", *extras, "--python", sys.executable)
     assert done.returncode == 0, done.stderr
+    # What a second `make install` asks for (the interpreter it resolves) keeps this venv.
+    python = subprocess.run(
+        ["make", "-s", "install-python"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    again = _uv("sync", "--locked", "--dry-run", *extras, "--python", python)
+    assert again.returncode == 0 and "Would make no changes" in again.stderr, again.stderr
     import importlib.metadata as md
 
     assert md.version("torch").split("+")[0] == "2.9.1"
