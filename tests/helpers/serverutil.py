@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -180,3 +181,12 @@ def bad_request_field(err: grpc.RpcError) -> str:
     bad = error_details_pb2.BadRequest()
     assert status.details[0].Unpack(bad)
     return bad.field_violations[0].field
+
+
+def refuses_connections(port: int, host: str = "127.0.0.1") -> bool:
+    """Nothing listens on `port`: a TCP connection to it is refused (or times out)."""
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except OSError:
+        return True
+    return False

@@ -14,7 +14,6 @@ speaking, a stream queued behind it; then SIGTERM, and in order:
 from __future__ import annotations
 
 import signal
-import socket
 import time
 import urllib.request
 
@@ -25,7 +24,7 @@ from chattts_devtools.launcher import wait_serving
 from chattts_proto.chattts.v1 import tts_pb2
 from polling import wait_until
 from raw_h2 import Closed, Data, Event, GoAway, Headers, RawH2, Reset, grpc_messages
-from serverutil import DEV_MODEL_CACHE, launch
+from serverutil import DEV_MODEL_CACHE, launch, refuses_connections
 
 SYNTHESIZE = "/chattts.v1.TextToSpeech/Synthesize"
 WATCH = "/grpc.health.v1.Health/Watch"
@@ -43,14 +42,6 @@ def _synthesize(tokens: int) -> tts_pb2.SynthesizeRequest:
 def _queued(metrics_port: int) -> bool:
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as reply:
         return "\nchattts_queued_streams 1.0" in reply.read().decode()
-
-
-def _refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return True
-    return False
 
 
 def _retried_by_the_client(grpc_status: str | None) -> bool:
@@ -83,7 +74,7 @@ def test_a_drain_seen_on_the_wire(tiny_model_dir):
         for event in stream:
             events.append(event)
             if isinstance(event, GoAway) and refused_at_once is None:
-                refused_at_once = _refused(srv.port)
+                refused_at_once = refuses_connections(srv.port)
             if isinstance(event, GoAway) and event.last_stream_id != FINAL:
                 conn.grpc_request(LATE_ID, SYNTHESIZE, _synthesize(8))
         assert srv.proc.wait(30) == 0

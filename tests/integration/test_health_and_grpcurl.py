@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from serverutil import (
     DEV_MODEL_CACHE,
     InProcessServer,
     free_port,
+    refuses_connections,
     tiny_server_config,
     wait_serving,
 )
@@ -131,14 +131,6 @@ def test_reflection_can_be_turned_off(tiny_model_dir):
         assert listed.returncode != 0
 
 
-def _refused(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return True
-    return False
-
-
 def test_by_default_the_ports_refuse_connections_until_the_model_is_ready(tiny_model_dir):
     """Default flags (--listen-when-ready): while the model loads both ports are held (their
     numbers known) but refuse connections, so neither a TCP-checking proxy nor a client's round
@@ -151,7 +143,7 @@ def test_by_default_the_ports_refuse_connections_until_the_model_is_ready(tiny_m
     with _slow_loading(config, release) as srv:
         http_port = srv.server.http_port
         assert srv.port and http_port
-        assert _refused(srv.port) and _refused(http_port)
+        assert refuses_connections(srv.port) and refuses_connections(http_port)
         release.set()
         wait_serving(srv.target, timeout_s=60)
-        assert not _refused(http_port)
+        assert not refuses_connections(http_port)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -29,6 +28,7 @@ from serverutil import (
     InProcessServer,
     bad_request_field,
     launch,
+    refuses_connections,
     tiny_server_config,
     wait_serving,
 )
@@ -361,14 +361,6 @@ def _health(target: str) -> int | None:
             return None
 
 
-def _refuses_connections(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return True
-    return False
-
-
 def _queued_streams(metrics_port: int) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as reply:
         text = reply.read().decode()
@@ -398,7 +390,7 @@ def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
             # client balancer can open a new connection to the draining replica.
             assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
             watch.cancel()
-        wait_until(lambda: _refuses_connections(srv.port), 5, "the listener closed")
+        wait_until(lambda: refuses_connections(srv.port), 5, "the listener closed")
         err = _code(target, request())
         assert err.code() == grpc.StatusCode.UNAVAILABLE
         assert s.result(30) == grpc.StatusCode.OK
