@@ -26,3 +26,8 @@ RequestFailure = EngineError | InvalidRequestError
 
 class EngineUnavailableError(EngineError):
     """The engine is not ready, draining, or broken."""
+
+
+class ExpiredError(EngineError):
+    """A request's segment could not start in time (TextInput.expires_in_ms): the engine drops
+    it before its prefill; the stream goes on."""

@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+_LAG_BUCKETS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
 _RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 
 
@@ -71,6 +72,20 @@ class Metrics:
             "chattts_stalled_streams_total",
             "Streams cancelled because their client took no audio for --stall-timeout-s",
             ["method"],
+            registry=r,
+        )
+        self.lag = Histogram(
+            "chattts_utterance_lag_seconds",
+            "Per utterance: its first text reaching the server to its first audio heard by a "
+            "real-time listener (the max_lag_s lag)",
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+        self.utterances = Counter(
+            "chattts_utterances_total",
+            "Utterances ended, by finish_reason (eos, max_tokens, cleared, cut, replaced, "
+            "expired, skipped)",
+            ["finish_reason"],
             registry=r,
         )
         self.active_streams = Gauge(
@@ -152,6 +167,10 @@ class Metrics:
 
     def observe_chunk_gap(self, seconds: float) -> None:
         self.chunk_gap.observe(seconds)
+
+    def observe_lag(self, lag_s: float, finish_reason: str) -> None:
+        self.lag.observe(lag_s)
+        self.utterances.labels(finish_reason=finish_reason).inc()
 
     def observe_utterance(self, generation_s: float, audio_s: float, num_tokens: int) -> None:
         self.audio_seconds.inc(audio_s)

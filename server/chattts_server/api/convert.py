@@ -28,7 +28,11 @@ from ..engine.utterance import (
 from ..errors import InvalidRequestError
 from ..text import control_tokens
 from ..text.duration import max_segment_s
+from ..text.lexicon import Lexicons
+from ..text.lexicon_library import LexiconLibrary
 from ..text.release import ReleasePolicy
+from .catch_up import DEFAULT_MAX_SPEED, MAX_LAG_S, MIN_LAG_S, LagLimits
+from .lexicons import stream_lexicons
 from .voices import VoiceLibrary, decode_speaker_embedding
 
 ENCODING_NAMES = {
@@ -80,6 +84,13 @@ class StreamSettings:
     """Send each utterance's word timings (WordTimings) before its end."""
     priority: Priority = Priority.DEFAULT
     """The stream's class: admission order, reserved slots, the engine's prefill order."""
+    lexicons: Lexicons | None = None
+    """The pronunciation lexicons every utterance is read through: the server's, then the
+    stream's own (api/lexicons.py); None when there are none."""
+    server_lexicons: LexiconLibrary = field(default_factory=LexiconLibrary)
+    """The server's lexicons by name, for an SSML document's `<lexicon uri>`."""
+    lag_limits: LagLimits | None = None
+    """Captions that keep up (max_lag_s): when to speed up and skip; None: no limit."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,8 @@ class Validator:
     max_text_chars: int = 4000
     encodings: tuple[str, ...] = ("LINEAR16",)
     """What this server can write (`available_encodings`: the one capability check)."""
+    lexicons: LexiconLibrary = field(default_factory=LexiconLibrary)
+    """The server's pronunciation lexicons (--lexicon), which a stream may name."""
 
     def text(self, text: str, field_name: str, allow_empty: bool = False) -> str:
         if len(text) > self.max_text_chars:
@@ -124,7 +137,37 @@ class Validator:
             markdown=self._markdown(config.text_format, f"{prefix}.text_format"),
             word_timing=config.word_timing,
             priority=self._priority(config.priority, f"{prefix}.priority"),
+            lexicons=stream_lexicons(config.lexicons, self.lexicons, f"{prefix}.lexicons"),
+            server_lexicons=self.lexicons,
+            lag_limits=self._lag_limits(config, prefix),
         )
+
+    @staticmethod
+    def _lag_limits(config: tts_pb2.SynthesisConfig, prefix: str) -> LagLimits | None:
+        """max_lag_s, hard_lag_s and catch_up_max_speed; None when max_lag_s is unset or 0."""
+        soft = config.max_lag_s if config.HasField("max_lag_s") else 0.0
+        if config.HasField("hard_lag_s") and not soft:
+            raise InvalidRequestError(f"{prefix}.hard_lag_s", "needs max_lag_s")
+        if not soft:
+            return None
+        if not (math.isfinite(soft) and MIN_LAG_S <= soft <= MAX_LAG_S):
+            raise InvalidRequestError(
+                f"{prefix}.max_lag_s", f"must be {MIN_LAG_S:g} to {MAX_LAG_S:g} s, got {soft:g}"
+            )
+        hard = config.hard_lag_s if config.HasField("hard_lag_s") else 2 * soft
+        if not (math.isfinite(hard) and soft <= hard <= 2 * MAX_LAG_S):
+            raise InvalidRequestError(
+                f"{prefix}.hard_lag_s",
+                f"must be max_lag_s ({soft:g} s) to {2 * MAX_LAG_S:g} s, got {hard:g}",
+            )
+        top = DEFAULT_MAX_SPEED
+        if config.HasField("catch_up_max_speed"):
+            top = config.catch_up_max_speed
+            if top > 9:
+                raise InvalidRequestError(
+                    f"{prefix}.catch_up_max_speed", f"must be 0 to 9, got {top}"
+                )
+        return LagLimits(soft, hard, top)
 
     @staticmethod
     def _priority(value: int, path: str) -> Priority:

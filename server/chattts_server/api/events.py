@@ -16,6 +16,7 @@ from chattts_proto.chattts.v1 import tts_pb2
 from ..engine.events import UtteranceDone
 from ..text.spans import Span
 from .convert import ENCODING_VALUES
+from .segments import Outcome
 
 TIMING_SOURCES = {"estimate": tts_pb2.TIMING_ESTIMATE, "attention": tts_pb2.TIMING_MODEL_ATTENTION}
 """`WordTimingsOut.source` -> tts.proto TimingSource."""
@@ -51,6 +52,10 @@ class UtteranceEnded:
     """The caller's own text of it, markup excluded."""
     source_span: Span | None = None
     """Where `source_text` lies in the caller's text, in code points; None: from no text."""
+    lag_s: float = 0.0
+    """From its first text reaching the server to its first audio being heard in real time."""
+    speed: int = 0
+    """The speed level it was spoken at."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,20 @@ class WordTimingsOut:
     """How they were obtained: a key of `TIMING_SOURCES`."""
 
 
-SessionEvent: TypeAlias = AudioOut | UtteranceEnded | MarkReached | WordTimingsOut
+@dataclass(frozen=True)
+class SegmentEnded:
+    """The one answer to a named segment's revision: how it ended, where its audio ends."""
+
+    name: str
+    revision: int
+    outcome: Outcome
+    sample_offset: int
+    offset_s: float
+    text: str
+    """The caller's text of the revision."""
+
+
+SessionEvent: TypeAlias = AudioOut | UtteranceEnded | MarkReached | WordTimingsOut | SegmentEnded
 
 
 @overload
@@ -109,9 +127,19 @@ def to_pb(event: MarkReached) -> tts_pb2.Mark: ...
 def to_pb(event: WordTimingsOut) -> tts_pb2.WordTimings: ...
 
 
+@overload
+def to_pb(event: SegmentEnded) -> tts_pb2.SegmentEnd: ...
+
+
 def to_pb(
     event: SessionEvent,
-) -> tts_pb2.AudioChunk | tts_pb2.UtteranceEnd | tts_pb2.Mark | tts_pb2.WordTimings:
+) -> (
+    tts_pb2.AudioChunk
+    | tts_pb2.UtteranceEnd
+    | tts_pb2.Mark
+    | tts_pb2.WordTimings
+    | tts_pb2.SegmentEnd
+):
     if isinstance(event, AudioOut):
         return tts_pb2.AudioChunk(
             audio=event.data,
@@ -127,6 +155,15 @@ def to_pb(
             sample_offset=event.sample_offset,
             offset_s=event.offset_s,
             dropped=event.dropped,
+        )
+    if isinstance(event, SegmentEnded):
+        return tts_pb2.SegmentEnd(
+            name=event.name,
+            revision=event.revision,
+            outcome=event.outcome.value,
+            sample_offset=event.sample_offset,
+            offset_s=event.offset_s,
+            text=event.text,
         )
     if isinstance(event, WordTimingsOut):
         return tts_pb2.WordTimings(
@@ -149,6 +186,8 @@ def to_pb(
         source_text=event.source_text,
         source_start=start,
         source_end=end,
+        lag_s=event.lag_s,
+        speed=event.speed,
     )
 
 
@@ -167,9 +206,22 @@ def _word_pb(word: TimedWord) -> tts_pb2.WordTiming:
     )
 
 
-def to_json(event: UtteranceEnded | MarkReached | WordTimingsOut) -> dict[str, Any]:
-    """The event as the WebSocket's JSON message (`type`: utterance_end, mark, word_timings);
-    the fields are tts.proto's names, offsets as numbers."""
+def to_json(
+    event: UtteranceEnded | MarkReached | WordTimingsOut | SegmentEnded,
+) -> dict[str, Any]:
+    """The event as the WebSocket's JSON message (`type`: utterance_end, mark, word_timings,
+    segment_end); the fields are tts.proto's names, offsets as numbers, an outcome as its
+    lower-case name without the prefix ("spoken", "cut")."""
+    if isinstance(event, SegmentEnded):
+        return {
+            "type": "segment_end",
+            "name": event.name,
+            "revision": event.revision,
+            "outcome": event.outcome.label,
+            "sample_offset": event.sample_offset,
+            "offset_s": event.offset_s,
+            "text": event.text,
+        }
     if isinstance(event, MarkReached):
         return {
             "type": "mark",
@@ -201,6 +253,8 @@ def to_json(event: UtteranceEnded | MarkReached | WordTimingsOut) -> dict[str, A
         "source_text": event.source_text,
         "source_start": start,
         "source_end": end,
+        "lag_s": event.lag_s,
+        "speed": event.speed,
     }
 
 

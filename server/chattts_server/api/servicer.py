@@ -23,7 +23,8 @@ from ..errors import InvalidRequestError
 from .auth import authorization_of
 from .convert import StreamSettings, Validator
 from .errors import ClientGoneError, ClientStalledError, abort_with, is_ours
-from .events import AudioOut, MarkReached, SessionEvent, UtteranceEnded, to_pb
+from .events import AudioOut, MarkReached, SegmentEnded, SessionEvent, UtteranceEnded, to_pb
+from .segments import IfStarted
 from .synthesis import Send, Synthesis
 from .text_reader import TextFragment
 
@@ -174,7 +175,16 @@ async def _fragments(
         if which != "text":
             raise InvalidRequestError("text", "every message after the config must carry text")
         text = message.text
-        yield TextFragment(text.text, text.flush, text.clear, text.mark)
+        yield TextFragment(
+            text.text,
+            text.flush,
+            text.clear,
+            text.mark,
+            segment=text.segment,
+            replace=text.replace,
+            if_started=IfStarted.from_pb(text.if_started),
+            expires_in_ms=text.expires_in_ms,
+        )
 
 
 def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> None:
@@ -211,4 +221,6 @@ def _reply(response: Callable[..., _R], event: SessionEvent) -> _R:
         return response(utterance_end=to_pb(event))
     if isinstance(event, MarkReached):
         return response(mark=to_pb(event))
+    if isinstance(event, SegmentEnded):
+        return response(segment_end=to_pb(event))
     return response(word_timings=to_pb(event))

@@ -6,6 +6,14 @@ utterance becomes an engine request and its engine events become encoded domain 
 `MarkReached` at the samples sent so far, a silence `AudioOut` of zeros. The servicer converts
 those to protobuf, once (`events.to_pb`); the HTTP doors to JSON (`events.to_json`).
 
+Named segments (api/segments.py): an utterance of a segment moves it to TAKEN, its first chunk
+to SPEAKING (or, past its `expires_in_ms`, ends it EXPIRED with no audio: checked when it is
+taken, by the engine before its prefill, and before its first chunk is sent); the reader may
+stop it (`stop_segment`: a replace), at once when it has sent nothing, else at the next word
+boundary within one chunk (a CUT). A `SegmentDone` becomes a `SegmentEnded` at the samples
+sent so far. A stream with `max_lag_s` (api/catch_up.py) speeds up or skips utterances whose
+text waits too long; every utterance reports its lag.
+
 Offsets count the samples whose chunks were sent. The sample encodings end each utterance
 with its last samples, so a mark's offset is exactly the audio before it; OGG_OPUS (and the
 HTTP codecs) hold up to one frame (20 ms) across an utterance's end, sent with what follows.
@@ -14,6 +22,7 @@ HTTP codecs) hold up to one frame (20 ms) across an utterance's end, sent with w
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -25,15 +34,20 @@ from ..audio.encoding import EncodedChunk, make_encoder
 from ..engine.events import AudioChunk, EngineEvent, Spoken, UtteranceDone
 from ..engine.protocol import Engine
 from ..engine.utterance import UtteranceRequest
+from ..errors import ExpiredError
 from ..text.spans import Traced
+from .catch_up import PlayoutClock
 from .convert import StreamSettings
-from .events import AudioOut, MarkReached, SessionEvent, UtteranceEnded
-from .stream_items import MarkAt, Silence, Speak, StreamItem
-from .timeline import own_text, word_timings
+from .events import AudioOut, MarkReached, SegmentEnded, SessionEvent, UtteranceEnded
+from .segments import Outcome, Segment, State
+from .stream_items import MarkAt, SegmentDone, Silence, Speak, StreamItem
+from .timeline import own_text, word_ends, word_timings
 
 _OFFLOADED_ENCODINGS = ("OGG_OPUS", "MP3", "AAC", "FLAC")
 _SILENCE_CHUNK_S = 0.5
 """A silence is sent in chunks of at most this long, as audio is."""
+_CUT_FADE_S = 0.005
+"""A chunk cut at a word boundary fades out over its last 5 ms, so the stop makes no click."""
 
 
 class Session:
@@ -53,6 +67,16 @@ class Session:
         """Samples (at the chunks' rate) of every chunk sent so far."""
         self._speaking: asyncio.Event | None = None
         """Set to interrupt the utterance being spoken (None between utterances)."""
+        self._stop_reason = "cleared"
+        """The finish_reason of an interrupted utterance: cleared, replaced, expired."""
+        self._current: Speak | None = None
+        """The utterance being spoken."""
+        self._current_sent = False
+        """Audio of the utterance being spoken has been sent."""
+        self._cut_at_word = False
+        """Stop the utterance being spoken at its next word boundary (a CUT replace)."""
+        self.playout = PlayoutClock()
+        """When a real-time listener hears what is sent: each utterance's lag."""
         self.native_rate = engine.model_info.sample_rate
         # The HTTP front door's WAV, MP3, AAC and FLAC come from audio/containers.py.
         encoding = settings.audio.encoding
@@ -67,19 +91,25 @@ class Session:
         """The rate of the chunks and of every offset."""
         return self._encoder.sample_rate_hz
 
+    def _speed(self, item: Speak) -> int:
+        return self.settings.speed if item.speed is None else item.speed
+
     def _request(self, item: Speak) -> UtteranceRequest:
         s = self.settings
+        segment = item.segment
+        waiting = segment is not None and segment.state is State.TAKEN
         return UtteranceRequest(
             request_id=f"{self.stream_id}-{self.num_utterances}",
             text=item.text.text,
             voice=s.voice,
-            speed=s.speed if item.speed is None else item.speed,
+            speed=self._speed(item),
             refine=s.refine,
             sampling=s.sampling,
             chunking=s.chunking,
             deadline=self.deadline,
             source=item.text,
             priority=s.priority,
+            expires_at=segment.expires_at if waiting and segment is not None else None,
         )
 
     def _audio(
@@ -95,6 +125,7 @@ class Session:
             silence=silence,
         )
         self.sample_offset += encoded.num_samples
+        self.playout.sent(encoded.num_samples / self.sample_rate_hz, time.monotonic())
         return event
 
     async def _encode(self, pcm: np.ndarray) -> EncodedChunk:
@@ -102,19 +133,77 @@ class Session:
             return await asyncio.to_thread(self._encoder.encode, pcm)
         return self._encoder.encode(pcm)
 
-    def interrupt(self) -> None:
+    def interrupt(self, reason: str = "cleared") -> None:
         """Barge-in: stop the utterance being spoken, if any. Its engine request is cancelled
-        (the slot is free within one engine step) and it ends with finish_reason 'cleared'."""
-        if self._speaking is not None:
+        (the slot is free within one engine step) and it ends with finish_reason `reason`."""
+        if self._speaking is not None and not self._speaking.is_set():
+            self._stop_reason = reason
             self._speaking.set()
+
+    def stop_segment(self, segment: Segment, at_word: bool) -> None:
+        """A replace: stop the utterance being spoken if it is `segment`'s, at its next word
+        boundary (`at_word`) or at once (it has sent no audio: "replaced")."""
+        if self._current is None or self._current.segment is not segment:
+            return
+        if at_word and self._current_sent:
+            self._cut_at_word = True
+        else:
+            self.interrupt("cut" if at_word else "replaced")
 
     def play(self, item: StreamItem) -> AsyncGenerator[SessionEvent, None]:
         """The events of one stream item, in order."""
         if isinstance(item, Speak):
-            return self.speak(item)
+            return self.speak_item(item)
         if isinstance(item, MarkAt):
             return self._one(self.mark(item))
+        if isinstance(item, SegmentDone):
+            return self._one(self.segment_end(item.segment))
         return self.silence(item)
+
+    def segment_end(self, segment: Segment) -> SegmentEnded:
+        """A segment's revision ends where the audio sent so far ends."""
+        segment.state = State.ENDED
+        offset = self.sample_offset
+        return SegmentEnded(
+            segment.name,
+            segment.revision,
+            segment.final_outcome(),
+            offset,
+            offset / self.sample_rate_hz,
+            segment.text,
+        )
+
+    async def speak_item(self, item: Speak) -> AsyncGenerator[SessionEvent, None]:
+        """An utterance as its segment and the stream's lag limits decide: skipped (its segment
+        is done or expired; over the hard lag limit), sped up, or spoken."""
+        segment = item.segment
+        now = time.monotonic()
+        if segment is not None:
+            if not segment.open:
+                return  # replaced, cut or expired: nothing more of it is said
+            if segment.state is State.PENDING:
+                if segment.expired(now):
+                    segment.finish(Outcome.EXPIRED)
+                    return
+                segment.state = State.TAKEN
+        limits = self.settings.lag_limits
+        if limits is not None and segment is None:
+            lag_s = self.playout.heard_at(now) - (item.received_at or now)
+            speed = limits.speed_for(lag_s, self._speed(item))
+            if speed is None:
+                yield self._skipped(item, lag_s)
+                return
+            if speed != self._speed(item):
+                item = dataclasses.replace(item, speed=speed)
+        async for event in self.speak(item):
+            yield event
+
+    def _skipped(self, item: Speak, lag_s: float) -> UtteranceEnded:
+        """An utterance over the hard lag limit: it ends at once, its text kept, no audio."""
+        index = self.num_utterances
+        self.num_utterances += 1
+        done = UtteranceDone(item.text.text, 0, 0, 0.0, 0.0, "skipped")
+        return self._ended(index, item, done, self.sample_offset, lag_s)
 
     @staticmethod
     async def _one(event: SessionEvent) -> AsyncGenerator[SessionEvent, None]:
@@ -152,21 +241,45 @@ class Session:
         start_offset = self.sample_offset
         spoken: Traced | None = None
         pcm: list[np.ndarray] = []
+        segment = item.segment
+        lag_s: float | None = None
         interrupted = self._speaking = asyncio.Event()
+        self._stop_reason = "cleared"
+        self._current, self._current_sent, self._cut_at_word = item, False, False
         events = aiter(self.engine.synthesize(request))
         try:
             while True:
-                event = await _next_or_interrupted(events, interrupted)
+                try:
+                    event = await _next_or_interrupted(events, interrupted)
+                except ExpiredError:
+                    self._expire(segment)
+                    break
                 if event is None:
                     break
                 if isinstance(event, Spoken):
                     spoken = event.text
                 elif isinstance(event, AudioChunk):
-                    first_audio_s = first_audio_s or time.monotonic() - started
-                    pcm.append(event.pcm)
-                    encoded = await self._encode(event.pcm)
+                    chunk = event.pcm
+                    if lag_s is None:  # the first chunk
+                        if segment is not None and segment.state is State.TAKEN:
+                            if segment.expired():
+                                self._expire(segment)
+                                break
+                            segment.state = State.SPEAKING
+                        now = time.monotonic()
+                        lag_s = self.playout.heard_at(now) - (item.received_at or started)
+                        first_audio_s = now - started
+                    cut = self._cut_at_word
+                    if cut:
+                        chunk = self._up_to_word_end(chunk, sum(len(p) for p in pcm), spoken, item)
+                    pcm.append(chunk)
+                    self._current_sent = True
+                    encoded = await self._encode(chunk)
                     if encoded.data:
                         yield self._audio(encoded, index)
+                    if cut:
+                        self._stop_reason = "cut"
+                        break
                 elif isinstance(event, UtteranceDone):
                     tail = self._encoder.end_utterance()
                     if tail.data:
@@ -176,16 +289,17 @@ class Session:
                         yield self._timings(
                             index, item, said, pcm, start_offset, cut=False, done=event
                         )
-                    yield self._ended(index, item, event, start_offset)
+                    yield self._ended(index, item, event, start_offset, lag_s)
                     return
         finally:
             self._speaking = None
+            self._current = None
             await events.aclose()  # type: ignore[attr-defined]
-        # Cleared: what was sent is the utterance.
+        # Stopped (cleared, cut, replaced, expired): what was sent is the utterance.
         tail = self._encoder.end_utterance()
         if tail.data:
             yield self._audio(tail, index)
-        if self.settings.word_timing:
+        if self.settings.word_timing and pcm:
             said = spoken if spoken is not None else item.text
             yield self._timings(index, item, said, pcm, start_offset, cut=True)
         now_s = time.monotonic() - started
@@ -196,9 +310,17 @@ class Session:
             num_samples=native_samples,
             time_to_first_audio_s=now_s if first_audio_s is None else first_audio_s,
             generation_time_s=now_s,
-            finish_reason="cleared",
+            finish_reason=self._stop_reason,
         )
-        yield self._ended(index, item, cleared, start_offset)
+        if lag_s is None:  # no audio: its lag is the wait until now
+            lag_s = self.playout.heard_at(time.monotonic()) - (item.received_at or started)
+        yield self._ended(index, item, cleared, start_offset, lag_s)
+
+    def _expire(self, segment: Segment | None) -> None:
+        """The utterance's segment could not start in time: no audio of it is sent."""
+        self._stop_reason = "expired"
+        if segment is not None:
+            segment.finish(Outcome.EXPIRED)
 
     def _timings(
         self,
@@ -218,7 +340,7 @@ class Session:
             audio,
             cut=cut,
             native_rate=self.native_rate,
-            speed=self.settings.speed if item.speed is None else item.speed,
+            speed=self._speed(item),
             stream_offset=start_offset,
             stream_samples=self.sample_offset - start_offset,
             stream_rate=self.sample_rate_hz,
@@ -227,7 +349,12 @@ class Session:
         )
 
     def _ended(
-        self, index: int, item: Speak, done: UtteranceDone, start_offset: int
+        self,
+        index: int,
+        item: Speak,
+        done: UtteranceDone,
+        start_offset: int,
+        lag_s: float | None = None,
     ) -> UtteranceEnded:
         return UtteranceEnded(
             index,
@@ -237,7 +364,27 @@ class Session:
             num_samples=self.sample_offset - start_offset,
             source_text=own_text(item),
             source_span=item.text.span(),
+            lag_s=max(0.0, lag_s or 0.0),
+            speed=self._speed(item),
         )
+
+    def _up_to_word_end(
+        self, chunk: np.ndarray, sent: int, spoken: Traced | None, item: Speak
+    ) -> np.ndarray:
+        """The part of `chunk` (native samples; `sent` of the utterance went before it) up to
+        the utterance's next word boundary: the whole chunk when none falls inside it, nothing
+        when the words (as the duration model places them) are all said already."""
+        text = spoken if spoken is not None else item.text
+        ends = word_ends(text, sent + len(chunk), self.native_rate, self._speed(item))
+        after = [e for e in ends if e > sent]
+        if not after:
+            return chunk[:0]
+        keep = min(len(chunk), after[0] - sent)
+        out = chunk[:keep].astype(np.float32, copy=True)
+        fade = min(keep, round(_CUT_FADE_S * self.native_rate))
+        if fade:
+            out[keep - fade :] *= np.linspace(1.0, 0.0, fade, dtype=np.float32)
+        return out
 
     def finish(self) -> list[SessionEvent]:
         """End of stream: whatever the encoder still holds (e.g. the last Ogg page), which

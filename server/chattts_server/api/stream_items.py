@@ -7,6 +7,7 @@ timeline of samples:
     Speak(text)        an utterance: its audio, then its UtteranceEnd (and WordTimings)
     MarkAt(name)       a Mark event at the sample offset where the audio so far ends
     Silence(1.5)       1.5 s of silence written into the audio, counted in the offsets
+    SegmentDone(seg)   a SegmentEnd event: how a named segment ended, where its audio ends
 
 A mark always falls between utterances (a mark ends the text before it as a flush does), so its
 offset is exact: the samples sent when the speaking side reaches it.
@@ -16,9 +17,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..text.spans import Traced
+
+if TYPE_CHECKING:
+    from .segments import Segment
 
 MAX_MARK_CHARS = 256
 """Longest mark name (tts.proto TextInput.mark)."""
@@ -38,6 +42,11 @@ class Speak:
     the utterance's and its words' `source_text` are cut from."""
     speed: int | None = None
     """Its `[speed_N]` level when it has its own (SSML `<prosody rate>`); None: the stream's."""
+    segment: Segment | None = None
+    """The named segment it belongs to (api/segments.py); None: none."""
+    received_at: float | None = None
+    """time.monotonic() when its first character reached the server (its lag counts from
+    here); None: when it is spoken."""
 
     @classmethod
     def of(cls, text: Traced, caller_text: str, offset: int = 0) -> Speak:
@@ -69,7 +78,15 @@ class Silence:
             raise ValueError(f"silence must be 0 to {MAX_SILENCE_S:g} s, got {self.duration_s}")
 
 
-StreamItem: TypeAlias = Speak | MarkAt | Silence
+@dataclass(frozen=True)
+class SegmentDone:
+    """The end of a named segment's revision: answered with a SegmentEnd event (its outcome,
+    and the offset where its audio ends) when the speaking side reaches it."""
+
+    segment: Segment
+
+
+StreamItem: TypeAlias = Speak | MarkAt | Silence | SegmentDone
 
 
 def check_mark_name(name: str) -> str | None:

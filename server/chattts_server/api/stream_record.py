@@ -48,6 +48,7 @@ class StreamRecord:
             self.metrics.observe_utterance(
                 event.done.generation_time_s, event.audio_duration_s, event.done.num_tokens
             )
+            self.metrics.observe_lag(event.lag_s, event.done.finish_reason)
 
     def finish(self, status: str) -> None:
         wall_s = time.monotonic() - self.started

@@ -41,6 +41,8 @@ from ..engine.protocol import Engine, ModelInfo
 from ..engine.utterance import Priority
 from ..errors import InvalidRequestError
 from ..metrics import Metrics
+from ..text.lexicon import apply_lexicons
+from ..text.lexicon_library import LexiconLibrary
 from ..text.stream import utterances_traced
 from ..text.timing import ESTIMATE
 from . import auth
@@ -74,6 +76,7 @@ class Synthesis:
         admission_config: AdmissionConfig,
         metrics: Metrics,
         tokens: auth.Tokens | None = None,
+        lexicons: LexiconLibrary | None = None,
     ) -> None:
         self.engine = engine
         self.voices = voices
@@ -83,6 +86,8 @@ class Synthesis:
         self.metrics = metrics
         self.tokens = tokens
         """The accepted bearer tokens; None when auth is off."""
+        self.lexicons = lexicons or LexiconLibrary()
+        """The server's pronunciation lexicons (--lexicon)."""
         self._validator: Validator | None = None
 
     def bind_model(self, model: ModelInfo, encodings: tuple[str, ...] | None = None) -> None:
@@ -92,7 +97,11 @@ class Synthesis:
         if encodings is None:
             encodings = available_encodings(SUPPORTED_ENCODINGS + CONTAINER_ENCODINGS)
         self._validator = Validator(
-            self.voices, model, max_text_chars=self.limits.max_text_chars, encodings=encodings
+            self.voices,
+            model,
+            max_text_chars=self.limits.max_text_chars,
+            encodings=encodings,
+            lexicons=self.lexicons,
         )
         if model.timing_source == ESTIMATE:
             log.info(
@@ -189,26 +198,30 @@ class Synthesis:
         queue_timeout_s: float | None = None,
     ) -> StreamRecord:
         """Streamed text: the fragments are read by the text reader (release policy, markdown,
-        barge-in) while released utterances are spoken. The fragments end when the client has
-        sent everything; a fragment source that raises ends the stream with that failure."""
-        async with self._admitted(method, queue_timeout_s, settings.priority) as record:
-            session = Session(self.engine, settings, deadline)
-            queue: UtteranceQueue = asyncio.Queue()
-            reader = asyncio.create_task(
-                read_text(
-                    fragments,
-                    queue,
-                    self.validator,
-                    front_end(settings),
-                    self.limits.max_stream_chars,
-                    on_clear=session.interrupt,
-                )
+        barge-in, segments) while released utterances are spoken. The reader starts before
+        admission, so the time each message reaches the server is known while the stream waits
+        (a segment's expiry counts from it). The fragments end when the client has sent
+        everything; a fragment source that raises ends the stream with that failure."""
+        sessions: list[Session] = []
+        queue: UtteranceQueue = asyncio.Queue()
+        reader = asyncio.create_task(
+            read_text(
+                fragments,
+                queue,
+                self.validator,
+                front_end(settings),
+                self.limits.max_stream_chars,
+                speaker=lambda: sessions[0] if sessions else None,
             )
-            try:
+        )
+        try:
+            async with self._admitted(method, queue_timeout_s, settings.priority) as record:
+                session = Session(self.engine, settings, deadline)
+                sessions.append(session)
                 await self._run(session, _drain(queue), record, send)
-            finally:
-                reader.cancel()
-                await asyncio.gather(reader, return_exceptions=True)
+        finally:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
         return record
 
     async def deliver(self, sending: Awaitable[None]) -> None:
@@ -301,14 +314,19 @@ def _whole_text_items(text: str, settings: StreamSettings, text_field: str) -> l
     s = settings
     max_s = s.text_release.max_segment_s
     if s.ssml:
-        items = ssml_stream_items(text, max_s, s.speed, s.ssml_ignore_unknown, text_field)
+        items = ssml_stream_items(
+            text, max_s, s.speed, s.ssml_ignore_unknown, text_field, s.lexicons, s.server_lexicons
+        )
         if not items:
             raise InvalidRequestError(text_field, "holds nothing to speak: an empty SSML document")
         return items
     sentences = utterances_traced(text, max_s, s.speed, s.markdown)
     if not sentences:
         raise InvalidRequestError(text_field, "holds nothing to read once markdown is removed")
-    return [Speak(u, text[span[0] : span[1]] if (span := u.span()) else "") for u in sentences]
+    return [
+        Speak(apply_lexicons(s.lexicons, u), text[span[0] : span[1]] if (span := u.span()) else "")
+        for u in sentences
+    ]
 
 
 async def _items(items: Sequence[StreamItem]) -> AsyncGenerator[StreamItem | BaseException, None]:

@@ -32,13 +32,16 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from ..errors import InvalidRequestError
-from ..text import control_tokens
 from .convert import StreamSettings, Validator
+from .segments import check_expires_ms, check_segment_name
 from .ssml_text import SsmlText
-from .stream_items import MarkAt, Speak, StreamItem, check_mark_name
+from .stream_items import StreamItem, check_mark_name
 from .text_front_end import MarkdownText, TextFrontEnd
+from .text_queue import TEXT_FIELD, SpeakingControl, TextFragment, TextQueue
 
-_TEXT_FIELD = "text.text"
+__all__ = ["EndOfText", "TextFragment", "UtteranceQueue", "front_end", "read_text"]
+
+_TEXT_FIELD = TEXT_FIELD
 _MARK_FIELD = "text.mark"
 
 
@@ -51,25 +54,14 @@ UtteranceQueue = asyncio.Queue[StreamItem | BaseException | EndOfText]
 """Stream items from `read_text` to the speaking side."""
 
 
-@dataclass(frozen=True)
-class TextFragment:
-    """One text message of a stream, whatever the transport (gRPC `TextInput`, WebSocket JSON)."""
-
-    text: str = ""
-    """UTF-8 text, any part of a sentence; whitespace only and empty are valid."""
-    flush: bool = False
-    """Speak everything buffered now."""
-    clear: bool = False
-    """Barge-in: drop what is buffered and queued, stop the utterance being spoken."""
-    mark: str = ""
-    """A name placed after this fragment's text (which it flushes); "" for none."""
-
-
 def front_end(settings: StreamSettings) -> TextFrontEnd:
     """The stream's text front end by its text format: SSML, or markdown / plain text."""
-    if settings.ssml:
-        return SsmlText(settings.text_release, _TEXT_FIELD, settings.ssml_ignore_unknown)
-    return MarkdownText(settings.text_release, settings.markdown)
+    s = settings
+    if s.ssml:
+        return SsmlText(
+            s.text_release, _TEXT_FIELD, s.ssml_ignore_unknown, s.lexicons, s.server_lexicons
+        )
+    return MarkdownText(s.text_release, s.markdown, s.lexicons)
 
 
 async def read_text(
@@ -78,13 +70,14 @@ async def read_text(
     validator: Validator,
     releaser: TextFrontEnd,
     max_stream_chars: int,
-    on_clear: Callable[[], None] | None = None,
+    speaker: Callable[[], SpeakingControl | None] = lambda: None,
 ) -> None:
     """Read text messages into stream items on queue until the request stream ends.
 
     `releaser` is the stream's text front end (`front_end`: markdown, plain or SSML, then the
-    release policy). `on_clear` is called on `TextInput.clear` after the buffered text and the
-    queued utterances are dropped (it stops the utterance being spoken)."""
+    release policy). `speaker` gives the speaking side once the stream has one (it may still be
+    waiting for admission while its text is read): a clear stops its utterance, a replace may."""
+    text_queue = TextQueue(releaser, queue, speaker)
     iterator = aiter(fragments)
     next_message: asyncio.Future[TextFragment] | None = None
     last_message_at = time.monotonic()
@@ -101,7 +94,7 @@ async def read_text(
             done, _ = await asyncio.wait({next_message}, timeout=timeout_s)
             if not done:
                 # idle: speak what is buffered (or a held sentence end)
-                _put(queue, releaser.on_quiet((time.monotonic() - last_message_at) * 1000))
+                text_queue.on_quiet((time.monotonic() - last_message_at) * 1000)
                 continue
             try:
                 text_input = next_message.result()
@@ -111,8 +104,8 @@ async def read_text(
             last_message_at = time.monotonic()
             total_chars += len(text_input.text)
             _check_fragment(text_input, validator, total_chars, max_stream_chars)
-            _apply(text_input, releaser, queue, on_clear)
-        _put(queue, releaser.end())
+            text_queue.apply(text_input, last_message_at)
+        text_queue.end()
         queue.put_nowait(EndOfText())
     except asyncio.CancelledError:
         raise
@@ -134,53 +127,19 @@ def _check_fragment(
     validator.text(fragment.text, _TEXT_FIELD, allow_empty=True)
     if fragment.mark and (why := check_mark_name(fragment.mark)) is not None:
         raise InvalidRequestError(_MARK_FIELD, why)
+    if fragment.segment or fragment.replace:
+        if fragment.segment and fragment.replace:
+            raise InvalidRequestError(
+                "text.replace", "a message names a new segment or replaces one, not both"
+            )
+        field_name = "text.segment" if fragment.segment else "text.replace"
+        check_segment_name(fragment.segment or fragment.replace, field_name)
+    elif fragment.expires_in_ms:
+        raise InvalidRequestError(
+            "text.expires_in_ms", "applies to a segment: send it with `segment` or `replace`"
+        )
+    check_expires_ms(fragment.expires_in_ms, "text.expires_in_ms")
     if total_chars > max_stream_chars:
         raise InvalidRequestError(
             _TEXT_FIELD, f"the stream sent over {max_stream_chars} characters in total"
         )
-
-
-def _apply(
-    fragment: TextFragment,
-    releaser: TextFrontEnd,
-    queue: UtteranceQueue,
-    on_clear: Callable[[], None] | None,
-) -> None:
-    """One valid fragment: a clear first (so its text and mark land after the cut), then the
-    text, then the flush that a flush or a mark asks for, then the mark."""
-    if fragment.clear:
-        releaser.clear()
-        _drop_queued_items(queue)
-        if on_clear is not None:
-            on_clear()
-    _put(queue, releaser.feed(fragment.text))
-    if fragment.flush or fragment.mark:
-        _put(queue, releaser.flush())
-    if fragment.mark:
-        queue.put_nowait(MarkAt(fragment.mark))
-
-
-def _put(queue: UtteranceQueue, items: list[StreamItem]) -> None:
-    """Queue released items; a control token completed across fragments is refused here."""
-    for item in items:
-        if isinstance(item, Speak):
-            try:
-                control_tokens.check(item.text.text)
-            except ValueError as exc:
-                raise InvalidRequestError(_TEXT_FIELD, str(exc)) from None
-        queue.put_nowait(item)
-
-
-def _drop_queued_items(queue: UtteranceQueue) -> None:
-    """Remove what the speaking side has not taken yet; its marks go back, in order, as dropped
-    (only stream items are queued before the end marker, so nothing else is lost)."""
-    marks: list[MarkAt] = []
-    while True:
-        try:
-            item = queue.get_nowait()
-        except asyncio.QueueEmpty:
-            break
-        if isinstance(item, MarkAt):
-            marks.append(MarkAt(item.name, dropped=True))
-    for mark in marks:
-        queue.put_nowait(mark)

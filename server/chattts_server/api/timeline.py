@@ -88,3 +88,13 @@ def word_timings(
             TimedWord(w.text, start, end, start / stream_rate, end / stream_rate, w.span, source)
         )
     return WordTimingsOut(utterance_index, tuple(out), timing.source)
+
+
+def word_ends(spoken: Traced, num_native: int, native_rate: int, speed: int) -> list[int]:
+    """Where each word of `spoken` ends in its utterance's audio (native samples), as the
+    duration model places them over the whole utterance, taken as at least `num_native` long:
+    where a CUT may stop it."""
+    whole = max(num_native, round(estimate_duration_s(spoken.text, speed) * native_rate))
+    words = spoken_words(spoken)
+    timing = estimate_timing(spoken.text, words, whole, sample_rate=native_rate, speed=speed)
+    return [w.end_sample for w in timing.words]

@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from ..config import EngineConfig
-from ..errors import EngineError, InvalidRequestError
+from ..errors import EngineError, ExpiredError, InvalidRequestError
 from ..text.spans import Traced
 from .chunking import BusyFirstChunk
 from .events import UtteranceDone
@@ -129,7 +129,11 @@ class EngineCore:
             raise InvalidRequestError("request_id", f"{params.request_id!r} is already running")
         prepared = self.runner.prepare(params.request_id, params)
         request = EngineRequest(
-            params.request_id, time.monotonic(), params.deadline, priority=params.priority
+            params.request_id,
+            time.monotonic(),
+            params.deadline,
+            expires_at=params.expires_at,
+            priority=params.priority,
         )
         self.scheduler.add(request, prepared)
         self._requests[params.request_id] = request
@@ -231,3 +235,16 @@ class EngineCore:
             if request.deadline is not None and now > request.deadline:
                 self.scheduler.fail(request)
                 self._drop(request, TimeoutError("deadline exceeded"))
+            elif _expired_before_prefill(request, now):
+                self.scheduler.fail(request)
+                self._drop(request, ExpiredError("its segment could not start in time"))
+
+
+def _expired_before_prefill(request: EngineRequest, now: float) -> bool:
+    """Its segment's time to start has passed and nothing of it is computed yet."""
+    return (
+        request.expires_at is not None
+        and now >= request.expires_at
+        and request.num_prefilled == 0
+        and request.first_audio_at is None
+    )

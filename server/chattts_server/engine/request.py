@@ -35,6 +35,8 @@ class EngineRequest:
     """time.monotonic() at submission."""
     deadline: float | None = None
     """time.monotonic() past which the request fails with DEADLINE_EXCEEDED."""
+    expires_at: float | None = None
+    """time.monotonic() past which it is dropped with ExpiredError if not yet prefilling."""
     prompt_len: int = 0
     """Tokens of the current pass's prompt (`Scheduler._budget_pass`)."""
     max_new_tokens: int = 0

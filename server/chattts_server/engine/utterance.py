@@ -142,6 +142,9 @@ class UtteranceRequest:
     chunking: ChunkingOptions = field(default_factory=ChunkingOptions)
     deadline: float | None = None
     """time.monotonic() after which the request is abandoned."""
+    expires_at: float | None = None
+    """time.monotonic() past which, if its prefill has not begun, the request is dropped with
+    ExpiredError (its segment's TextInput.expires_in_ms); None: never."""
     priority: Priority = Priority.DEFAULT
     """Its stream's class: the scheduler seats and prefills more urgent requests first."""
     source: Traced | None = None

@@ -30,6 +30,22 @@ class TextFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PLAIN: _ClassVar[TextFormat]
     SSML: _ClassVar[TextFormat]
 
+class IfStarted(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    IF_STARTED_UNSPECIFIED: _ClassVar[IfStarted]
+    FINISH: _ClassVar[IfStarted]
+    CUT: _ClassVar[IfStarted]
+    DROP_NEW: _ClassVar[IfStarted]
+
+class SegmentOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEGMENT_OUTCOME_UNSPECIFIED: _ClassVar[SegmentOutcome]
+    SEGMENT_SPOKEN: _ClassVar[SegmentOutcome]
+    SEGMENT_REPLACED: _ClassVar[SegmentOutcome]
+    SEGMENT_CUT: _ClassVar[SegmentOutcome]
+    SEGMENT_EXPIRED: _ClassVar[SegmentOutcome]
+    SEGMENT_NOT_SPOKEN: _ClassVar[SegmentOutcome]
+
 class TimingSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TIMING_SOURCE_UNSPECIFIED: _ClassVar[TimingSource]
@@ -49,6 +65,16 @@ TEXT_FORMAT_UNSPECIFIED: TextFormat
 MARKDOWN: TextFormat
 PLAIN: TextFormat
 SSML: TextFormat
+IF_STARTED_UNSPECIFIED: IfStarted
+FINISH: IfStarted
+CUT: IfStarted
+DROP_NEW: IfStarted
+SEGMENT_OUTCOME_UNSPECIFIED: SegmentOutcome
+SEGMENT_SPOKEN: SegmentOutcome
+SEGMENT_REPLACED: SegmentOutcome
+SEGMENT_CUT: SegmentOutcome
+SEGMENT_EXPIRED: SegmentOutcome
+SEGMENT_NOT_SPOKEN: SegmentOutcome
 TIMING_SOURCE_UNSPECIFIED: TimingSource
 TIMING_ESTIMATE: TimingSource
 TIMING_MODEL_ATTENTION: TimingSource
@@ -136,7 +162,7 @@ class Chunking(_message.Message):
     def __init__(self, first_chunk_tokens: _Optional[int] = ..., max_chunk_tokens: _Optional[int] = ..., lookahead_tokens: _Optional[int] = ...) -> None: ...
 
 class SynthesisConfig(_message.Message):
-    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release", "text_format", "chunking", "word_timing", "priority", "ssml_ignore_unknown_elements")
+    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release", "text_format", "chunking", "word_timing", "priority", "ssml_ignore_unknown_elements", "lexicons", "max_lag_s", "hard_lag_s", "catch_up_max_speed")
     VOICE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     PROSODY_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +173,10 @@ class SynthesisConfig(_message.Message):
     WORD_TIMING_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     SSML_IGNORE_UNKNOWN_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    LEXICONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_LAG_S_FIELD_NUMBER: _ClassVar[int]
+    HARD_LAG_S_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_MAX_SPEED_FIELD_NUMBER: _ClassVar[int]
     voice: Voice
     audio_format: AudioFormat
     prosody: Prosody
@@ -157,19 +187,47 @@ class SynthesisConfig(_message.Message):
     word_timing: bool
     priority: Priority
     ssml_ignore_unknown_elements: bool
-    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ..., text_format: _Optional[_Union[TextFormat, str]] = ..., chunking: _Optional[_Union[Chunking, _Mapping]] = ..., word_timing: bool = ..., priority: _Optional[_Union[Priority, str]] = ..., ssml_ignore_unknown_elements: bool = ...) -> None: ...
+    lexicons: _containers.RepeatedScalarFieldContainer[str]
+    max_lag_s: float
+    hard_lag_s: float
+    catch_up_max_speed: int
+    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ..., text_format: _Optional[_Union[TextFormat, str]] = ..., chunking: _Optional[_Union[Chunking, _Mapping]] = ..., word_timing: bool = ..., priority: _Optional[_Union[Priority, str]] = ..., ssml_ignore_unknown_elements: bool = ..., lexicons: _Optional[_Iterable[str]] = ..., max_lag_s: _Optional[float] = ..., hard_lag_s: _Optional[float] = ..., catch_up_max_speed: _Optional[int] = ...) -> None: ...
 
 class TextInput(_message.Message):
-    __slots__ = ("text", "flush", "clear", "mark")
+    __slots__ = ("text", "flush", "clear", "mark", "segment", "replace", "if_started", "expires_in_ms")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     FLUSH_FIELD_NUMBER: _ClassVar[int]
     CLEAR_FIELD_NUMBER: _ClassVar[int]
     MARK_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    IF_STARTED_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_IN_MS_FIELD_NUMBER: _ClassVar[int]
     text: str
     flush: bool
     clear: bool
     mark: str
-    def __init__(self, text: _Optional[str] = ..., flush: bool = ..., clear: bool = ..., mark: _Optional[str] = ...) -> None: ...
+    segment: str
+    replace: str
+    if_started: IfStarted
+    expires_in_ms: int
+    def __init__(self, text: _Optional[str] = ..., flush: bool = ..., clear: bool = ..., mark: _Optional[str] = ..., segment: _Optional[str] = ..., replace: _Optional[str] = ..., if_started: _Optional[_Union[IfStarted, str]] = ..., expires_in_ms: _Optional[int] = ...) -> None: ...
+
+class SegmentEnd(_message.Message):
+    __slots__ = ("name", "revision", "outcome", "sample_offset", "offset_s", "text")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_S_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    revision: int
+    outcome: SegmentOutcome
+    sample_offset: int
+    offset_s: float
+    text: str
+    def __init__(self, name: _Optional[str] = ..., revision: _Optional[int] = ..., outcome: _Optional[_Union[SegmentOutcome, str]] = ..., sample_offset: _Optional[int] = ..., offset_s: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
 
 class StreamingSynthesizeRequest(_message.Message):
     __slots__ = ("config", "text")
@@ -196,7 +254,7 @@ class AudioChunk(_message.Message):
     def __init__(self, audio: _Optional[bytes] = ..., sample_offset: _Optional[int] = ..., num_samples: _Optional[int] = ..., utterance_index: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ...) -> None: ...
 
 class UtteranceEnd(_message.Message):
-    __slots__ = ("utterance_index", "text", "audio_duration_s", "time_to_first_audio_s", "generation_time_s", "num_tokens", "finish_reason", "sample_offset", "num_samples", "source_text", "source_start", "source_end")
+    __slots__ = ("utterance_index", "text", "audio_duration_s", "time_to_first_audio_s", "generation_time_s", "num_tokens", "finish_reason", "sample_offset", "num_samples", "source_text", "source_start", "source_end", "lag_s", "speed")
     UTTERANCE_INDEX_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     AUDIO_DURATION_S_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +267,8 @@ class UtteranceEnd(_message.Message):
     SOURCE_TEXT_FIELD_NUMBER: _ClassVar[int]
     SOURCE_START_FIELD_NUMBER: _ClassVar[int]
     SOURCE_END_FIELD_NUMBER: _ClassVar[int]
+    LAG_S_FIELD_NUMBER: _ClassVar[int]
+    SPEED_FIELD_NUMBER: _ClassVar[int]
     utterance_index: int
     text: str
     audio_duration_s: float
@@ -221,7 +281,9 @@ class UtteranceEnd(_message.Message):
     source_text: str
     source_start: int
     source_end: int
-    def __init__(self, utterance_index: _Optional[int] = ..., text: _Optional[str] = ..., audio_duration_s: _Optional[float] = ..., time_to_first_audio_s: _Optional[float] = ..., generation_time_s: _Optional[float] = ..., num_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ..., sample_offset: _Optional[int] = ..., num_samples: _Optional[int] = ..., source_text: _Optional[str] = ..., source_start: _Optional[int] = ..., source_end: _Optional[int] = ...) -> None: ...
+    lag_s: float
+    speed: int
+    def __init__(self, utterance_index: _Optional[int] = ..., text: _Optional[str] = ..., audio_duration_s: _Optional[float] = ..., time_to_first_audio_s: _Optional[float] = ..., generation_time_s: _Optional[float] = ..., num_tokens: _Optional[int] = ..., finish_reason: _Optional[str] = ..., sample_offset: _Optional[int] = ..., num_samples: _Optional[int] = ..., source_text: _Optional[str] = ..., source_start: _Optional[int] = ..., source_end: _Optional[int] = ..., lag_s: _Optional[float] = ..., speed: _Optional[int] = ...) -> None: ...
 
 class Mark(_message.Message):
     __slots__ = ("name", "sample_offset", "offset_s", "dropped")
@@ -268,16 +330,18 @@ class WordTimings(_message.Message):
     def __init__(self, utterance_index: _Optional[int] = ..., words: _Optional[_Iterable[_Union[WordTiming, _Mapping]]] = ..., source: _Optional[_Union[TimingSource, str]] = ...) -> None: ...
 
 class StreamingSynthesizeResponse(_message.Message):
-    __slots__ = ("audio", "utterance_end", "mark", "word_timings")
+    __slots__ = ("audio", "utterance_end", "mark", "word_timings", "segment_end")
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_END_FIELD_NUMBER: _ClassVar[int]
     MARK_FIELD_NUMBER: _ClassVar[int]
     WORD_TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_END_FIELD_NUMBER: _ClassVar[int]
     audio: AudioChunk
     utterance_end: UtteranceEnd
     mark: Mark
     word_timings: WordTimings
-    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., utterance_end: _Optional[_Union[UtteranceEnd, _Mapping]] = ..., mark: _Optional[_Union[Mark, _Mapping]] = ..., word_timings: _Optional[_Union[WordTimings, _Mapping]] = ...) -> None: ...
+    segment_end: SegmentEnd
+    def __init__(self, audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., utterance_end: _Optional[_Union[UtteranceEnd, _Mapping]] = ..., mark: _Optional[_Union[Mark, _Mapping]] = ..., word_timings: _Optional[_Union[WordTimings, _Mapping]] = ..., segment_end: _Optional[_Union[SegmentEnd, _Mapping]] = ...) -> None: ...
 
 class SynthesizeRequest(_message.Message):
     __slots__ = ("text", "config")

@@ -1,0 +1,66 @@
+"""Captions that keep up: a stream's lag, and what it does when the lag grows (max_lag_s).
+
+A live-caption reader sends text at the speaker's pace. If synthesis falls behind (the voice is
+slower than the captions, or the machine is), the lag grows without bound and the viewer hears
+speech minutes after the picture. So a stream may set a soft and a hard limit on its lag:
+
+    lag <= soft      the stream's own speed
+    soft < lag       the next utterance a speed level faster per share of the way to the hard
+                     limit, up to `max_speed` (ChatTTS's own [speed_N] control)
+    lag > hard       the utterance is skipped: it ends with finish_reason "skipped" and its text,
+                     and no audio (the whole of it: never a sentence cut in half)
+
+Lag is the time from a piece of text reaching the server to its first audio being heard by a
+listener who plays the stream in real time from its first chunk (`PlayoutClock`): the later of
+the audio being sent and the end of the audio sent before it. A server faster than real time
+sends audio ahead of the listener; the lag still counts what the listener has yet to hear.
+Utterances of a named segment (navigation prompts) are never sped up or skipped: they have
+their own expiry.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+DEFAULT_MAX_SPEED = 8
+"""The fastest level catching up uses unless the stream says (speed_9 sounds rushed)."""
+MIN_LAG_S = 0.5
+MAX_LAG_S = 600.0
+
+
+@dataclass(frozen=True)
+class LagLimits:
+    """A stream's SynthesisConfig.max_lag_s, hard_lag_s and catch_up_max_speed."""
+
+    soft_s: float
+    hard_s: float
+    max_speed: int = DEFAULT_MAX_SPEED
+
+    def speed_for(self, lag_s: float, base_speed: int) -> int | None:
+        """The speed level to speak an utterance at whose lag is `lag_s` (if it started now);
+        None: skip it."""
+        if lag_s > self.hard_s:
+            return None
+        top = max(base_speed, self.max_speed)
+        if lag_s <= self.soft_s or top == base_speed:
+            return base_speed
+        share = (lag_s - self.soft_s) / max(1e-9, self.hard_s - self.soft_s)
+        return min(top, base_speed + max(1, math.ceil(share * (top - base_speed))))
+
+
+class PlayoutClock:
+    """When a listener who plays the stream in real time from its first chunk hears what the
+    stream sends: each chunk starts playing when it arrives or when the audio before it ends,
+    whichever is later (an idle gap in the text is a gap in the playback, not a debt)."""
+
+    def __init__(self) -> None:
+        self._ends_at: float | None = None
+
+    def heard_at(self, now: float) -> float:
+        """When audio sent at `now` starts playing."""
+        return now if self._ends_at is None else max(now, self._ends_at)
+
+    def sent(self, duration_s: float, now: float) -> None:
+        """`duration_s` of audio was sent at `now`."""
+        self._ends_at = self.heard_at(now) + duration_s
