@@ -54,6 +54,10 @@ class UtteranceEndEvent:
     source_text: str = ""
     source_start: int = 0
     source_end: int = 0
+    # Seconds from its first text reaching the server to its first audio being heard by a
+    # real-time listener, and the speed level it was spoken at (raised by max_lag_s).
+    lag_s: float = 0.0
+    speed: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,21 @@ class WordTimingsEvent:
     source: str
 
 
-Event = AudioChunkEvent | UtteranceEndEvent | MarkEvent | WordTimingsEvent
+@dataclass(frozen=True)
+class SegmentEndEvent:
+    """The one answer to a segment's revision (`Segment`, `Replace`): how it ended
+    ("spoken", "replaced", "cut", "expired", "not_spoken") and the stream offset where its
+    audio ends (where it was cut, for "cut")."""
+
+    name: str
+    revision: int
+    outcome: str
+    sample_offset: int
+    offset_s: float
+    text: str
+
+
+Event = AudioChunkEvent | UtteranceEndEvent | MarkEvent | WordTimingsEvent | SegmentEndEvent
 
 
 @dataclass(frozen=True)
@@ -129,29 +147,73 @@ class Mark:
     text: str = ""
 
 
-StreamItem = str | Clear | Flush | Mark
+@dataclass(frozen=True)
+class Segment:
+    """An item of a streamed text: `text` named `name`, so it can be replaced (`Replace`) and
+    expire: it may wait at most `expires_in_ms` for its first audio (0: no limit) or is never
+    spoken. A segment starts a new utterance; it runs to the next flush, mark, segment or
+    replace. It ends with one `SegmentEndEvent`."""
+
+    name: str
+    text: str
+    expires_in_ms: int = 0
+
+
+IF_STARTED = {
+    "finish": tts_pb2.FINISH,
+    "cut": tts_pb2.CUT,
+    "drop_new": tts_pb2.DROP_NEW,
+}
+"""`Replace.if_started` names -> tts.proto IfStarted."""
+
+
+@dataclass(frozen=True)
+class Replace:
+    """An item of a streamed text: the segment `name` now says `text` (a navigation prompt's
+    distance update). Not started yet: only `text` is spoken. Speaking: `if_started` decides,
+    "finish" (the old text ends, then `text`), "cut" (the old text stops at its next word
+    boundary, then `text`) or "drop_new" (`text` is not spoken)."""
+
+    name: str
+    text: str
+    if_started: str = "finish"
+    expires_in_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.if_started not in IF_STARTED:
+            raise ValueError(f"if_started must be one of {', '.join(IF_STARTED)}")
+
+
+StreamItem = str | Clear | Flush | Mark | Segment | Replace
 """What a streamed text is made of."""
 
 
 def text_input(
     item: StreamItem, flush: bool = False, mark: str = ""
 ) -> tts_pb2.StreamingSynthesizeRequest:
-    """The request message for one streamed text (or `Clear`, `Flush`, `Mark`); `mark` names a
-    mark placed after the item's text (after the cut, for a `Clear`)."""
+    """The request message for one streamed text (or `Clear`, `Flush`, `Mark`, `Segment`,
+    `Replace`); `mark` names a mark placed after the item's text (after the cut, for a
+    `Clear`)."""
     if isinstance(item, Mark):
         if mark:
             raise ValueError("a Mark item carries its own name; do not pass mark= with it")
         text, mark = item.text, item.name
     else:
         text = item if isinstance(item, str) else item.text
-    return tts_pb2.StreamingSynthesizeRequest(
-        text=tts_pb2.TextInput(
-            text=text,
-            flush=flush or isinstance(item, Flush),
-            clear=isinstance(item, Clear),
-            mark=mark,
-        )
+    message = tts_pb2.TextInput(
+        text=text,
+        flush=flush or isinstance(item, Flush),
+        clear=isinstance(item, Clear),
+        mark=mark,
     )
+    if isinstance(item, Segment):
+        message.segment = item.name
+        message.expires_in_ms = item.expires_in_ms
+    elif isinstance(item, Replace):
+        message.replace = item.name
+        message.if_started = IF_STARTED[item.if_started]
+        message.expires_in_ms = item.expires_in_ms
+    return tts_pb2.StreamingSynthesizeRequest(text=message)
 
 
 def item_text(item: StreamItem) -> str:
@@ -198,6 +260,8 @@ def event_from_pb(
             source_text=u.source_text,
             source_start=u.source_start,
             source_end=u.source_end,
+            lag_s=u.lag_s,
+            speed=u.speed,
         )
     if kind == "mark":
         m = response.mark
@@ -206,6 +270,16 @@ def event_from_pb(
         )
     if kind == "word_timings":
         return _word_timings_from_pb(response.word_timings)
+    if kind == "segment_end" and isinstance(response, tts_pb2.StreamingSynthesizeResponse):
+        e = response.segment_end
+        return SegmentEndEvent(
+            name=e.name,
+            revision=e.revision,
+            outcome=tts_pb2.SegmentOutcome.Name(e.outcome).removeprefix("SEGMENT_").lower(),
+            sample_offset=e.sample_offset,
+            offset_s=e.offset_s,
+            text=e.text,
+        )
     raise ValueError(f"response carries no event (oneof is {kind!r})")
 
 
@@ -296,6 +370,8 @@ def make_config(
     reference_audio: bytes | None = None,
     reference_transcript: str = "",
     word_timing: bool = False,
+    max_lag_s: float | None = None,
+    hard_lag_s: float | None = None,
 ) -> tts_pb2.SynthesisConfig:
     """Build a SynthesisConfig; None leaves a field unset (the server's default).
 
@@ -303,6 +379,8 @@ def make_config(
     by the server, which answers INVALID_ARGUMENT naming the field. `reference_audio` (an audio
     file's bytes) with its `reference_transcript` asks for a zero-shot voice instead of `voice`.
     `word_timing` asks for a `WordTimingsEvent` per utterance (captions, what was heard).
+    `max_lag_s` keeps a caption stream's lag bounded: over it utterances are sped up, over
+    `hard_lag_s` (default twice it) skipped.
     """
     config = tts_pb2.SynthesisConfig()
     if voice is not None and reference_audio is not None:
@@ -320,6 +398,10 @@ def make_config(
         config.prosody.refine_text = True
     if word_timing:
         config.word_timing = True
+    if max_lag_s is not None:
+        config.max_lag_s = max_lag_s
+    if hard_lag_s is not None:
+        config.hard_lag_s = hard_lag_s
     sampling = config.sampling
     for name, value in (
         ("temperature", temperature),

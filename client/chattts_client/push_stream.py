@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
-from chattts_client.messages import Clear, Event, Flush, Mark, StreamItem
+from chattts_client.messages import Clear, Event, Flush, Mark, Replace, Segment, StreamItem
 from chattts_client.timeline import Timeline
 
 if TYPE_CHECKING:  # the client builds these streams: it imports this module
@@ -59,6 +59,19 @@ class PushStream(AsyncIterator[Event]):
         `dropped` set if a clear cut that text short). A mark ends the text before it, as a
         flush does."""
         self._send(Mark(name, text))
+
+    def segment(self, name: str, text: str, expires_in_ms: int = 0) -> None:
+        """Send `text` as the segment `name` (a prompt that may be replaced, or expire: it
+        waits at most `expires_in_ms` for its first audio). Its `SegmentEndEvent` says how it
+        ended."""
+        self._send(Segment(name, text, expires_in_ms))
+
+    def replace(
+        self, name: str, text: str, if_started: str = "finish", expires_in_ms: int = 0
+    ) -> None:
+        """The segment `name` now says `text` (see `Replace`: `if_started` is "finish",
+        "cut" or "drop_new" for a segment already speaking)."""
+        self._send(Replace(name, text, if_started, expires_in_ms))
 
     def clear(self, text: str = "", mark: str = "") -> None:
         """Barge-in: drop what is buffered and stop the utterance being spoken (it ends with

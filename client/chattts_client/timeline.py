@@ -30,6 +30,7 @@ from chattts_client.messages import (
     Clear,
     Event,
     MarkEvent,
+    SegmentEndEvent,
     StreamItem,
     UtteranceEndEvent,
     WordTiming,
@@ -60,6 +61,7 @@ class Timeline:
         self._clear_offsets: list[int] = []  # where in the sent text each Clear came
         self.utterances: dict[int, Utterance] = {}
         self.marks: list[MarkEvent] = []
+        self.segment_ends: list[SegmentEndEvent] = []  # how each segment's revision ended
         self.sample_rate_hz = MODEL_SAMPLE_RATE_HZ  # the chunks' rate, once one arrived
         self.timing_source: str | None = None  # how the last word timings were obtained
         self._echoed: dict[int, str] | None = None  # source(): the text the server echoed
@@ -119,6 +121,8 @@ class Timeline:
             self._utterance(event.utterance_index).end = event
         elif isinstance(event, MarkEvent):
             self.marks.append(event)
+        elif isinstance(event, SegmentEndEvent):
+            self.segment_ends.append(event)
 
     def _utterance(self, index: int) -> Utterance:
         if index not in self.utterances:

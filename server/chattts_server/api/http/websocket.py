@@ -15,6 +15,11 @@ client -> server
                             `clear` is barge-in (drop the buffer, stop the utterance being
                             spoken, speak what follows).
                             `"mark": "name"` places a mark after the text (TextInput.mark).
+                            `"segment": "name"` names the text as a segment (TextInput
+                            .segment), `"expires_in_ms": N` gives it a time to start.
+  {"type": "replace", "segment": "name", "text": "...", "if_started": "cut",
+   "expires_in_ms": 0}      replace a segment's text (TextInput.replace); `if_started` is
+                            "finish" (the default), "cut" or "drop_new".
   {"type": "flush"} / {"type": "clear"}   the same without text.
   {"type": "mark", "name": "..."}         a mark without text.
   {"type": "end"}           no more text: speak what is buffered, then the server closes.
@@ -23,8 +28,12 @@ server -> client
   binary frames             audio, in the configured encoding, in order.
   {"type": "utterance_end", "utterance_index", "text", "audio_duration_s",
    "time_to_first_audio_s", "generation_time_s", "num_tokens", "finish_reason",
-   "sample_offset", "num_samples", "source_text", "source_start", "source_end"}
+   "sample_offset", "num_samples", "source_text", "source_start", "source_end", "lag_s",
+   "speed"}
   {"type": "mark", "name", "sample_offset", "offset_s", "dropped"}   the answer to a mark.
+  {"type": "segment_end", "name", "revision", "outcome", "sample_offset", "offset_s", "text"}
+                            the one answer to a segment's revision; `outcome` is "spoken",
+                            "replaced", "cut", "expired" or "not_spoken".
   {"type": "word_timings", "utterance_index", "source", "words": [{"text", "start_sample",
    "end_sample", "start_s", "end_s", "source_start", "source_end", "source_text",
    "has_source"}, ...]}     with `"word_timing": true` in the config: an utterance's words,
@@ -68,6 +77,7 @@ from ..client_json import check_json, load_json
 from ..convert import StreamSettings, Validator
 from ..errors import ClientGoneError, ClientStalledError, is_ours
 from ..events import AudioOut, SessionEvent, to_json
+from ..segments import IfStarted
 from ..synthesis import Synthesis
 from ..text_reader import TextFragment
 from ..voices import VoiceLibrary
@@ -112,9 +122,19 @@ def _fragment(message: dict[str, Any]) -> TextFragment:
         if not name:
             raise InvalidRequestError("name", "is required: the mark's name")
         return TextFragment("", mark=name)
+    if kind == "replace":
+        name = _string(message, "segment")
+        if not name:
+            raise InvalidRequestError("segment", "is required: the name of the segment to replace")
+        return TextFragment(
+            _string(message, "text"),
+            replace=name,
+            if_started=_if_started(message),
+            expires_in_ms=_expires_ms(message),
+        )
     if kind != "text":
         raise InvalidRequestError(
-            "type", f"must be text, flush, clear, mark or end, got {str(kind)[:20]!r}"
+            "type", f"must be text, replace, flush, clear, mark or end, got {str(kind)[:20]!r}"
         )
     flags = {}
     for name in ("flush", "clear"):
@@ -123,8 +143,28 @@ def _fragment(message: dict[str, Any]) -> TextFragment:
             raise InvalidRequestError(name, "must be true or false")
         flags[name] = value
     return TextFragment(
-        _string(message, "text"), flags["flush"], flags["clear"], _string(message, "mark")
+        _string(message, "text"),
+        flags["flush"],
+        flags["clear"],
+        _string(message, "mark"),
+        segment=_string(message, "segment"),
+        expires_in_ms=_expires_ms(message),
     )
+
+
+def _if_started(message: dict[str, Any]) -> IfStarted:
+    value = message.get("if_started", "finish")
+    names = [h.value for h in IfStarted]
+    if not isinstance(value, str) or value.lower() not in names:
+        raise InvalidRequestError("if_started", f"must be one of {', '.join(names)}")
+    return IfStarted(value.lower())
+
+
+def _expires_ms(message: dict[str, Any]) -> int:
+    value = message.get("expires_in_ms", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequestError("expires_in_ms", "must be a whole number of milliseconds, >= 0")
+    return value
 
 
 def _string(message: dict[str, Any], name: str) -> str:
