@@ -184,7 +184,22 @@ def test_a_prompt_that_cannot_start_in_time_expires_unspoken(server):
 
 
 def test_a_caption_stream_over_its_lag_limits_speeds_up_then_skips(server):
-    words = "so what we are seeing here is that the traffic is building up again".split()
+    words = [
+        "so",
+        "what",
+        "we",
+        "are",
+        "seeing",
+        "here",
+        "is",
+        "that",
+        "the",
+        "traffic",
+        "is",
+        "building",
+        "up",
+        "again",
+    ]
     inputs = [tts_pb2.TextInput(text=f"{' '.join(words[:4])} number {k}. ") for k in range(10)]
     inputs.append(tts_pb2.TextInput(flush=True))
     replies = streamed(server.target, inputs, _config(48, max_lag_s=1.0, hard_lag_s=2.0), WAIT_S)

@@ -233,9 +233,7 @@ def _check(script, events: list[SessionEvent], applied: list[int]) -> None:
                 chunk_index = k
                 if rev.replaced_at is not None and chunk_index >= rev.replaced_at:
                     if rev.replaced_how is IfStarted.CUT:
-                        later = [
-                            c for c in rev.chunks if events.index(c) >= rev.replaced_at
-                        ]
+                        later = [c for c in rev.chunks if events.index(c) >= rev.replaced_at]
                         assert len(later) <= 1, "a CUT stops within one chunk"
         elif isinstance(event, SegmentEnded):
             assert event.sample_offset == sent, "a segment ends where the audio so far ends"

@@ -299,7 +299,7 @@ class Session:
         tail = self._encoder.end_utterance()
         if tail.data:
             yield self._audio(tail, index)
-        if self.settings.word_timing and pcm:
+        if self.settings.word_timing:
             said = spoken if spoken is not None else item.text
             yield self._timings(index, item, said, pcm, start_offset, cut=True)
         now_s = time.monotonic() - started
