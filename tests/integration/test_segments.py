@@ -164,7 +164,7 @@ def test_a_prompt_that_cannot_start_in_time_expires_unspoken(server):
         )
         with grpc.insecure_channel(server.target) as channel:
             stub = tts_pb2_grpc.TextToSpeechStub(channel)
-            for r in stub.StreamingSynthesize(iter([config, text]), timeout=WAIT_S, metadata=AUTH):
+            for _ in stub.StreamingSynthesize(iter([config, text]), timeout=WAIT_S, metadata=AUTH):
                 busy_started.set()
         result["busy"] = []
 

@@ -216,7 +216,7 @@ def _check(script, events: list[SessionEvent], applied: list[int]) -> None:
     index_of_end: dict[tuple[str, int], int] = {}
     utterance_rev: dict[int, Revision] = {}
     ended: dict[int, UtteranceEnded] = {}
-    for k, event in enumerate(events):
+    for event in events:
         if isinstance(event, UtteranceEnded):
             ended[event.utterance_index] = event
             span = event.source_span
@@ -230,11 +230,10 @@ def _check(script, events: list[SessionEvent], applied: list[int]) -> None:
             rev = utterance_rev.get(event.utterance_index)
             if rev is not None and not event.silence:
                 rev.chunks.append(event)
-                chunk_index = k
-                if rev.replaced_at is not None and chunk_index >= rev.replaced_at:
-                    if rev.replaced_how is IfStarted.CUT:
-                        later = [c for c in rev.chunks if events.index(c) >= rev.replaced_at]
-                        assert len(later) <= 1, "a CUT stops within one chunk"
+                at = rev.replaced_at
+                if at is not None and k >= at and rev.replaced_how is IfStarted.CUT:
+                    later = [c for c in rev.chunks if events.index(c) >= at]
+                    assert len(later) <= 1, "a CUT stops within one chunk"
         elif isinstance(event, SegmentEnded):
             assert event.sample_offset == sent, "a segment ends where the audio so far ends"
             assert event.offset_s == pytest.approx(sent / 24000)
