@@ -3,6 +3,7 @@
     chattts-client say "Hello there." -o hello.wav
     chattts-client say --stdin -o - | aplay        # speaks each line as it is typed
     chattts-client say "Hello there." -o hello.wav --subtitles hello.vtt   # or .srt
+    chattts-client say "Take I-95." -o nav.wav --lexicon my.pls --lexicon nav   # file or name
     chattts-client voices
 
 Exit status: 0 ok, 1 local error (file, certificate), 2 usage or gRPC error.
@@ -32,6 +33,7 @@ from chattts_client.messages import (
     UtteranceEndEvent,
     make_config,
 )
+from chattts_client.options import lexicon_value
 from chattts_client.subtitles import cues, subtitle_format, write_subtitles
 from chattts_client.timeline import Timeline
 from chattts_client.wav import WavWriter
@@ -109,6 +111,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--subtitles",
         metavar="FILE",
         help="also write captions from the server's word timing: WebVTT (.vtt) or SRT (.srt)",
+    )
+    say.add_argument(
+        "--lexicon",
+        action="append",
+        default=[],
+        metavar="FILE_OR_NAME",
+        help="a pronunciation lexicon: a W3C PLS file (sent inline) or the name of one the "
+        "server loaded; repeat for several, the later winning for the same word",
+    )
+
+    say.add_argument(
+        "--max-lag-s",
+        type=float,
+        metavar="S",
+        help="with --stdin (live captions): keep the lag under S seconds, speaking faster "
+        "past it and skipping whole sentences past twice it",
     )
 
     sub.add_parser("voices", parents=[conn], help="list the server's voices")
@@ -202,6 +220,7 @@ def _print_utterance(end: UtteranceEndEvent, stats: SynthesisStats, err: TextIO)
         f"server ttfa {end.time_to_first_audio_s * 1000:.0f} ms, "
         f"generated in {end.generation_time_s:.2f} s (rtf {_fmt(rtf, '.2f')}), "
         f"{end.num_tokens} tokens, {end.finish_reason or '-'}, "
+        f"lag {end.lag_s:.2f} s, speed {end.speed}, "
         f"ended at {stats.total_s:.2f} s: {end.text!r}",
         file=err,
         flush=True,
@@ -228,7 +247,9 @@ def _say(args: argparse.Namespace, stdin: TextIO, stdout: BinaryIO, err: TextIO)
         reference_audio=Path(args.reference).read_bytes() if args.reference else None,
         reference_transcript=args.transcript,
         word_timing=bool(args.subtitles),
+        max_lag_s=args.max_lag_s,
     )
+    config.lexicons.extend(lexicon_value(value) for value in args.lexicon)
     sink = _AudioSink(args.output, args.encoding, stdout)
     timeline = Timeline("" if args.stdin else args.text)
     with _client(args) as client:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from chattts_client.messages import make_config
@@ -64,10 +65,24 @@ class ClientOptions:
         return cls(client) if isinstance(client, str) else client
 
 
+def lexicon_value(file_or_name: str) -> str:
+    """A `SynthesisConfig.lexicons` value: a W3C PLS file's text when `file_or_name` is a file
+    (sent inline), else the name of a lexicon the server loaded (its file's base name without
+    .pls). What looks like a path (a / or a .pls or .xml ending) but is no file is an OSError
+    here, not an unknown name at the server."""
+    path = Path(file_or_name)
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    if "/" in file_or_name or os.sep in file_or_name or path.suffix in (".pls", ".xml"):
+        raise FileNotFoundError(f"no lexicon file {file_or_name}")
+    return file_or_name
+
+
 @dataclass(frozen=True)
 class SynthesisOptions:
     """Voice, speed, sampling, audio format and word timing of a call: the arguments of
-    `chattts_client.make_config`.
+    `chattts_client.make_config`, and the pronunciation lexicons (`lexicons`: each a server
+    lexicon's name or a PLS document; `lexicon_value` reads a file's).
 
     None leaves a field to the server's default. `to_config()` builds the SynthesisConfig;
     `dataclasses.replace(options, ...)` makes a variant.
@@ -87,6 +102,9 @@ class SynthesisOptions:
     reference_audio: bytes | None = None
     reference_transcript: str = ""
     word_timing: bool = False
+    lexicons: tuple[str, ...] = ()
+    max_lag_s: float | None = None
+    hard_lag_s: float | None = None
 
     def __post_init__(self) -> None:
         self.to_config()  # parse errors (voice, encoding, voice with reference) fail here
@@ -94,4 +112,7 @@ class SynthesisOptions:
     def to_config(self, **changes: Any) -> tts_pb2.SynthesisConfig:
         """The SynthesisConfig of these options, with `changes` (field=value) applied."""
         options = replace(self, **changes) if changes else self
-        return make_config(**{f.name: getattr(options, f.name) for f in fields(options)})
+        names = [f.name for f in fields(options) if f.name != "lexicons"]
+        config = make_config(**{name: getattr(options, name) for name in names})
+        config.lexicons.extend(options.lexicons)
+        return config
