@@ -12,10 +12,12 @@ an LLM stalls on a tool call), and a sentence end held by the markdown stage is 
 a short quiet spell. One read of the request stream is kept pending across those wake-ups,
 because cancelling a read would end the request iterator.
 
-Marks: a fragment's `mark` ends the text before it as a flush does, so it always falls between
-utterances, and is queued after them (`MarkAt`). A clear drops the queued utterances and
-silences and re-queues the queued marks as dropped, in order: the speaking side answers them
-after the cut utterance's end, at the cut. A mark riding with clear is placed after the cut.
+Each valid fragment goes to the stream's `TextQueue` (api/text_queue.py): marks, clears,
+named segments and replaces are turned into stream items and queue rewrites there. A mark ends
+the text before it as a flush does, so it always falls between utterances (`MarkAt`); a clear
+drops the queued utterances and re-queues the marks as dropped, in order. The reader starts
+before the stream is admitted, so each message's time of arrival is known while the stream
+waits (a segment's expiry and an utterance's lag count from it).
 
 Queue protocol (`UtteranceQueue`): stream items (api/stream_items.py: `Speak`, `MarkAt`,
 `Silence`, in order), then exactly one of `EndOfText` (the client half-closed, or the door saw
