@@ -99,6 +99,8 @@ def test_metrics_count_streams_tokens_and_latency(ops_server: ServerProcess, stu
     assert _delta(after, before, "chattts_audio_seconds_total") > 0
     assert _delta(after, before, "chattts_real_time_factor_count") == 2
     assert _delta(after, before, 'chattts_streams_started_total{method="Synthesize"}') == 2
+    assert _delta(after, before, "chattts_utterance_lag_seconds_count") == 2
+    assert _delta(after, before, 'chattts_utterances_total{finish_reason="max_tokens"}') == 2
     assert after["chattts_kv_slots_total"] == MAX_STREAMS
     assert after["chattts_active_streams"] == 0
     assert after["chattts_queued_streams"] == 0
