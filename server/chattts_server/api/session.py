@@ -259,6 +259,8 @@ class Session:
                 if isinstance(event, Spoken):
                     spoken = event.text
                 elif isinstance(event, AudioChunk):
+                    if interrupted.is_set():
+                        break  # stopped while this chunk was on its way: it is not sent
                     chunk = event.pcm
                     if lag_s is None:  # the first chunk
                         if segment is not None and segment.state is State.TAKEN:
