@@ -88,6 +88,13 @@ class Metrics:
             ["finish_reason"],
             registry=r,
         )
+        self.segments = Counter(
+            "chattts_segments_total",
+            "Named segments (TextInput.segment, each replace) ended, by outcome (spoken, "
+            "replaced, cut, expired, not_spoken)",
+            ["outcome"],
+            registry=r,
+        )
         self.active_streams = Gauge(
             "chattts_active_streams", "Streams admitted and running", registry=r
         )
@@ -171,6 +178,9 @@ class Metrics:
     def observe_lag(self, lag_s: float, finish_reason: str) -> None:
         self.lag.observe(lag_s)
         self.utterances.labels(finish_reason=finish_reason).inc()
+
+    def segment_ended(self, outcome: str) -> None:
+        self.segments.labels(outcome=outcome).inc()
 
     def observe_utterance(self, generation_s: float, audio_s: float, num_tokens: int) -> None:
         self.audio_seconds.inc(audio_s)

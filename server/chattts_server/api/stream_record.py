@@ -7,7 +7,7 @@ import time
 
 from ..engine.utterance import Priority
 from ..metrics import Metrics
-from .events import AudioOut, SessionEvent, UtteranceEnded
+from .events import AudioOut, SegmentEnded, SessionEvent, UtteranceEnded
 
 log = logging.getLogger("chattts_server.api.synthesis")
 
@@ -49,6 +49,8 @@ class StreamRecord:
                 event.done.generation_time_s, event.audio_duration_s, event.done.num_tokens
             )
             self.metrics.observe_lag(event.lag_s, event.done.finish_reason)
+        elif isinstance(event, SegmentEnded):
+            self.metrics.segment_ended(event.outcome.label)
 
     def finish(self, status: str) -> None:
         wall_s = time.monotonic() - self.started
