@@ -16,6 +16,15 @@ as a `TimedString` of the caller's own text (with its punctuation), in seconds f
 segment's start. With `AgentSession(use_tts_aligned_transcript=True)` the agent's transcript
 then follows its voice word by word, and an interrupted reply keeps only the words played.
 
+Prompts that change (navigation). LiveKit Agents has no notion of revising text already handed
+to a TTS: its `SynthesizeStream` takes `push_text`, `flush` and `end_input`, and an agent changes
+what it says by interrupting a speech and starting another. For an app that drives `TTS.stream()`
+itself, this adapter's stream adds `segment(name, text)` and `replace(name, text, if_started)`
+(`TextInput.segment` / `TextInput.replace`: "In 300 m, turn left" becomes "In 100 m, turn left"
+with no interruption, the audio staying one stream); `AgentSession` never calls them. Each
+revision's `SegmentEndEvent` is kept in the stream's `segment_ends`. Lexicons
+(`SynthesisOptions.lexicons`) go with every call, streamed or not.
+
 Audio is raw 16-bit PCM at `SynthesisOptions.sample_rate_hz` (the server resamples; the model's
 own rate by default). gRPC failures become the framework's API errors, so its retry and
 FallbackAdapter logic applies: UNAVAILABLE is an `APIConnectionError`, DEADLINE_EXCEEDED an
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any, cast
 
 import grpc
 from livekit.agents import (
@@ -43,8 +53,16 @@ from livekit.agents.types import TimedString
 
 from chattts_client.caller_words import CallerWord, CallerWords
 from chattts_client.client import AsyncTTSClient
-from chattts_client.messages import MODEL_SAMPLE_RATE_HZ, AudioChunkEvent, WordTimingsEvent
+from chattts_client.messages import (
+    MODEL_SAMPLE_RATE_HZ,
+    AudioChunkEvent,
+    Replace,
+    Segment,
+    SegmentEndEvent,
+    WordTimingsEvent,
+)
 from chattts_client.options import DEFAULT_TARGET, ClientOptions, SynthesisOptions
+from chattts_client.push_stream import PushStream
 
 __all__ = ["TTS", "api_error"]
 
@@ -182,11 +200,40 @@ class ChunkedStream(tts.ChunkedStream):
 
 
 class SynthesizeStream(tts.SynthesizeStream):
-    """One segment: one StreamingSynthesize call."""
+    """One segment: one StreamingSynthesize call.
+
+    Besides LiveKit's interface, `segment` and `replace` send a named prompt and its
+    revisions (see the module's docstring); `segment_ends` holds each revision's
+    `SegmentEndEvent` as it comes.
+    """
 
     def __init__(self, *, tts: TTS, conn_options: APIConnectOptions) -> None:
         super().__init__(tts=tts, conn_options=conn_options)
         self._chattts = tts
+        self.segment_ends: list[SegmentEndEvent] = []
+
+    def segment(self, name: str, text: str, expires_in_ms: int = 0) -> None:
+        """Speak `text` as the prompt `name` (`TextInput.segment`, then a flush: text pushed
+        after it is not part of it), which `replace` may revise; `expires_in_ms` (0: no limit)
+        is the most it may wait for its first audio, or it is not spoken."""
+        self._send_item(Segment(name, text, expires_in_ms))
+
+    def replace(
+        self, name: str, text: str, if_started: str = "finish", expires_in_ms: int = 0
+    ) -> None:
+        """The prompt `name` now says `text` (`TextInput.replace`). Not started yet: only
+        `text` is spoken, in its place. Speaking: `if_started` "finish" (it ends, then `text`),
+        "cut" (it stops at its next word boundary, then `text`) or "drop_new" (`text` is not
+        spoken). Ended, or a name never sent: `text` is spoken after what was sent before."""
+        self._send_item(Replace(name, text, if_started, expires_in_ms))
+
+    def _send_item(self, item: Segment | Replace) -> None:
+        if self._input_ch.closed:
+            return  # as push_text: input has ended
+        # In LiveKit's input channel, in order with the text and flushes, and kept with them for
+        # the framework to replay when it retries the stream.
+        self._input_ch.send_nowait(cast(Any, item))
+        self._input_buffer.append(cast(Any, item))
 
     async def _run(self, output_emitter: tts.AudioEmitter) -> None:
         owner = self._chattts
@@ -203,15 +250,13 @@ class SynthesizeStream(tts.SynthesizeStream):
             return  # input ended with no text: no call, no segment
         stream = owner._client().open_stream(config=owner._config)
         words = CallerWords(lambda: stream.timeline.text)
-        stream.push(first)
+        self.segment_ends.clear()  # a retry replays the whole input on a new call
+        self._send(stream, first)
         self._mark_started()  # the first text goes to the server now (TTFB counts from here)
 
         async def send() -> None:
             async for data in self._input_ch:
-                if isinstance(data, self._FlushSentinel):
-                    stream.flush()
-                elif data:
-                    stream.push(data)
+                self._send(stream, data)
             stream.end_input()  # the server finishes and ends the call
 
         output_emitter.start_segment(segment_id=request_id)
@@ -222,6 +267,8 @@ class SynthesizeStream(tts.SynthesizeStream):
                     output_emitter.push(event.audio)
                 elif isinstance(event, WordTimingsEvent):
                     _push_words(output_emitter, words.take(event))
+                elif isinstance(event, SegmentEndEvent):
+                    self.segment_ends.append(event)
         except grpc.RpcError as exc:
             raise api_error(await owner._client().explain(exc), owner._target) from None
         finally:
@@ -231,12 +278,23 @@ class SynthesizeStream(tts.SynthesizeStream):
                 await sender
         output_emitter.end_segment()
 
-    async def _next_text(self) -> str | None:
-        """The segment's first text (flushes before it have nothing to flush); None when the
-        input ends without any."""
+    def _send(self, stream: PushStream, data: object) -> None:
+        """One item of the input channel onto the call."""
+        if isinstance(data, self._FlushSentinel):
+            stream.flush()
+        elif isinstance(data, Segment):
+            stream.segment(data.name, data.text, data.expires_in_ms)
+            stream.flush()  # the prompt is its text alone
+        elif isinstance(data, Replace):
+            stream.replace(data.name, data.text, data.if_started, data.expires_in_ms)
+        elif isinstance(data, str) and data:
+            stream.push(data)
+
+    async def _next_text(self) -> str | Segment | Replace | None:
+        """The segment's first text or prompt (flushes before it have nothing to flush); None
+        when the input ends without any."""
+        data: object
         async for data in self._input_ch:
-            if isinstance(data, self._FlushSentinel):
-                continue  # nothing buffered to flush yet
-            if data:
+            if isinstance(data, Segment | Replace) or (isinstance(data, str) and data):
                 return data
-        return None
+        return None  # flushes alone: nothing buffered to flush

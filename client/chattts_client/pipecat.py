@@ -21,11 +21,26 @@ LLM context only the words heard. Frames: one TTSStartedFrame when a turn's firs
 (pushed by the base class, which also starts the TTFB timer), TTSAudioRawFrames at the
 pipeline's output rate (the server resamples), word TTSTextFrames, and a TTSStoppedFrame at the
 turn's mark.
+
+Prompts that change (navigation). A `ChatTTSSegmentFrame` is a TTSSpeakFrame with a name: its
+text goes out as a named segment (`TextInput.segment`, then the turn's mark), and a later frame
+of the same name revises it (`TextInput.replace`, with the frame's `if_started`), with no
+InterruptionFrame: "In 300 m, turn left" becomes "In 100 m, turn left". A revision of a prompt
+that has not ended (a SegmentEnd of it is still to come) is heard in the prompt's own turn and
+audio context: the server puts the new text right after the old one, before the turn's mark,
+so its audio comes inside that turn, after what the server still sent of the old text (up to
+its next word boundary, for "cut"). No context is opened for the revision, so one never spoken
+(replaced again, "drop_new", expired) adds no frames. Only where the old text ended on the
+server before the replace reached it is the new text queued at the end: the revision's own
+mark, sent after it, then ends the stretch its audio comes in, in a context opened at its first
+audio. A revision of a prompt that has ended is a turn like any speak frame's. Each revision's
+`SegmentEndEvent` goes to the `on_segment_end` event handler (service, name, event).
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import deque
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -37,25 +52,65 @@ from pipecat.frames.frames import (
     CancelFrame,
     EndFrame,
     Frame,
+    InterruptionFrame,
     StartFrame,
     TTSAudioRawFrame,
+    TTSSpeakFrame,
     TTSStartedFrame,
     TTSStoppedFrame,
 )
+from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 
 from chattts_client.caller_words import CallerWords
 from chattts_client.client import AsyncTTSClient
-from chattts_client.messages import AudioChunkEvent, MarkEvent, WordTimingsEvent
+from chattts_client.messages import (
+    IF_STARTED,
+    AudioChunkEvent,
+    MarkEvent,
+    SegmentEndEvent,
+    WordTimingsEvent,
+)
 from chattts_client.options import DEFAULT_TARGET, ClientOptions, SynthesisOptions
 from chattts_client.push_stream import PushStream
 
-__all__ = ["ChatTTSTTSService"]
+__all__ = ["ChatTTSSegmentFrame", "ChatTTSTTSService"]
 
 # How long stop() waits for the server to finish the stream after the half-close (shutdown
 # only: turns never wait on a clock).
 CLOSE_TIMEOUT_S = 5.0
+
+
+@dataclass(kw_only=True)
+class ChatTTSSegmentFrame(TTSSpeakFrame):  # type: ignore[misc]
+    """Speak `text` as the prompt named `segment`, or revise that prompt: a later frame of the
+    same name replaces its text, without an InterruptionFrame (a navigation prompt's distance
+    update, "In 300 m, turn left" then "In 100 m, turn left").
+
+    `if_started` is what a revision does to a prompt already speaking: "cut" (the old text
+    stops at its next word boundary, within one chunk, then the new text), "finish" (the old
+    text ends, then the new) or "drop_new" (the new text is not spoken). A prompt not started
+    yet is never spoken: only its latest text is. Empty text with "cut" silences a prompt.
+    `expires_in_ms` (0: no limit) is the most the text may wait for its first audio, or it is
+    not spoken. A revision's text is sent as it is (the service's text transforms apply to a
+    prompt's first text only).
+
+    `append_to_context` is False here: Pipecat's word tracker knows a turn's first text only, so
+    the words it reports for a prompt revised in its turn are the first text's.
+    """
+
+    segment: str
+    if_started: str = "cut"
+    expires_in_ms: int = 0
+    append_to_context: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.segment:
+            raise ValueError("segment: a prompt needs a name")
+        if self.if_started not in IF_STARTED:
+            raise ValueError(f"if_started must be one of {', '.join(IF_STARTED)}")
 
 
 @dataclass
@@ -66,6 +121,18 @@ class _Turn:
     context_id: str | None
     mark: str | None = None  # the mark that ends it, once sent
     cancelled: bool = False  # interrupted: its events are dropped
+    # Its timed words go to Pipecat: until a SegmentEnd in it, after which it speaks a prompt's
+    # revision, whose text Pipecat's word tracker does not have (it holds the turn's first).
+    words: bool = True
+
+
+@dataclass
+class _Prompt:
+    """A named prompt on the stream (`ChatTTSSegmentFrame`)."""
+
+    name: str  # the segment's name on the stream: the frames', or a new one after a barge-in
+    turn: _Turn  # the turn of its latest revision (a barge-in cancels it with that revision)
+    num_open: int = 0  # revisions sent whose SegmentEnd has not come back
 
 
 class ChatTTSTTSService(TTSService):  # type: ignore[misc]
@@ -75,7 +142,9 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
     tokens); `synthesis` the voice, speed and sampling of the conversation's stream (its
     `sample_rate_hz`, when set, is the service's output rate; otherwise the pipeline's; word
     timing is always asked for). `connect_timeout_s` bounds the check at start that the server
-    answers. Other keywords go to Pipecat's `TTSService`.
+    answers. Other keywords go to Pipecat's `TTSService`. Push a `ChatTTSSegmentFrame` to speak
+    a prompt that later frames may revise; `on_segment_end` (service, name, SegmentEndEvent)
+    says how each revision ended.
     """
 
     def __init__(
@@ -119,6 +188,10 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         self._turn_start_s = 0.0  # stream time where the oldest turn's audio begins
         self._failed_context: str | None = None  # the turn whose stream failed
         self._interrupted: set[str] = set()  # contexts cleared: late text of theirs is dropped
+        self._prompts: dict[str, _Prompt] = {}  # by the frames' segment name
+        self._prompt_names: dict[str, str] = {}  # segment name on the stream -> the frames'
+        self._prompt_frame: ChatTTSSegmentFrame | None = None  # whose text run_tts gets now
+        self._register_event_handler("on_segment_end")
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -152,6 +225,8 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         stream = self._stream = self._client.open_stream(config=config)
         self._words = CallerWords(lambda: stream.timeline.text)
         self._turns.clear()
+        self._prompts.clear()
+        self._prompt_names.clear()
         self._turn_start_s = 0.0
         self._receive_task = self.create_task(self._receive(stream), "chattts-receive")
 
@@ -174,6 +249,41 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
 
     # -- text in -------------------------------------------------------------------------------
 
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        if isinstance(frame, ChatTTSSegmentFrame):
+            await self._on_prompt_frame(frame, direction)
+            return
+        await super().process_frame(frame, direction)
+        if isinstance(frame, InterruptionFrame) and self._stream is not None:
+            # Pipecat interrupts the audio contexts it holds (on_audio_context_interrupted); a
+            # turn it holds none for (a revision not yet heard) is cleared here.
+            held = self.audio_context_available
+            if any(not t.cancelled and not held(t.context_id or "") for t in self._turns):
+                self._clear()
+
+    async def _on_prompt_frame(self, frame: ChatTTSSegmentFrame, direction: FrameDirection) -> None:
+        prompt = self._prompts.get(frame.segment)
+        if (
+            prompt is not None
+            and prompt.num_open
+            and not prompt.turn.cancelled
+            and self._stream is not None
+        ):
+            # A revision of a prompt that has not ended: heard in the prompt's turn. TTSService
+            # would open a context of its own, which a revision never spoken would leave silent
+            # (Pipecat reports those as failures), so only the processor's own handling
+            # (observers) runs.
+            await super(TTSService, self).process_frame(frame, direction)
+            self._revise(prompt, frame)
+            await self.start_tts_usage_metrics(frame.text)
+            return
+        # A new prompt, or one that has ended: a turn like any speak frame's; run_tts sends it.
+        self._prompt_frame = frame
+        try:
+            await super().process_frame(frame, direction)
+        finally:
+            self._prompt_frame = None
+
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         if context_id in self._interrupted:
             yield None  # a token of a reply that was interrupted: not spoken
@@ -184,8 +294,12 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
                 return
             await self._open_stream()
         assert self._stream is not None
-        self._turn_for(context_id)
-        self._stream.push(text)
+        turn = self._turn_for(context_id)
+        prompt_frame, self._prompt_frame = self._prompt_frame, None
+        if prompt_frame is not None:
+            self._send_prompt(prompt_frame, text, turn)
+        else:
+            self._stream.push(text)
         await self.start_tts_usage_metrics(text)
         yield None  # audio arrives through _receive
 
@@ -204,6 +318,40 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             self._clear()
             logger.debug(f"{self}: barge-in, cleared turn {context_id}")
         await super().on_audio_context_interrupted(context_id)
+
+    def _send_prompt(self, frame: ChatTTSSegmentFrame, text: str, turn: _Turn) -> None:
+        """A prompt's first text, or a new text of one that has ended (the server queues it at
+        the end): the turn's text, ended by its mark."""
+        assert self._stream is not None
+        prompt = self._prompts.get(frame.segment)
+        if prompt is not None and (prompt.num_open == 0 or not prompt.turn.cancelled):
+            self._stream.replace(prompt.name, text, frame.if_started, frame.expires_in_ms)
+            prompt.turn = turn
+        else:
+            # New, or cleared by a barge-in whose end of it has not come back: the server may
+            # still hold that one unfinished, so the prompt goes on under a name of its own.
+            name = frame.segment if prompt is None else f"{frame.segment}#{uuid.uuid4().hex[:8]}"
+            self._stream.segment(name, text, frame.expires_in_ms)
+            prompt = self._prompts[frame.segment] = _Prompt(name, turn)
+            self._prompt_names[name] = frame.segment
+        prompt.num_open += 1
+        self._end_text(turn)  # ends the segment's text, and the turn at the mark's answer
+
+    def _revise(self, prompt: _Prompt, frame: ChatTTSSegmentFrame) -> None:
+        """Replace the text of a prompt that has not ended. Its audio comes in the prompt's
+        turn, before that turn's mark; if the old text ended on the server before the replace
+        arrived, after everything sent before it: in a turn of its own, ended by a mark of its
+        own, whose context opens at its first audio."""
+        assert self._stream is not None
+        open_turn = self._open_turn()
+        if open_turn is not None:
+            self._end_text(open_turn)  # the replace ends the text before it, as a mark does
+        self._stream.replace(prompt.name, frame.text, frame.if_started, frame.expires_in_ms)
+        prompt.num_open += 1
+        turn = prompt.turn = _Turn(str(uuid.uuid4()), words=False)
+        self._turns.append(turn)
+        self._end_text(turn)
+        logger.debug(f"{self}: revised prompt {frame.segment!r} ({frame.if_started})")
 
     def _turn_for(self, context_id: str) -> _Turn:
         """The open turn of `context_id`, opened now if need be (a turn still open for another
@@ -253,6 +401,8 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
                     await self._on_words(event)
                 elif isinstance(event, MarkEvent):
                     await self._on_mark(event)
+                elif isinstance(event, SegmentEndEvent):
+                    await self._on_segment_end(event)
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.CANCELLED and self._stream is not stream:
                 return  # we closed it
@@ -268,7 +418,8 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         if context_id is None:
             return  # audio of a cleared turn
         if not self.audio_context_available(context_id):
-            # Ended by Pipecat's idle timer while the server was slow: the audio is kept.
+            # Ended by Pipecat's idle timer while the server was slow (the audio is kept), or
+            # a prompt revision's own turn (see _revise).
             await self.create_audio_context(context_id)
             await self.append_to_audio_context(context_id, TTSStartedFrame(context_id=context_id))
         frame = TTSAudioRawFrame(
@@ -283,7 +434,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         assert self._words is not None
         words = self._words.take(event)  # taken even when dropped: each word is given once
         context_id = self._speaking()
-        if context_id is None or not words:
+        if context_id is None or not words or not self._turns[0].words:
             return
         # Pipecat times words from the context's first audio frame, which is the first sample
         # after the previous turn's mark (the stream's audio is contiguous).
@@ -300,6 +451,16 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
                 return
         logger.warning(f"{self}: mark {event.name!r} matches no turn")
 
+    async def _on_segment_end(self, event: SegmentEndEvent) -> None:
+        name = self._prompt_names.get(event.name, event.name)
+        prompt = self._prompts.get(name)
+        if prompt is not None and prompt.name == event.name:
+            prompt.num_open -= 1
+        if self._turns:
+            self._turns[0].words = False  # what follows in this turn is a revision's
+        logger.debug(f"{self}: prompt {name!r} revision {event.revision}: {event.outcome}")
+        await self._call_event_handler("on_segment_end", name, event)
+
     async def _end_turn(self, context_id: str) -> None:
         """The turn's audio is complete: its stop frame, then its context is closed."""
         if self.audio_context_available(context_id):
@@ -315,6 +476,8 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         self._stream = None
         self._failed_context = failed
         self._turns.clear()
+        self._prompts.clear()
+        self._prompt_names.clear()
         if failed is not None:
             await self._end_turn(failed)
 

@@ -2,7 +2,8 @@
 livekit-agents itself (dev install), against the real server (tiny dev model, loopback): two
 segments on one TTS object, a stream closed mid-utterance (the server logs CANCELLED for it),
 synthesize(), an unreachable server, and an `AgentSession(use_tts_aligned_transcript=True)`
-whose agent's transcription node receives our TimedStrings.
+whose agent's transcription node receives our TimedStrings; the stream's own `segment` and
+`replace` (a prompt revised with no interruption), and lexicons passed on.
 """
 
 from __future__ import annotations
@@ -159,6 +160,64 @@ def test_stream_closed_mid_utterance_is_cancelled_on_the_server(server, caplog):
     (line,) = cancelled()
     tokens = int(line.split("tokens=")[1].split()[0])
     assert tokens < 2 * 300, line  # generation stopped: two utterances of 300 were asked for
+
+
+def test_prompt_revised_on_the_stream(server):
+    """The adapter's own `segment` and `replace` on one stream (LiveKit has no such calls): a
+    navigation prompt speaking, revised with "cut" once its audio flows. Every sample up to
+    the cut, then exactly the revision's; each revision's end in `segment_ends`, and its words
+    in the caller's text."""
+    prompt = " ".join(f"In {n}00 m turn left." for n in range(9, 5, -1))  # four sentences
+    update = "In 100 m turn left."
+    one = _synthesize_samples(server.target, update)
+    timed: list[TimedString] = []
+
+    async def run() -> tuple[int, list[tuple[str, int, str, int]]]:
+        tts = TTS(server.target, OPTIONS)
+        stream = tts.stream()
+        stream.segment("nav", prompt)
+        num_samples, revised = 0, False
+        async with stream:
+            async for audio in stream:
+                num_samples += audio.frame.samples_per_channel
+                timed.extend(audio.frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, []))
+                if num_samples >= 4000 and not revised:  # past the server's first chunk
+                    stream.replace("nav", update, if_started="cut")
+                    stream.end_input()
+                    revised = True
+        ends = [(e.name, e.revision, e.outcome, e.sample_offset) for e in stream.segment_ends]
+        await tts.aclose()
+        return num_samples, ends
+
+    num_samples, ends = asyncio.run(run())
+    (_, _, first_outcome, cut), second = ends
+    assert first_outcome == "cut" and second == ("nav", 1, "spoken", num_samples), ends
+    assert num_samples == cut + one and 0 < cut < 2 * one, (num_samples, cut, one)
+    assert "".join(timed).endswith(update), timed
+
+
+def test_lexicons_go_with_every_call(server):
+    """`SynthesisOptions.lexicons` reach the server with every call: a lexicon name it does
+    not know fails the stream, and Synthesize with a final 400 naming the field. (A stream's
+    refusal may read as INTERNAL: grpc.aio reports one that crosses a write so, and
+    `AsyncTTSClient.explain` recovers refusals of the channel or of admission only.)"""
+
+    async def run() -> APIStatusError:
+        tts = TTS(server.target, replace(OPTIONS, lexicons=("no-such-lexicon",)))
+        no_retry = APIConnectOptions(max_retry=0)
+        stream = tts.stream(conn_options=no_retry)
+        stream.push_text("Hello.")
+        stream.end_input()
+        with pytest.raises(APIStatusError):
+            async for _ in stream:
+                pass
+        with pytest.raises(APIStatusError) as refused:
+            await tts.synthesize("Hello.", conn_options=no_retry).collect()
+        await tts.aclose()
+        return refused.value
+
+    error = asyncio.run(run())
+    assert error.status_code == 400 and "lexicons" in str(error), error
 
 
 def test_unreachable_server_is_an_api_connection_error():

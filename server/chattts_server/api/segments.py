@@ -60,7 +60,11 @@ class IfStarted(enum.Enum):
 
     @classmethod
     def from_pb(cls, value: int) -> IfStarted:
-        return {tts_pb2.CUT: cls.CUT, tts_pb2.DROP_NEW: cls.DROP_NEW}.get(value, cls.FINISH)
+        if value == tts_pb2.CUT:
+            return cls.CUT
+        if value == tts_pb2.DROP_NEW:
+            return cls.DROP_NEW
+        return cls.FINISH
 
 
 class State(enum.Enum):
