@@ -400,6 +400,13 @@ class ServerConfig:
         unset="none",
         group="model",
     )
+    lexicon: tuple[Path, ...] = option(
+        (),
+        "a W3C PLS 1.0 pronunciation lexicon file read for every stream, which a stream may "
+        "also name (its base name without .pls); repeat for several, the later winning for the "
+        "same grapheme",
+        group="model",
+    )
     log_level: str = option(
         "INFO", "Python logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
@@ -409,6 +416,9 @@ class ServerConfig:
             self.admission.reserved_slots < self.engine.max_streams,
             "--reserved-slots must be < --max-streams",
         )
+        names = [path.name.removesuffix(".pls") for path in self.lexicon]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        _check(not twice, f"--lexicon: two files are named {', '.join(twice)}")
 
     def validate(self) -> ServerConfig:
         """Every field's bounds and choices, then the rules between fields; raises ConfigError."""

@@ -17,6 +17,11 @@ from .config_fields import flag_name
 def _add_flag(group: argparse._ArgumentGroup, f: dataclasses.Field[Any], kind: type) -> None:
     m = f.metadata
     help_text = m["help"]
+    if kind is tuple:  # repeatable: one value per flag
+        group.add_argument(
+            flag_name(f), action="append", metavar="FILE", help=f"{help_text} (default: none)"
+        )
+        return
     if kind is bool and m["switch"] is None:
         group.add_argument(flag_name(f), action="store_true", help=help_text)
         return
@@ -48,7 +53,10 @@ def _add_flag(group: argparse._ArgumentGroup, f: dataclasses.Field[Any], kind: t
 
 
 def _kind(annotation: Any) -> type:
-    """The scalar type of a field annotation (`int | None` -> int)."""
+    """The scalar type of a field annotation (`int | None` -> int); `tuple` for a repeatable
+    flag's (`tuple[Path, ...]`)."""
+    if typing.get_origin(annotation) is tuple:
+        return tuple
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     return args[0] if args else annotation  # type: ignore[no-any-return]
 
@@ -90,6 +98,8 @@ def _value(args: argparse.Namespace, f: dataclasses.Field[Any], kind: type) -> A
         return not value if flag_name(f).startswith("--no-") else value
     if kind is Path:
         return Path(value) if value else None
+    if kind is tuple:
+        return tuple(Path(v) for v in value or ())
     return value
 
 

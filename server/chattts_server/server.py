@@ -25,6 +25,7 @@ from .config import ServerConfig
 from .engine.engine import ChatTTSEngine
 from .metrics import Metrics
 from .text.duration import slot_tokens_needed
+from .text.lexicon_library import LexiconFileError, LexiconLibrary
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,19 @@ def _load_tokens(cfg: ServerConfig) -> Tokens | None:
         raise StartupError(f"--auth-token-file: {exc}") from None
 
 
+def _load_lexicons(cfg: ServerConfig) -> LexiconLibrary:
+    """The --lexicon files, compiled; StartupError naming the file and line of a bad one."""
+    try:
+        library = LexiconLibrary.load(cfg.lexicon)
+    except LexiconFileError as exc:
+        raise StartupError(f"--lexicon {exc}") from None
+    for name in library.names:
+        lexicon = library.get(name)
+        assert lexicon is not None
+        log.info("lexicon %s: %d graphemes", name, lexicon.num_graphemes)
+    return library
+
+
 class TTSServer:
     """Owns the engine, the grpc.aio server and the lifecycle between them."""
 
@@ -143,6 +157,7 @@ class TTSServer:
             cfg.engine.max_streams, cfg.admission.max_queue, cfg.admission.reserved_slots
         )
         tokens = _load_tokens(cfg)
+        server_lexicons = _load_lexicons(cfg)
         interceptors = [] if tokens is None else [BearerTokenInterceptor(tokens)]
         credentials = self._credentials()
         self.server = grpc.aio.server(options=_grpc_options(cfg), interceptors=interceptors)
@@ -155,6 +170,7 @@ class TTSServer:
             cfg.admission,
             self.metrics,
             tokens,
+            server_lexicons,
         )
         await self._add_services(self.server, self.synthesis)
         self._credentials_for_port = credentials

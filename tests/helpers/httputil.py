@@ -52,12 +52,13 @@ def http_server(
     limits: dict[str, object] | None = None,
     runner_factory: Callable[[ServerConfig], Any] | None = None,
     listen_when_ready: bool = True,
+    lexicons: tuple[Path, ...] = (),
     **security: object,
 ) -> Iterator[InProcessServer]:
     """An in-process server (tiny model) with HTTP on, bearer tokens on (TOKEN) and one voice
     preset ("anna"); `security` adds TLS settings, `limits` overrides LimitsConfig fields,
     `runner_factory` builds the engine's runner (e.g. a FaultyRunner), `listen_when_ready`
-    False opens the ports while the model loads."""
+    False opens the ports while the model loads, `lexicons` are its --lexicon files."""
     tokens = folder / "tokens.txt"
     tokens.write_text(f"# test tokens\n{TOKEN}\n")
     voices = folder / "voices"
@@ -70,6 +71,7 @@ def http_server(
         limits=replace(base.limits, **(limits or {})),  # type: ignore[arg-type]
         security=SecurityConfig(auth_token_file=tokens, **security),  # type: ignore[arg-type]
         voices_dir=voices,
+        lexicon=lexicons,
     ).validate()
     factory = None if runner_factory is None else lambda: runner_factory(config)
     with InProcessServer(config, wait=not security, runner_factory=factory) as srv:

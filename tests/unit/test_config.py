@@ -41,6 +41,7 @@ FLAGS = {
     "--threads": 0,
     "--adaptive-threads": "on",
     "--voices-dir": None,
+    "--lexicon": None,  # repeatable: () once parsed
     "--max-streams": 16,
     "--max-tokens": 1536,
     "--max-new-tokens": 768,
@@ -95,7 +96,7 @@ def test_every_kind_of_flag_maps_back_to_its_field() -> None:
             "--max-streams", "3", "--grace-s", "1.5", "--model-dir", "/models/x",
             "--no-warmup", "--allow-unverified", "--cuda-graphs", "off", "--quantize", "int8",
             "--first-chunk-tokens", "4", "--no-reflection", "--voices-dir", "/v", "--log-level",
-            "DEBUG", "--http-port", "8000",
+            "DEBUG", "--http-port", "8000", "--lexicon", "a/nav.pls", "--lexicon", "brands.pls",
         ]
     )  # fmt: skip
     assert cfg.engine.max_streams == 3 and cfg.admission.grace_s == 1.5
@@ -104,6 +105,7 @@ def test_every_kind_of_flag_maps_back_to_its_field() -> None:
     assert cfg.model.quantize == "int8" and cfg.engine.first_chunk_tokens == 4
     assert cfg.voices_dir == Path("/v") and cfg.log_level == "DEBUG"
     assert cfg.network.http_port == 8000 and cfg.engine.max_chunk_tokens == 32
+    assert cfg.lexicon == (Path("a/nav.pls"), Path("brands.pls"))  # repeated, in order
 
 
 @pytest.mark.parametrize(
@@ -120,6 +122,7 @@ def test_every_kind_of_flag_maps_back_to_its_field() -> None:
         (["--tls-cert", "c.pem"], "--tls-cert and --tls-key must be given together"),
         (["--http-port", "50051"], "--http-port must differ from --port"),
         (["--reserved-slots", "16"], "--reserved-slots must be < --max-streams"),
+        (["--lexicon", "a/nav.pls", "--lexicon", "b/nav"], "--lexicon: two files are named nav"),
     ],
 )
 def test_bounds_and_rules_between_fields_are_checked(argv: list[str], message: str) -> None:

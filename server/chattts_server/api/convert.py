@@ -103,7 +103,7 @@ class Validator:
     max_text_chars: int = 4000
     encodings: tuple[str, ...] = ("LINEAR16",)
     """What this server can write (`available_encodings`: the one capability check)."""
-    lexicons: LexiconLibrary = field(default_factory=LexiconLibrary)
+    server_lexicons: LexiconLibrary = field(default_factory=LexiconLibrary)
     """The server's pronunciation lexicons (--lexicon), which a stream may name."""
 
     def text(self, text: str, field_name: str, allow_empty: bool = False) -> str:
@@ -137,8 +137,8 @@ class Validator:
             markdown=self._markdown(config.text_format, f"{prefix}.text_format"),
             word_timing=config.word_timing,
             priority=self._priority(config.priority, f"{prefix}.priority"),
-            lexicons=stream_lexicons(config.lexicons, self.lexicons, f"{prefix}.lexicons"),
-            server_lexicons=self.lexicons,
+            lexicons=stream_lexicons(config.lexicons, self.server_lexicons, f"{prefix}.lexicons"),
+            server_lexicons=self.server_lexicons,
             lag_limits=self._lag_limits(config, prefix),
         )
 

@@ -76,7 +76,7 @@ class Synthesis:
         admission_config: AdmissionConfig,
         metrics: Metrics,
         tokens: auth.Tokens | None = None,
-        lexicons: LexiconLibrary | None = None,
+        server_lexicons: LexiconLibrary | None = None,
     ) -> None:
         self.engine = engine
         self.voices = voices
@@ -86,7 +86,7 @@ class Synthesis:
         self.metrics = metrics
         self.tokens = tokens
         """The accepted bearer tokens; None when auth is off."""
-        self.lexicons = lexicons or LexiconLibrary()
+        self.server_lexicons = server_lexicons or LexiconLibrary()
         """The server's pronunciation lexicons (--lexicon)."""
         self._validator: Validator | None = None
 
@@ -101,7 +101,7 @@ class Synthesis:
             model,
             max_text_chars=self.limits.max_text_chars,
             encodings=encodings,
-            lexicons=self.lexicons,
+            server_lexicons=self.server_lexicons,
         )
         if model.timing_source == ESTIMATE:
             log.info(

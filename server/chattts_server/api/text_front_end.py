@@ -2,7 +2,8 @@
 
 Two fill `TextFrontEnd`: `MarkdownText` (markdown or plain text through text/stream.py's
 `StreamText`) and `SsmlText` (api/ssml_text.py: SSML documents). Each `Speak` carries the
-caller's own text of it, cut from everything the stream was sent (`CallerText`).
+caller's own text of it, cut from everything the stream was sent (`CallerText`), and is read
+through the stream's pronunciation lexicons (text/lexicon.py).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import bisect
 from typing import Protocol
 
+from ..text.lexicon import Lexicons, apply_lexicons
 from ..text.release import ReleasePolicy
 from ..text.spans import Span
 from ..text.stream import StreamText, Utterance
@@ -65,16 +67,20 @@ class CallerText:
             k += 1
         return "".join(out)
 
-    def speak(self, utterance: Utterance) -> Speak:
-        return Speak(utterance, self.cut(utterance.span()))
+    def speak(self, utterance: Utterance, lexicons: Lexicons | None = None) -> Speak:
+        """The utterance read through `lexicons`, with its caller's text."""
+        return Speak(apply_lexicons(lexicons, utterance), self.cut(utterance.span()))
 
 
 class MarkdownText:
     """Markdown or plain text (`StreamText`) as stream items."""
 
-    def __init__(self, policy: ReleasePolicy, markdown: bool) -> None:
+    def __init__(
+        self, policy: ReleasePolicy, markdown: bool, lexicons: Lexicons | None = None
+    ) -> None:
         self._text = StreamText(policy, markdown)
         self._caller = CallerText()
+        self._lexicons = lexicons
 
     def quiet_deadline_ms(self) -> int | None:
         return self._text.quiet_deadline_ms()
@@ -96,4 +102,4 @@ class MarkdownText:
         self._text.clear()
 
     def _speak(self, utterances: list[Utterance]) -> list[StreamItem]:
-        return [self._caller.speak(u) for u in utterances]
+        return [self._caller.speak(u, self._lexicons) for u in utterances]

@@ -45,6 +45,22 @@ _HANDLE = re.compile(r"(?<![\w@.])@(?=[A-Za-z_])(\w{1,39})")
 _HASH = re.compile(r"(?<![\w#&])#(?=[A-Za-z\u4e00-\u9fff])(\w{1,60})")
 
 
+def link_spans(text: str) -> list[tuple[int, int]]:
+    """Where `text` holds a link, an e-mail address, a domain or a file name: [start, end) each,
+    in order, overlapping ones merged. Stages before the normalizer leave these alone (a
+    pronunciation lexicon, text/lexicon.py): `readable` spells each as a whole."""
+    if not any(c in text for c in ".@/"):
+        return []
+    found = sorted(m.span() for p in (_URL, _EMAIL, _DOMAIN, _FILE) for m in p.finditer(text))
+    merged: list[tuple[int, int]] = []
+    for start, end in found:
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
 def _spoken(text: str, lang: Language) -> str:
     words = _WORDS[lang]
     out = "".join(words.get(c, c) for c in text)

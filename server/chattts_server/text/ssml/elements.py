@@ -11,6 +11,7 @@
 | `<lang xml:lang>` | a language hint: say-as inside it reads in that language (without a hint: Chinese once the document's text has held a CJK character); the utterance's language is still its script's (any CJK character is Chinese) |
 | `<emphasis>`, `<phoneme>` | no effect: the text is spoken |
 | `<mark name>` | a Mark event at that point of the stream |
+| `<lexicon uri>` | the server lexicon named `uri` (`--lexicon FILE`: the base name) is read for the whole document, after the stream's; first in `<speak>`, before any text or other element (SSML 1.1); `xml:id` and `type` are accepted (`<lookup>` is not supported) |
 | `<audio>` | refused (INVALID_ARGUMENT): no audio is inserted |
 | any other | refused naming it, unless `ssml_ignore_unknown_elements`: then its text is read |
 
@@ -23,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...errors import InvalidRequestError
+from ..lexicon import Lexicon
+from ..lexicon_library import LexiconLibrary
 from ..script import CJK, Language
 from ..spans import EMPTY, SpanMap, Traced
 from .attributes import break_seconds, language_hint, rate_level, speed_level
@@ -42,6 +45,7 @@ ELEMENTS = (
     "emphasis",
     "phoneme",
     "mark",
+    "lexicon",
     "audio",
 )
 """The table above."""
@@ -74,11 +78,22 @@ class SsmlDocument:
     """One SSML document, fed in fragments (any split), read into parts as it arrives."""
 
     def __init__(
-        self, field_name: str, speed: int, ignore_unknown: bool = False, origin: Origin = START
+        self,
+        field_name: str,
+        speed: int,
+        ignore_unknown: bool = False,
+        origin: Origin = START,
+        lexicons: LexiconLibrary | None = None,
     ) -> None:
         """`field_name`: what errors name (`text`, `input`); `speed`: the stream's level;
-        `origin`: where the document starts in everything the caller sent (spans, errors)."""
+        `origin`: where the document starts in everything the caller sent (spans, errors);
+        `lexicons`: the server's, which `<lexicon uri>` may name."""
         self._field = field_name
+        self._library = lexicons or LexiconLibrary()
+        self._lexicons: tuple[Lexicon, ...] = ()
+        """The lexicons the document named: read with all of its text."""
+        self._begun = False
+        """Text or an element other than `<lexicon>` came in `<speak>`: no `<lexicon>` now."""
         self._speed = speed
         self._ignore_unknown = ignore_unknown
         self._reader = SafeXmlReader(self, field_name, origin)
@@ -125,6 +140,7 @@ class SsmlDocument:
         except ValueError as exc:
             raise ssml_error(self._field, at, f"<{name}> {exc}") from None
         self._frames.append(frame)
+        self._begun = self._begun or name not in ("speak", "lexicon")
 
     def end(self, name: str, at: Position) -> None:
         frame = self._frames.pop()
@@ -147,7 +163,8 @@ class SsmlDocument:
                     f"<{self._held.frame.name}> holds over {MAX_HELD_CHARS} characters",
                 )
             return
-        if self._frames:
+        if self._frames and self._frames[-1].name != "lexicon":  # <lexicon> says nothing
+            self._begun = self._begun or not text.text.isspace()
             self._chinese = self._chinese or bool(CJK.search(text.text))
             self._speak(text.map_chars(lambda c: " " if c.isspace() else c), self._frames[-1])
 
@@ -186,6 +203,8 @@ class SsmlDocument:
             if not 1 <= len(mark) <= MAX_MARK_NAME_CHARS:
                 raise ValueError(f"needs a name of 1 to {MAX_MARK_NAME_CHARS} characters")
             self._parts.append(MarkPart(mark))
+        elif name == "lexicon":
+            self._name_lexicon(attrs)
         elif name == "audio":
             raise ValueError("is not supported: this server inserts no audio (send the words)")
         elif name not in ("emphasis", "phoneme") and not self._ignore_unknown:
@@ -194,6 +213,20 @@ class SsmlDocument:
                 "set ssml_ignore_unknown_elements to read its text"
             )
         return frame
+
+    def _name_lexicon(self, attrs: dict[str, str]) -> None:
+        """`<lexicon uri="NAME"/>`: the server lexicon NAME is read for the whole document."""
+        if len(self._frames) != 1 or self._begun:
+            raise ValueError(
+                "must come first in <speak>, before any text or other element (SSML 1.1)"
+            )
+        name = attrs.get("uri", "").strip()
+        if not name:
+            raise ValueError("needs a uri attribute: the name of a server lexicon")
+        lexicon = self._library.get(name)
+        if lexicon is None:
+            raise ValueError(f'uri="{name[:64]}" names no lexicon ({self._library.known()})')
+        self._lexicons += (lexicon,)
 
     def _read_held(self, held: _Held) -> Traced:
         """A say-as rendered, or a sub's alias, traced to the element's text as a whole."""
@@ -213,7 +246,7 @@ class SsmlDocument:
     def _speak(self, text: Traced, frame: _Frame) -> None:
         if text:
             speed = speed_level(frame.level)
-            self._parts.append(SpokenText(text, speed, frame.lang))
+            self._parts.append(SpokenText(text, speed, frame.lang, self._lexicons))
 
 
 def parse_ssml(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from ..lexicon import Lexicon
 from ..script import Language
 from ..spans import Traced
 
@@ -25,6 +26,8 @@ class SpokenText:
     lang: Language | None = None
     """The `xml:lang` hint of the enclosing `<speak>` or `<lang>` (None: none, or a language
     ChatTTS does not speak); say-as renders in it."""
+    lexicons: tuple[Lexicon, ...] = ()
+    """The document's own lexicons (`<lexicon uri>`), read after the stream's."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ class SpeechItem:
 
     text: Traced
     speed: int
+    lexicons: tuple[Lexicon, ...] = ()
+    """The lexicons its document named (`<lexicon uri>`), read after the stream's."""
 
 
 Item: TypeAlias = SpeechItem | Break | MarkPart

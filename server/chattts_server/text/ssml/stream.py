@@ -6,9 +6,10 @@
     text.end()                                     # InvalidRequestError: <speak> is not closed
 
 The document's text is released at sentence ends (punctuation, `<s>`, `<p>`), on flush and
-after the policy's `idle_ms`, and cut to the duration budget; a `<break>`, a `<mark>` and a
-change of `<prosody rate>` each end the text before them, so a silence or a mark always falls
-between utterances and an utterance has one speed. The policy's clause and word-count rules do
+after the policy's `idle_ms`, and cut to the duration budget; a `<break>`, a `<mark>`, a
+change of `<prosody rate>` and a new document naming other lexicons each end the text before
+them, so a silence or a mark always falls between utterances and an utterance has one speed
+and one set of lexicons (`SpeechItem.lexicons`, read by api/ssml_text.py). The policy's clause and word-count rules do
 not apply: where they cut depends on how the document was split. Cuts come only from the document (tags are read
 when whole, a `<say-as>` or `<sub>` when closed), so a document sent in any pieces speaks the
 same words, silences and marks, in the same order, as the document sent whole.
@@ -24,6 +25,8 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from ..lexicon import Lexicon
+from ..lexicon_library import LexiconLibrary
 from ..release import ReleasePolicy, TextReleaser
 from ..spans import Traced
 from .document import Origin
@@ -37,8 +40,13 @@ class SsmlStream:
     """Fragments of one SSML document in, `Item`s out; no clock, like `StreamText`."""
 
     def __init__(
-        self, policy: ReleasePolicy, field_name: str = "text", ignore_unknown: bool = False
+        self,
+        policy: ReleasePolicy,
+        field_name: str = "text",
+        ignore_unknown: bool = False,
+        lexicons: LexiconLibrary | None = None,
     ) -> None:
+        """`lexicons`: the server's, which a document's `<lexicon uri>` may name."""
         # Sentence ends, flush and idle only: the clause and word-count rules cut inside a
         # sentence where its words happen to stand when a fragment arrives, and the normalizer
         # reads each piece on its own ("I-405" | "NB." is not "I four oh five northbound").
@@ -46,6 +54,9 @@ class SsmlStream:
         self.policy = policy
         self._field = field_name
         self._ignore_unknown = ignore_unknown
+        self._library = lexicons
+        self._lexicons: tuple[Lexicon, ...] = ()
+        """The lexicons the buffered text's document named."""
         self._sent = ""
         """Everything the caller sent: where each document starts (offset, line, column)."""
         self._document = self._new_document(0)
@@ -55,7 +66,9 @@ class SsmlStream:
         """A document starting at `at` of the caller's text."""
         line_start = self._sent.rfind("\n", 0, at) + 1
         origin = Origin(at, self._sent.count("\n", 0, at) + 1, at - line_start + 1)
-        return SsmlDocument(self._field, self.policy.speed, self._ignore_unknown, origin)
+        return SsmlDocument(
+            self._field, self.policy.speed, self._ignore_unknown, origin, self._library
+        )
 
     @property
     def speed(self) -> int:
@@ -103,9 +116,10 @@ class SsmlStream:
         out: list[Item] = []
         for part in parts:
             if isinstance(part, SpokenText):
-                if part.speed != self.speed:
-                    out += self.flush()
+                if part.speed != self.speed or part.lexicons != self._lexicons:
+                    out += self.flush()  # an utterance has one speed and one document's lexicons
                     self._releaser.policy = replace(self._releaser.policy, speed=part.speed)
+                    self._lexicons = part.lexicons
                 out += self._speech(self._releaser.feed_traced(part.text))
             else:  # a break or a mark: the text before it is spoken first
                 out += self.flush()
@@ -113,7 +127,11 @@ class SsmlStream:
         return out
 
     def _speech(self, utterances: list[Traced]) -> list[Item]:
-        return [SpeechItem(u, self.speed) for u in utterances if _HAS_WORD.search(u.text)]
+        return [
+            SpeechItem(u, self.speed, self._lexicons)
+            for u in utterances
+            if _HAS_WORD.search(u.text)
+        ]
 
 
 def ssml_items(
@@ -122,11 +140,12 @@ def ssml_items(
     speed: int,
     ignore_unknown: bool = False,
     field_name: str = "text",
+    lexicons: LexiconLibrary | None = None,
 ) -> list[Item]:
     """A whole document (Synthesize, POST) as items: utterances cut at sentence ends and, where
     too long for `max_s`, at clause boundaries."""
     policy = ReleasePolicy(
         clause_min_words=0, max_words=0, first_words=0, max_segment_s=max_s, speed=speed
     )
-    stream = SsmlStream(policy, field_name, ignore_unknown)
+    stream = SsmlStream(policy, field_name, ignore_unknown, lexicons)
     return stream.feed(document) + stream.end()
