@@ -30,7 +30,7 @@ from chattts_client.messages import (
     parse_encoding,
     parse_voice,
 )
-from chattts_client.options import ClientOptions, PathOrBytes, SynthesisOptions
+from chattts_client.options import ClientOptions, PathOrBytes, SynthesisOptions, lexicon_value
 from chattts_client.push_stream import PushStream
 from chattts_client.subtitles import Cue, cues, to_srt, to_webvtt, write_subtitles
 from chattts_client.timeline import Timeline
@@ -68,6 +68,7 @@ __all__ = [
     "WordTimingsEvent",
     "cues",
     "event_from_pb",
+    "lexicon_value",
     "make_config",
     "parse_encoding",
     "parse_voice",
