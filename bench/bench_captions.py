@@ -1,4 +1,4 @@
-"""Live captions read aloud: time to first audio for words without punctuation.
+"""Live captions read aloud: time to first audio, and whether speech keeps up with the captions.
 
 The caption pattern of issue 11: N ASR words with no punctuation, one every `--interval-ms`,
 through StreamingSynthesize on one stream, the client half-closing only after the last word.
@@ -6,16 +6,34 @@ Measured from the first word leaving the client:
   - time to first audio (the target is 1.5 s on the tiny model),
   - how many utterances ended, and how much audio arrived, while the stream was still open,
   - when the last audio arrived after the half-close.
+This mode prints its figures and writes nothing.
+
+With `--feed-rate R`: captions that arrive faster than the voice speaks them. The bench first
+measures the voice's rate on this server (words of released utterances per second of their
+audio, from a calibration stream fed the run's first `--calibration-words` words at once), then
+feeds caption words (no punctuation, one message per word, evenly spaced) at R x that rate for
+`--duration-s`, once without `SynthesisConfig.max_lag_s` and once with `--max-lag-s`, each on a
+fresh stream. The client plays the audio in real time on a playout clock (the first chunk starts
+playback, each chunk plays once the one before it has ended; nothing sleeps), and records per
+utterance the lag it hears (the playout time of the utterance's first sample minus the send
+time of its first word, found from UtteranceEnd.source_start) beside the server's
+UtteranceEnd.lag_s, speed and finish_reason. Writes bench/results/captions_lag.png (lag over
+the run, both runs, the soft and hard limits drawn) and bench/results/captions.md, or
+`--out-dir`. The load average (1, 5, 15 min) is printed beside every figure.
 
 The server is `chattts-server` (a subprocess, tiny random-weight dev model unless --model-dir or
 --target), talked to with the generated stubs over loopback. Random weights: the model speaks no
-words, but time to first audio does not depend on weight values. Prints its figures; writes
-nothing.
+words, so an utterance's length is set by sampling (between --min-new-tokens and
+--max-new-tokens audio tokens), not by its text or its speed level; time to first audio does
+not depend on weight values.
 
 Usage: python bench/bench_captions.py [--words 60] [--interval-ms 150] [--runs 3]
        [--first-words 4] [--max-words 20] [--idle-ms 600] [--max-new-tokens 200]
        [--target HOST:PORT | --dev-model tiny|full | --model-dir DIR] [--device cpu|cuda]
-       python bench/bench_captions.py --smoke
+       python bench/bench_captions.py --feed-rate 1.3 [--duration-s 180] [--max-lag-s 4]
+       [--hard-lag-s S] [--catch-up-max-speed N] [--max-words 8] [--min-new-tokens 100]
+       [--max-new-tokens 200] [--calibration-words 120] [--out-dir DIR]
+       python bench/bench_captions.py --smoke   # both modes, a few seconds each; writes nothing
 """
 
 from __future__ import annotations
@@ -35,13 +53,15 @@ import grpc  # noqa: E402
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc  # noqa: E402
 
-CAPTION_TEXT = (
-    "so what we are seeing here is that the traffic on the ring road is building up again "
-    "and if you are heading into the city this evening you should expect delays of around "
-    "twenty minutes near the bridge where the right lane is still closed for repairs so "
-    "consider taking the northern route instead"
+sys.path.insert(0, str(REPO / "bench"))
+from _caption_feed import (  # noqa: E402
+    FeedResult,
+    measure_feed,
+    plot_feed,
+    report_feed,
+    words,
+    write_feed_md,
 )
-CAPTION = CAPTION_TEXT.split()
 
 
 @dataclass
@@ -51,10 +71,6 @@ class Run:
     audio_s_while_open: float = 0.0
     last_audio_after_close_s: float = 0.0
     texts: list[str] = field(default_factory=list)
-
-
-def words(count: int) -> list[str]:
-    return [CAPTION[i % len(CAPTION)] for i in range(count)]
 
 
 async def one_run(stub: tts_pb2_grpc.TextToSpeechStub, args: argparse.Namespace) -> Run:
@@ -127,35 +143,91 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
         print("RESULT: no audio")
 
 
+# --- --feed-rate: captions faster than the voice -------------------------------------------
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--words", type=int, default=60)
     parser.add_argument("--interval-ms", type=int, default=150)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--first-words", type=int, default=4)
-    parser.add_argument("--max-words", type=int, default=20)
+    parser.add_argument(
+        "--max-words", type=int, help="release policy's max_words (default 20; 8 with --feed-rate)"
+    )
     parser.add_argument("--idle-ms", type=int, default=600)
     parser.add_argument(
         "--max-new-tokens", type=int, default=200, help="audio tokens per utterance at most"
     )
     parser.add_argument("--timeout-s", type=float, default=600.0)
+    parser.add_argument(
+        "--feed-rate",
+        type=float,
+        help="feed captions this many times faster than the voice speaks (the lag mode)",
+    )
+    parser.add_argument("--duration-s", type=float, default=180.0, help="--feed-rate: feed time")
+    parser.add_argument(
+        "--max-lag-s", type=float, default=4.0, help="--feed-rate: max_lag_s of the second run"
+    )
+    parser.add_argument("--hard-lag-s", type=float, help="--feed-rate: hard_lag_s (unset: 2x)")
+    parser.add_argument("--catch-up-max-speed", type=int, help="--feed-rate: catch_up_max_speed")
+    parser.add_argument(
+        "--min-new-tokens",
+        type=int,
+        default=100,
+        help="--feed-rate: audio tokens per utterance at least (random weights sample EOS "
+        "anywhere: this keeps the voice's rate steady)",
+    )
+    parser.add_argument(
+        "--calibration-words", type=int, default=120, help="--feed-rate: words measuring the voice"
+    )
+    parser.add_argument(
+        "--out-dir", type=Path, default=REPO / "bench" / "results", help="--feed-rate: results"
+    )
     parser.add_argument("--target", help="an already running server; else one is started")
     parser.add_argument("--dev-model", default="tiny", help="random-weight model: tiny or full")
     parser.add_argument("--model-dir", help="real weights instead of a dev model")
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
-        "--smoke", action="store_true", help="12 words, one run: checks the script works"
+        "--smoke",
+        action="store_true",
+        help="12 words, one run, then a 3 s feed at 1.3x: checks both modes work; writes nothing",
     )
     args = parser.parse_args()
+    feed: argparse.Namespace | None = None
+    if args.feed_rate is not None or args.smoke:
+        feed = argparse.Namespace(**vars(args))
+        feed.max_words = 8 if args.max_words is None else args.max_words
+        if args.smoke:
+            feed.feed_rate, feed.duration_s, feed.calibration_words = 1.3, 3.0, 16
+            feed.max_words, feed.min_new_tokens, feed.max_new_tokens = 4, 20, 30
+            feed.max_lag_s = 1.0
+        if not 0.5 <= feed.max_lag_s <= 600:
+            parser.error("--max-lag-s must be in [0.5, 600]")
+    if args.max_words is None:
+        args.max_words = 20
     if args.smoke:
         args.words, args.runs, args.max_new_tokens = 12, 1, 30
 
     from chattts_devtools.launcher import bench_server
 
+    runs: list[Run] = []
+    result: FeedResult | None = None
     with bench_server(args) as target:
-        runs = asyncio.run(measure(target, args))
-    report(args, runs)
-    if not any(r.ttfa_s is not None for r in runs):
+        if args.feed_rate is None:
+            runs = asyncio.run(measure(target, args))
+            report(args, runs)
+        if feed is not None:
+            result = asyncio.run(measure_feed(target, feed))
+    if feed is not None and result is not None:
+        report_feed(feed, result)
+        if not args.smoke:
+            feed.out_dir.mkdir(parents=True, exist_ok=True)
+            png = feed.out_dir / "captions_lag.png"
+            plot_feed(feed, result, png)
+            write_feed_md(feed, result, feed.out_dir / "captions.md", png)
+            print(f"wrote {png} and {feed.out_dir / 'captions.md'}")
+    if args.feed_rate is None and not any(r.ttfa_s is not None for r in runs):
         sys.exit(1)
 
 

@@ -36,6 +36,19 @@ SMOKE_SAYS = {
     "bench_pipecat_turns.py": r"^RESULT: turn end after last audio median \d+\.\d ms",
     # Prompts' first audio idle and under the caption backlog, and what the backlog lost.
     "bench_priority.py": r"^RESULT: prompts' first-audio p95 loaded / idle = \d+\.\d+ .*lost",
+    # Time to first audio, then captions fed faster than the voice, without and with max_lag_s.
+    "bench_captions.py": (
+        r"^RESULT: time to first audio median \d+\.\d+ s(?s:.*)"
+        r"^RESULT: feed 1\.3x the voice for 3 s: heard lag at the end \d+\.\d s without "
+        r"max_lag_s, \d+\.\d s with 1 s"
+    ),
+    # Every prompt of the route ends with one SegmentEnd; some audio came.
+    "bench_navigation.py": (
+        r"^RESULT: 10 prompts: \d+ late, \d+ replaced, \d+ cut, \d+ expired, \d+ not spoken, "
+        r"0 without SegmentEnd; first audio p50 \d+\.\d+ s"
+    ),
+    # Matching cost per utterance at the largest lexicon against a small one.
+    "bench_lexicon.py": r"^RESULT: \d+ / \d+ lexemes = \d+\.\d+x per utterance$",
 }
 
 
