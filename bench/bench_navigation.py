@@ -226,6 +226,8 @@ async def navigate(stub: tts_pb2_grpc.TextToSpeechStub, args: argparse.Namespace
             min_new_tokens=args.prompt_min_new_tokens,
         ),
     )
+    if args.pace_lead_s > 0:
+        config.pace_lead_s = args.pace_lead_s
     starts: list[int] = []  # span start of each prompt sent, in send order (ascending)
     first_chunk: dict[int, float] = {}  # utterance_index -> arrival of its first chunk
     heard: dict[int, tuple[float, float]] = {}  # utterance_index -> playout [start, end)
@@ -434,7 +436,12 @@ def report(args: argparse.Namespace, run: NavRun, bulk: list[BulkStream]) -> str
         f"{args.prompt_min_new_tokens}-{args.prompt_max_new_tokens} audio tokens each) on one "
         f"stream, beside {args.bulk} caption streams (PRIORITY_BULK, a word every "
         f"{args.word_interval_ms} ms, up to {args.bulk_max_new_tokens} tokens an utterance) on "
-        f"--max-streams {args.bulk + args.reserved} --reserved-slots {args.reserved}"
+        f"--max-streams {args.bulk + args.reserved} --reserved-slots {args.reserved}; "
+        + (
+            f"the route's stream paced {args.pace_lead_s:g} s ahead of real time (pace_lead_s)"
+            if args.pace_lead_s > 0
+            else "the route's stream unpaced (audio sent as fast as it is made)"
+        )
     )
     print(setup)
     width = [max(len(c) for c in column) for column in zip(HEADER, *rows, strict=True)]
@@ -510,6 +517,12 @@ def main() -> None:
     parser.add_argument("--reserved", type=int, default=1, help="--reserved-slots")
     parser.add_argument(
         "--word-interval-ms", type=int, default=30, help="caption streams' pace (30: ~10x voice)"
+    )
+    parser.add_argument(
+        "--pace-lead-s",
+        type=float,
+        default=0.5,
+        help="the route stream's SynthesisConfig.pace_lead_s (0: unpaced)",
     )
     parser.add_argument("--bulk-max-new-tokens", type=int, default=200)
     parser.add_argument("--prompt-max-new-tokens", type=int, default=100)

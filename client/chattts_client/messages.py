@@ -372,6 +372,7 @@ def make_config(
     word_timing: bool = False,
     max_lag_s: float | None = None,
     hard_lag_s: float | None = None,
+    pace_lead_s: float | None = None,
 ) -> tts_pb2.SynthesisConfig:
     """Build a SynthesisConfig; None leaves a field unset (the server's default).
 
@@ -380,7 +381,9 @@ def make_config(
     file's bytes) with its `reference_transcript` asks for a zero-shot voice instead of `voice`.
     `word_timing` asks for a `WordTimingsEvent` per utterance (captions, what was heard).
     `max_lag_s` keeps a caption stream's lag bounded: over it utterances are sped up, over
-    `hard_lag_s` (default twice it) skipped.
+    `hard_lag_s` (default twice it) skipped. `pace_lead_s` has the server send audio at most
+    that far ahead of real-time playback (navigation: a CUT replace then finds the prompt
+    still speaking).
     """
     config = tts_pb2.SynthesisConfig()
     if voice is not None and reference_audio is not None:
@@ -402,6 +405,8 @@ def make_config(
         config.max_lag_s = max_lag_s
     if hard_lag_s is not None:
         config.hard_lag_s = hard_lag_s
+    if pace_lead_s is not None:
+        config.pace_lead_s = pace_lead_s
     sampling = config.sampling
     for name, value in (
         ("temperature", temperature),

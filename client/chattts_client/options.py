@@ -105,6 +105,7 @@ class SynthesisOptions:
     lexicons: tuple[str, ...] = ()
     max_lag_s: float | None = None
     hard_lag_s: float | None = None
+    pace_lead_s: float | None = None
 
     def __post_init__(self) -> None:
         self.to_config()  # parse errors (voice, encoding, voice with reference) fail here

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -240,6 +241,61 @@ def test_segment_outcomes_are_counted_in_the_metrics(server):
     assert count("replaced") + count("cut") - before["replaced"] - before["cut"] == 1
 
 
+def test_a_paced_stream_runs_no_further_ahead_of_the_listener_than_its_lead(server):
+    """pace_lead_s 0.3: a 2 s utterance arrives over about 1.7 s, never more than the lead
+    (plus a chunk and scheduling slack) ahead of a listener who started at its first chunk."""
+    config = _config(96, pace_lead_s=0.3)
+    arrivals: list[tuple[float, float]] = []  # (arrival, audio seconds before the chunk)
+    requests = [
+        tts_pb2.StreamingSynthesizeRequest(config=config),
+        tts_pb2.StreamingSynthesizeRequest(
+            text=tts_pb2.TextInput(text="In 300 m, turn left onto Main Street.", flush=True)
+        ),
+    ]
+    sent_s = 0.0
+    with grpc.insecure_channel(server.target) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        for r in stub.StreamingSynthesize(iter(requests), timeout=WAIT_S, metadata=AUTH):
+            if r.HasField("audio"):
+                arrivals.append((time.monotonic(), sent_s))
+                sent_s += r.audio.num_samples / 24000
+    first = arrivals[0][0]
+    chunk_s = 4 * 512 / 24000
+    assert sent_s > 1.9
+    assert all(before - (at - first) <= 0.3 + chunk_s + 0.25 for at, before in arrivals)
+    assert arrivals[-1][0] - first >= sent_s - 0.3 - 2 * chunk_s
+
+
+def test_with_pacing_a_cut_finds_the_prompt_the_listener_is_hearing(server):
+    """Paced, a prompt's audio is not all sent while it is heard: a CUT half a second into it
+    stops it, where an unpaced server may have sent it all already."""
+    heard = threading.Event()
+
+    def requests() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
+        yield tts_pb2.StreamingSynthesizeRequest(config=_config(96, pace_lead_s=0.3))
+        yield tts_pb2.StreamingSynthesizeRequest(
+            text=tts_pb2.TextInput(text="In 300 m, turn left.", segment="p", flush=True)
+        )
+        assert heard.wait(WAIT_S)
+        time.sleep(0.5)
+        yield tts_pb2.StreamingSynthesizeRequest(
+            text=tts_pb2.TextInput(text="Turn left now.", replace="p", if_started=tts_pb2.CUT)
+        )
+
+    replies = []
+    with grpc.insecure_channel(server.target) as channel:
+        stub = tts_pb2_grpc.TextToSpeechStub(channel)
+        for r in stub.StreamingSynthesize(requests(), timeout=WAIT_S, metadata=AUTH):
+            replies.append(r)
+            if r.HasField("audio"):
+                heard.set()
+    _check_timeline(replies)
+    assert _segment_ends(replies) == [("p", 0, "SEGMENT_CUT"), ("p", 1, "SEGMENT_SPOKEN")]
+    old, new = _ends(replies)
+    assert old.finish_reason == "cut" and 0 < old.num_samples < 96 * 512 * 0.8
+    assert new.num_tokens == 96
+
+
 @pytest.mark.parametrize(
     ("text_input", "field"),
     [
@@ -275,6 +331,8 @@ def test_naming_an_unfinished_segment_again_is_invalid_argument(server):
         ({"max_lag_s": 3.0, "hard_lag_s": 2.0}, "config.hard_lag_s"),
         ({"hard_lag_s": 2.0}, "config.hard_lag_s"),
         ({"max_lag_s": 3.0, "catch_up_max_speed": 10}, "config.catch_up_max_speed"),
+        ({"pace_lead_s": 0.0}, "config.pace_lead_s"),
+        ({"pace_lead_s": 100.0}, "config.pace_lead_s"),
     ],
 )
 def test_bad_lag_limits_are_invalid_argument_naming_them(server, fields, field):

@@ -16,6 +16,9 @@ the audio being sent and the end of the audio sent before it. A server faster th
 sends audio ahead of the listener; the lag still counts what the listener has yet to hear.
 Utterances of a named segment (navigation prompts) are never sped up or skipped: they have
 their own expiry.
+
+The same clock paces a stream that asks (`pace_lead_s`): its audio is sent at most that far
+ahead of the listener, so what the server calls started is what the listener is hearing.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ DEFAULT_MAX_SPEED = 8
 """The fastest level catching up uses unless the stream says (speed_9 sounds rushed)."""
 MIN_LAG_S = 0.5
 MAX_LAG_S = 600.0
+MIN_PACE_LEAD_S = 0.1
+MAX_PACE_LEAD_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -64,3 +69,7 @@ class PlayoutClock:
     def sent(self, duration_s: float, now: float) -> None:
         """`duration_s` of audio was sent at `now`."""
         self._ends_at = self.heard_at(now) + duration_s
+
+    def ahead_s(self, now: float) -> float:
+        """How far the audio sent so far runs ahead of the listener at `now`."""
+        return 0.0 if self._ends_at is None else max(0.0, self._ends_at - now)

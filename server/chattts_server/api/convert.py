@@ -31,7 +31,14 @@ from ..text.duration import max_segment_s
 from ..text.lexicon import Lexicons
 from ..text.lexicon_library import LexiconLibrary
 from ..text.release import ReleasePolicy
-from .catch_up import DEFAULT_MAX_SPEED, MAX_LAG_S, MIN_LAG_S, LagLimits
+from .catch_up import (
+    DEFAULT_MAX_SPEED,
+    MAX_LAG_S,
+    MAX_PACE_LEAD_S,
+    MIN_LAG_S,
+    MIN_PACE_LEAD_S,
+    LagLimits,
+)
 from .lexicons import stream_lexicons
 from .voices import VoiceLibrary, decode_speaker_embedding
 
@@ -91,6 +98,8 @@ class StreamSettings:
     """The server's lexicons by name, for an SSML document's `<lexicon uri>`."""
     lag_limits: LagLimits | None = None
     """Captions that keep up (max_lag_s): when to speed up and skip; None: no limit."""
+    pace_lead_s: float | None = None
+    """Send audio at most this far ahead of a real-time listener; None: as fast as made."""
 
 
 @dataclass(frozen=True)
@@ -140,7 +149,20 @@ class Validator:
             lexicons=stream_lexicons(config.lexicons, self.server_lexicons, f"{prefix}.lexicons"),
             server_lexicons=self.server_lexicons,
             lag_limits=self._lag_limits(config, prefix),
+            pace_lead_s=self._pace_lead_s(config, prefix),
         )
+
+    @staticmethod
+    def _pace_lead_s(config: tts_pb2.SynthesisConfig, prefix: str) -> float | None:
+        if not config.HasField("pace_lead_s"):
+            return None
+        lead = config.pace_lead_s
+        if not (math.isfinite(lead) and MIN_PACE_LEAD_S <= lead <= MAX_PACE_LEAD_S):
+            raise InvalidRequestError(
+                f"{prefix}.pace_lead_s",
+                f"must be {MIN_PACE_LEAD_S:g} to {MAX_PACE_LEAD_S:g} s, got {lead:g}",
+            )
+        return lead
 
     @staticmethod
     def _lag_limits(config: tts_pb2.SynthesisConfig, prefix: str) -> LagLimits | None:

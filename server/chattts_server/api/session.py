@@ -22,6 +22,7 @@ HTTP codecs) hold up to one frame (20 ms) across an utterance's end, sent with w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 import uuid
@@ -262,6 +263,8 @@ class Session:
                     if interrupted.is_set():
                         break  # stopped while this chunk was on its way: it is not sent
                     chunk = event.pcm
+                    if not await self._paced(interrupted):
+                        break  # stopped while waiting for the listener: not sent
                     if lag_s is None:  # the first chunk
                         if segment is not None and segment.state is State.TAKEN:
                             if segment.expired():
@@ -317,6 +320,18 @@ class Session:
         if lag_s is None:  # no audio: its lag is the wait until now
             lag_s = self.playout.heard_at(time.monotonic()) - (item.received_at or started)
         yield self._ended(index, item, cleared, start_offset, lag_s)
+
+    async def _paced(self, interrupted: asyncio.Event) -> bool:
+        """Wait until the audio sent so far runs at most `pace_lead_s` ahead of a real-time
+        listener (no wait without it); False if the utterance was stopped meanwhile. The
+        engine pauses the request once its output buffer is full, as for a slow reader."""
+        lead = self.settings.pace_lead_s
+        if lead is not None:
+            wait_s = self.playout.ahead_s(time.monotonic()) - lead
+            if wait_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(interrupted.wait(), wait_s)
+        return not interrupted.is_set()
 
     def _expire(self, segment: Segment | None) -> None:
         """The utterance's segment could not start in time: no audio of it is sent."""

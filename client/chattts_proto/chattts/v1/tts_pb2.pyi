@@ -162,7 +162,7 @@ class Chunking(_message.Message):
     def __init__(self, first_chunk_tokens: _Optional[int] = ..., max_chunk_tokens: _Optional[int] = ..., lookahead_tokens: _Optional[int] = ...) -> None: ...
 
 class SynthesisConfig(_message.Message):
-    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release", "text_format", "chunking", "word_timing", "priority", "ssml_ignore_unknown_elements", "lexicons", "max_lag_s", "hard_lag_s", "catch_up_max_speed")
+    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release", "text_format", "chunking", "word_timing", "priority", "ssml_ignore_unknown_elements", "lexicons", "max_lag_s", "hard_lag_s", "catch_up_max_speed", "pace_lead_s")
     VOICE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     PROSODY_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +177,7 @@ class SynthesisConfig(_message.Message):
     MAX_LAG_S_FIELD_NUMBER: _ClassVar[int]
     HARD_LAG_S_FIELD_NUMBER: _ClassVar[int]
     CATCH_UP_MAX_SPEED_FIELD_NUMBER: _ClassVar[int]
+    PACE_LEAD_S_FIELD_NUMBER: _ClassVar[int]
     voice: Voice
     audio_format: AudioFormat
     prosody: Prosody
@@ -191,7 +192,8 @@ class SynthesisConfig(_message.Message):
     max_lag_s: float
     hard_lag_s: float
     catch_up_max_speed: int
-    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ..., text_format: _Optional[_Union[TextFormat, str]] = ..., chunking: _Optional[_Union[Chunking, _Mapping]] = ..., word_timing: bool = ..., priority: _Optional[_Union[Priority, str]] = ..., ssml_ignore_unknown_elements: bool = ..., lexicons: _Optional[_Iterable[str]] = ..., max_lag_s: _Optional[float] = ..., hard_lag_s: _Optional[float] = ..., catch_up_max_speed: _Optional[int] = ...) -> None: ...
+    pace_lead_s: float
+    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ..., text_format: _Optional[_Union[TextFormat, str]] = ..., chunking: _Optional[_Union[Chunking, _Mapping]] = ..., word_timing: bool = ..., priority: _Optional[_Union[Priority, str]] = ..., ssml_ignore_unknown_elements: bool = ..., lexicons: _Optional[_Iterable[str]] = ..., max_lag_s: _Optional[float] = ..., hard_lag_s: _Optional[float] = ..., catch_up_max_speed: _Optional[int] = ..., pace_lead_s: _Optional[float] = ...) -> None: ...
 
 class TextInput(_message.Message):
     __slots__ = ("text", "flush", "clear", "mark", "segment", "replace", "if_started", "expires_in_ms")
