@@ -44,3 +44,11 @@ def test_the_playout_clock_queues_audio_sent_ahead_and_forgives_gaps() -> None:
     clock.sent(1.0, 11.0)  # queued behind: heard 13..14
     assert clock.heard_at(11.5) == pytest.approx(14.0)
     assert clock.heard_at(20.0) == 20.0  # an idle gap is a gap, not a debt
+
+
+def test_the_playout_clock_says_how_far_the_audio_sent_runs_ahead() -> None:
+    clock = PlayoutClock()
+    assert clock.ahead_s(5.0) == 0.0
+    clock.sent(2.0, 5.0)
+    assert clock.ahead_s(5.5) == pytest.approx(1.5)
+    assert clock.ahead_s(8.0) == 0.0
