@@ -7,7 +7,7 @@ import math
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
@@ -185,6 +185,8 @@ def test_speech_bodies_give_settings_or_a_field_error(body):
 
 @settings(max_examples=300, deadline=None)
 @given(config=config_objects)
+@example(config={"text_format": math.inf})  # int(inf) in protobuf's parser: OverflowError
+@example(config={"priority": -math.inf, "max_lag_s": math.nan})
 def test_websocket_configs_give_settings_or_a_field_error(config):
     from chattts_server.api.client_json import check_json
     from chattts_server.api.http.websocket import ws_settings

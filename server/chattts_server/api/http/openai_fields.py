@@ -112,6 +112,10 @@ def synthesis_config(value: Any, field_name: str) -> tts_pb2.SynthesisConfig:
         json_format.ParseDict(value, config)
     except json_format.ParseError as exc:
         raise InvalidRequestError(field_name, str(exc)[:300]) from None
+    except (OverflowError, ValueError, TypeError) as exc:
+        # protobuf's parser lets these through for some values: an enum given as Infinity
+        # (JSON allows it; int(inf) overflows) is not a ParseError.
+        raise InvalidRequestError(field_name, f"holds a value out of range: {exc}"[:300]) from None
     return config
 
 
