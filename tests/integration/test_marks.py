@@ -4,19 +4,13 @@ their place on the timeline and the caller's own text; bad mark names named in t
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
 import grpc
 import pytest
 
 from chattts_proto.chattts.v1 import tts_pb2
-from httputil import TOKEN, http_server
+from httputil import http_server
 from serverutil import bad_request_field
-from streaming_calls import barged_in, streamed, websocket_messages
+from streaming_calls import barged_in, grpcurl_streamed, streamed, websocket_messages
 
 WAIT_S = 60.0
 
@@ -84,38 +78,12 @@ def test_a_bad_mark_name_is_invalid_argument_naming_text_mark(server):
     assert bad_request_field(err.value) == "text.mark"
 
 
-def _grpcurl() -> str:
-    beside_python = Path(sys.executable).parent / "grpcurl"
-    return str(beside_python) if beside_python.exists() else (shutil.which("grpcurl") or "grpcurl")
-
-
 def test_grpcurl_shows_the_mark_event(server):
     messages = [
         {"config": {"sampling": {"seed": 1, "minNewTokens": 4, "maxNewTokens": 4}}},
         {"text": {"text": "Hello from grpcurl", "mark": "said-hello"}},
     ]
-    done = subprocess.run(
-        [
-            _grpcurl(),
-            "-plaintext",
-            "-H",
-            f"authorization: Bearer {TOKEN}",
-            "-d",
-            "@",
-            server.target,
-            "chattts.v1.TextToSpeech/StreamingSynthesize",
-        ],
-        input="\n".join(json.dumps(m) for m in messages),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    replies = [
-        json.loads(block)
-        for block in done.stdout.replace("}\n{", "}\x00{").split("\x00")
-        if block.strip()
-    ]
+    replies = grpcurl_streamed(server.target, messages, 120)
     audio = [r["audio"] for r in replies if "audio" in r]
     (mark,) = [r["mark"] for r in replies if "mark" in r]
     assert mark["name"] == "said-hello"

@@ -13,9 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,9 +22,9 @@ import grpc
 import pytest
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from httputil import TOKEN, http_server
+from httputil import http_server
 from serverutil import bad_request_field
-from streaming_calls import AUTH, streamed, websocket_messages
+from streaming_calls import AUTH, grpcurl_streamed, streamed, websocket_messages
 
 WAIT_S = 60.0
 REPO = Path(__file__).resolve().parents[2]
@@ -372,11 +369,6 @@ def test_websocket_bad_if_started_is_refused_naming_it(server):
     assert errors and errors[0]["error"]["param"] == "if_started"
 
 
-def _grpcurl() -> str:
-    beside_python = Path(sys.executable).parent / "grpcurl"
-    return str(beside_python) if beside_python.exists() else (shutil.which("grpcurl") or "grpcurl")
-
-
 def _readme_example(name: str) -> list[dict]:
     """The JSON messages of the README's grpcurl example `name`, as a user pastes them."""
     readme = (REPO / "README.md").read_text()
@@ -390,31 +382,6 @@ def _readme_example(name: str) -> list[dict]:
     return [json.loads(line) for line in block.group(2).splitlines()]
 
 
-def _run_grpcurl(server, messages: list[dict]) -> list[dict]:
-    done = subprocess.run(
-        [
-            _grpcurl(),
-            "-plaintext",
-            "-H",
-            f"authorization: Bearer {TOKEN}",
-            "-d",
-            "@",
-            server.target,
-            "chattts.v1.TextToSpeech/StreamingSynthesize",
-        ],
-        input="\n".join(json.dumps(m) for m in messages),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    return [
-        json.loads(block)
-        for block in done.stdout.replace("}\n{", "}\x00{").split("\x00")
-        if block.strip()
-    ]
-
-
 def _short(messages: list[dict]) -> list[dict]:
     """The README's messages with short utterances (the tiny model says noise at any length)."""
     config = messages[0]["config"]
@@ -423,7 +390,7 @@ def _short(messages: list[dict]) -> list[dict]:
 
 
 def test_the_readme_navigation_example_runs_as_written(server):
-    replies = _run_grpcurl(server, _short(_readme_example("navigation")))
+    replies = grpcurl_streamed(server.target, _short(_readme_example("navigation")), 300)
     ends = [r["segment_end"] for r in replies if "segment_end" in r]
     outcomes = [(e["name"], e.get("revision", 0), e["outcome"]) for e in ends]
     # Sent together, the update nearly always lands before the prompt's first audio
@@ -441,7 +408,7 @@ def test_the_readme_navigation_example_runs_as_written(server):
 
 
 def test_the_readme_captions_example_runs_as_written(server):
-    replies = _run_grpcurl(server, _short(_readme_example("captions")))
+    replies = grpcurl_streamed(server.target, _short(_readme_example("captions")), 300)
     ends = [r["utterance_end"] for r in replies if "utterance_end" in r]
     assert all("lag_s" in e for e in ends[1:])
     reasons = [e["finish_reason"] for e in ends]
