@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from chattts_proto.chattts.v1 import tts_pb2
 
 from ..errors import InvalidRequestError
-from .stream_items import MAX_MARK_CHARS
+from .stream_items import check_mark_name
 
 MAX_EXPIRES_MS = 3_600_000
 """Longest `expires_in_ms` accepted (an hour)."""
@@ -124,12 +124,9 @@ class Segment:
 
 
 def check_segment_name(name: str, field_name: str) -> None:
-    if len(name) > MAX_MARK_CHARS:
-        raise InvalidRequestError(
-            field_name, f"is {len(name)} characters; the limit is {MAX_MARK_CHARS}"
-        )
-    if "\x00" in name:
-        raise InvalidRequestError(field_name, "must not contain NUL characters")
+    """A segment name follows a mark name's rules (1 to 256 characters, no NUL)."""
+    if (why := check_mark_name(name)) is not None:
+        raise InvalidRequestError(field_name, why)
 
 
 def check_expires_ms(expires_ms: int, field_name: str) -> None:
