@@ -449,16 +449,23 @@ class AsyncTTSClient(_ClientBase):
         )
         return [VoiceInfo(v.name, v.description) for v in response.voices]
 
-    async def explain(self, error: grpc.RpcError, timeout: float = 5.0) -> grpc.RpcError:
+    async def explain(
+        self,
+        error: grpc.RpcError,
+        *,
+        config: tts_pb2.SynthesisConfig | None = None,
+        timeout: float = 5.0,
+    ) -> grpc.RpcError:
         """The error a failed stream really ended with.
 
         When the server ends a streaming call while a request is being written (a refused
-        token, a full server), grpc.aio reports INTERNAL "Internal error from Core" in place of
-        the server's status (grpc/grpc#36066). Two cheap probes on the same channel and
-        credentials then show the real refusal: ListVoices (reachability, auth), and a stream of
-        the config alone (admission: it is admitted or refused like any stream, and ends at once
-        without synthesizing; its one write precedes any refusal). Any other error, or one the
-        probes do not reproduce, is returned as it is.
+        token, a bad config, a full server), grpc.aio reports INTERNAL "Internal error from
+        Core" in place of the server's status (grpc/grpc#36066). Two cheap probes on the same
+        channel and credentials then show the real refusal: ListVoices (reachability, auth),
+        and a stream of the failed call's `config` alone (validation and admission: it is
+        checked, then admitted or refused like any stream, and ends at once without
+        synthesizing; its one write precedes any refusal). Any other error, or one the probes
+        do not reproduce, is returned as it is.
         """
         if not (
             isinstance(error, grpc.aio.AioRpcError)
@@ -468,7 +475,7 @@ class AsyncTTSClient(_ClientBase):
             return error
         try:
             await self.list_voices(timeout=timeout)
-            async for _ in self.stream([], timeout=timeout):
+            async for _ in self.stream([], config=config, timeout=timeout):
                 pass
         except grpc.RpcError as probe:
             return probe

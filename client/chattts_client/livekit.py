@@ -192,7 +192,9 @@ class ChunkedStream(tts.ChunkedStream):
                 elif isinstance(event, WordTimingsEvent):
                     _push_words(output_emitter, words.take(event))
         except grpc.RpcError as exc:
-            raise api_error(await owner._client().explain(exc), owner._target) from None
+            raise api_error(
+                await owner._client().explain(exc, config=owner._config), owner._target
+            ) from None
         finally:
             events.cancel()  # no-op once the call has ended; cancels it when we are cancelled
         # No flush here: the framework's end_input flushes and marks the last frame final (a
@@ -270,7 +272,9 @@ class SynthesizeStream(tts.SynthesizeStream):
                 elif isinstance(event, SegmentEndEvent):
                     self.segment_ends.append(event)
         except grpc.RpcError as exc:
-            raise api_error(await owner._client().explain(exc), owner._target) from None
+            raise api_error(
+                await owner._client().explain(exc, config=owner._config), owner._target
+            ) from None
         finally:
             stream.cancel()  # closed early (aclose, interruption): the server sees CANCELLED
             sender.cancel()

@@ -74,6 +74,7 @@ from chattts_client.messages import (
 )
 from chattts_client.options import DEFAULT_TARGET, ClientOptions, SynthesisOptions
 from chattts_client.push_stream import PushStream
+from chattts_proto.chattts.v1 import tts_pb2
 
 __all__ = ["ChatTTSSegmentFrame", "ChatTTSTTSService"]
 
@@ -220,9 +221,11 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         await self._close_stream(cancel=True)
         await self._client.close()
 
+    def _stream_config(self) -> tts_pb2.SynthesisConfig:
+        return self._synthesis.to_config(sample_rate_hz=self.sample_rate, word_timing=True)
+
     async def _open_stream(self) -> None:
-        config = self._synthesis.to_config(sample_rate_hz=self.sample_rate, word_timing=True)
-        stream = self._stream = self._client.open_stream(config=config)
+        stream = self._stream = self._client.open_stream(config=self._stream_config())
         self._words = CallerWords(lambda: stream.timeline.text)
         self._turns.clear()
         self._prompts.clear()
@@ -468,7 +471,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             await self.remove_audio_context(context_id)
 
     async def _failed(self, error: grpc.RpcError) -> None:
-        exc = await self._client.explain(error)
+        exc = await self._client.explain(error, config=self._stream_config())
         await self.push_error(error_msg=_describe(exc, self._options.target), exception=exc)
         # The next turn opens a new stream; the rest of this one is not retried token by token
         # (each would fail the same way against a server that is down).

@@ -198,26 +198,26 @@ def test_prompt_revised_on_the_stream(server):
 
 def test_lexicons_go_with_every_call(server):
     """`SynthesisOptions.lexicons` reach the server with every call: a lexicon name it does
-    not know fails the stream, and Synthesize with a final 400 naming the field. (A stream's
-    refusal may read as INTERNAL: grpc.aio reports one that crosses a write so, and
-    `AsyncTTSClient.explain` recovers refusals of the channel or of admission only.)"""
+    not know fails both the stream and Synthesize with a final 400 naming the field. (grpc.aio
+    may report a stream's refusal that crosses a write as INTERNAL; `AsyncTTSClient.explain`
+    replays the stream's config to recover the server's status.)"""
 
-    async def run() -> APIStatusError:
+    async def run() -> list[APIStatusError]:
         tts = TTS(server.target, replace(OPTIONS, lexicons=("no-such-lexicon",)))
         no_retry = APIConnectOptions(max_retry=0)
         stream = tts.stream(conn_options=no_retry)
         stream.push_text("Hello.")
         stream.end_input()
-        with pytest.raises(APIStatusError):
+        with pytest.raises(APIStatusError) as stream_refused:
             async for _ in stream:
                 pass
         with pytest.raises(APIStatusError) as refused:
             await tts.synthesize("Hello.", conn_options=no_retry).collect()
         await tts.aclose()
-        return refused.value
+        return [stream_refused.value, refused.value]
 
-    error = asyncio.run(run())
-    assert error.status_code == 400 and "lexicons" in str(error), error
+    for error in asyncio.run(run()):
+        assert error.status_code == 400 and "lexicons" in str(error), error
 
 
 def test_unreachable_server_is_an_api_connection_error():
