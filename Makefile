@@ -57,7 +57,15 @@ llama-build-args:
 install-python:
 	@echo $(INSTALL_PYTHON)
 
+# A first install downloads torch 2.9.1 with its CUDA libraries (PyPI has no CPU-only build of it
+# for x86-64): about 8 GiB in .cache/uv, which .venv hard-links. Say so up front when the disk
+# has less, since uv's own error is only "No space left on device" partway through.
+INSTALL_NEEDS_KIB := 9000000
 $(STAMP): pyproject.toml uv.lock | $(UV)
+	@free=$$(df -Pk . | awk 'NR == 2 {print $$4}'); \
+	if [ ! -d $(UV_CACHE_DIR)/archive-v0 ] && [ "$$free" -lt $(INSTALL_NEEDS_KIB) ]; then \
+	  echo "make install: $$((free / 1048576)) GiB free here; a first install needs about 9 GiB" \
+	    "(torch's CUDA wheels, which PyPI's torch 2.9.1 depends on)"; fi
 	$(SYNC) --extra llamacpp $(LLAMA_BUILD) || { \
 	  echo "make install: llama-cpp-python did not build; the server will serve --backend torch"; \
 	  $(SYNC); }

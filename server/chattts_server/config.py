@@ -404,7 +404,7 @@ class ServerConfig:
         (),
         "a W3C PLS 1.0 pronunciation lexicon file read for every stream, which a stream may "
         "also name (its base name without .pls); repeat for several, the later winning for the "
-        "same grapheme",
+        "same grapheme; SIGHUP reads them again",
         group="model",
     )
     log_level: str = option(

@@ -146,6 +146,9 @@ class TTSServer:
         """The ports --listen-when-ready holds until the model is ready."""
         self._credentials_for_port: grpc.ServerCredentials | None = None
         self._listening = False
+        self._reload_lock = asyncio.Lock()
+        self._reloads: set[asyncio.Future[None]] = set()
+        """SIGHUP reloads under way (a reference keeps each task alive until it is done)."""
 
     async def start(self) -> int:
         """Bind and start serving (health NOT_SERVING); the engine loads in the background."""
@@ -390,4 +393,25 @@ class TTSServer:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: asyncio.ensure_future(self.drain()))
-        loop.add_signal_handler(signal.SIGHUP, self.voices.reload)
+        loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
+
+    def _on_sighup(self) -> None:
+        self._reloads.add(task := asyncio.ensure_future(self.reload()))
+        task.add_done_callback(self._reloads.discard)
+
+    async def reload(self) -> None:
+        """Re-read the voices folder and the --lexicon files (SIGHUP), one reload at a time. The
+        lexicons are replaced all together or not at all: a file that no longer loads is logged
+        with its line and the ones loaded before stay. A stream keeps the lexicons it was
+        accepted with."""
+        async with self._reload_lock:
+            self.voices.reload()
+            if not self.config.lexicon or self.synthesis is None:
+                return
+            try:
+                library = await asyncio.to_thread(_load_lexicons, self.config)
+            except StartupError as exc:
+                log.error("reload: %s; the lexicons loaded before are kept", exc)
+                return
+            self.synthesis.use_lexicons(library)
+            log.info("reload: %d lexicons", len(library.names))

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import grpc
-import httpx2
 import openai
 import pytest
 
@@ -180,14 +179,18 @@ def test_http_speech_takes_chattts_lexicons(server):
     (timings,) = [e for e in events if e["type"] == "speech.word_timings"]
     by_source = {w["source_text"]: w["text"] for w in timings["words"] if w["has_source"]}
     assert "Interstate" in by_source["I-95"] and "Francisco" in by_source["SFO"]
-    bad = httpx2.post(
-        http_url(server) + "/v1/audio/speech",
-        headers={"Authorization": f"Bearer {TOKEN}"},
-        json={"model": "tts-1", "voice": "alloy", "input": "Hi.", "chattts": {"lexicons": ["x"]}},
-        timeout=WAIT_S,
-    )
-    assert bad.status_code == 400
-    assert bad.json()["error"]["param"] == "chattts.lexicons[0]"
+    with (
+        openai.OpenAI(
+            base_url=http_url(server) + "/v1", api_key=TOKEN, max_retries=0, timeout=WAIT_S
+        ) as client,
+        pytest.raises(openai.BadRequestError) as bad,
+    ):
+        client.audio.speech.create(
+            model="tts-1", voice="alloy", input="Hi.", extra_body={"chattts": {"lexicons": ["x"]}}
+        )
+    assert bad.value.status_code == 400
+    assert bad.value.body["param"] == "chattts.lexicons[0]", bad.value.body
+    assert "names no lexicon 'x'" in bad.value.body["message"], bad.value.body
 
 
 def test_the_websocket_config_takes_lexicons(server):

@@ -1,9 +1,11 @@
 """Operations against a real `chattts-server` subprocess: Prometheus metrics, the request log,
-voice presets and their SIGHUP reload, and one voice across the sentences of a stream."""
+voice presets and lexicons and their SIGHUP reload, and one voice across the sentences of a
+stream."""
 
 from __future__ import annotations
 
 import json
+import queue
 import re
 import signal
 import urllib.request
@@ -14,6 +16,7 @@ import grpc
 import pytest
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from chattts_server.text.pls import PLS_NAMESPACE
 from polling import wait_for
 from serverutil import ServerProcess, launch, wait_serving
 
@@ -46,6 +49,12 @@ def _write_preset(folder: Path, name: str, description: str, seed: int) -> None:
     )
 
 
+def _write_lexicon(path: Path, alias: str) -> None:
+    head = f'<lexicon version="1.0" xmlns="{PLS_NAMESPACE}" alphabet="ipa" xml:lang="en-US">'
+    lexeme = f"<lexeme><grapheme>I-95</grapheme><alias>{alias}</alias></lexeme>"
+    path.write_text(f'<?xml version="1.0" encoding="UTF-8"?>\n{head}\n{lexeme}\n</lexicon>\n')
+
+
 @pytest.fixture(scope="module")
 def ops_server(
     tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, dev_model_cache: Path
@@ -53,9 +62,12 @@ def ops_server(
     voices = tmp_path_factory.mktemp("voices")
     _write_preset(voices, "anna", "calm, female", 1234)
     _write_preset(voices, "bob", "news reader", 4321)
+    roads = tmp_path_factory.mktemp("lexicons") / "roads.pls"
+    _write_lexicon(roads, "the old road")
     args = ["--max-streams", str(MAX_STREAMS), "--voices-dir", str(voices), "--grace-s", "2"]
-    srv = launch(args, dev_model_cache)
+    srv = launch([*args, "--lexicon", str(roads)], dev_model_cache)
     srv.voices = voices
+    srv.roads = roads
     try:
         wait_serving(srv.target, timeout_s=120)
         yield srv
@@ -183,6 +195,51 @@ def test_voice_presets_list_synthesize_and_reload_on_sighup(
     chunks, _ = _synthesize(stub, "New voice.", fixed(8, voice=tts_pb2.Voice(preset="carol")))
     assert chunks
     assert ops_server.proc.poll() is None  # SIGHUP reloads; it does not stop the server
+
+
+def _read(stub: tts_pb2_grpc.TextToSpeechStub, text: str) -> str:
+    """What the engine read for `text`."""
+    return " ".join(end.text for end in _synthesize(stub, text, fixed(8))[1])
+
+
+def test_lexicons_reload_on_sighup_all_or_none(ops_server: ServerProcess, stub) -> None:
+    """New streams read through the files as SIGHUP found them; a stream accepted before keeps
+    its lexicons; a file that no longer loads is logged by line and the last good ones stay."""
+    assert "the old road" in _read(stub, "Take I-95.")
+    texts: queue.Queue[str | None] = queue.Queue()
+
+    def requests() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
+        yield tts_pb2.StreamingSynthesizeRequest(config=fixed(8))
+        while (text := texts.get(timeout=60)) is not None:
+            yield tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=text, flush=True))
+
+    older = stub.StreamingSynthesize(requests(), timeout=120)
+    ends = (r.utterance_end.text for r in older if r.HasField("utterance_end"))
+    texts.put("Hello.")
+    assert "Hello" in next(ends)  # accepted, with the lexicons of that moment
+
+    _write_lexicon(ops_server.roads, "the new road")
+    ops_server.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: _read(stub, "Take I-95."), lambda r: "the new road" in r, 30, "the reload")
+    texts.put("Take I-95.")
+    assert "the old road" in next(ends)
+    texts.put(None)
+    assert list(ends) == []
+
+    ops_server.roads.write_text(
+        ops_server.roads.read_text().replace("<alias>the new road</alias>", "<phoneme>x</phoneme>")
+    )
+    already = len(ops_server.log)
+    ops_server.proc.send_signal(signal.SIGHUP)
+    (line, *_) = wait_for(
+        lambda: [line for line in ops_server.log[already:] if "loaded before are kept" in line],
+        bool,
+        30,
+        "the failed reload's log line",
+    )
+    assert f"{ops_server.roads} line 3" in line and "ChatTTS cannot speak phonemes" in line, line
+    assert "the new road" in _read(stub, "Take I-95.")
+    assert ops_server.proc.poll() is None
 
 
 def test_one_voice_across_the_sentences_of_a_stream(stub) -> None:

@@ -29,6 +29,7 @@ once (`errors.abort_with` for gRPC, `http/errors.http_failure` for HTTP).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
@@ -89,6 +90,13 @@ class Synthesis:
         self.server_lexicons = server_lexicons or LexiconLibrary()
         """The server's pronunciation lexicons (--lexicon)."""
         self._validator: Validator | None = None
+
+    def use_lexicons(self, library: LexiconLibrary) -> None:
+        """The server's lexicons from now on (SIGHUP reloaded them). A stream takes them when it
+        is accepted, so streams already accepted keep reading through the ones before."""
+        self.server_lexicons = library
+        if self._validator is not None:
+            self._validator = dataclasses.replace(self._validator, server_lexicons=library)
 
     def bind_model(self, model: ModelInfo, encodings: tuple[str, ...] | None = None) -> None:
         """The model is loaded: validate requests against it (before this, nothing is admitted).

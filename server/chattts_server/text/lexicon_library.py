@@ -5,9 +5,10 @@
     library.default           # all of them, merged: what every stream reads through
     compile_inline(document)  # a stream's own PLS document (PlsError); compiled once per text
 
-A server lexicon is loaded once at start-up and never changes. An inline one is parsed when a
-stream names it; a voice agent sends the same lexicon with every turn, so the last few are
-kept compiled (`compile_inline`'s cache, by the document's text).
+A library of server lexicons never changes: SIGHUP loads a new one (server.py's `reload`), and a
+stream keeps the one it was accepted with. An inline lexicon is parsed when a stream names it; a
+voice agent sends the same lexicon with every turn, so the last few are kept compiled
+(`compile_inline`'s cache, by the document's text).
 """
 
 from __future__ import annotations
