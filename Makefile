@@ -10,9 +10,10 @@ DEV_MODEL ?= tiny
 PYTEST_ARGS ?=
 # make test: the suite on TEST_WORKERS pytest-xdist workers, then the `serial` tests alone, which
 # assert timing ratios under loads they make themselves. Each phase prints its 20 slowest tests.
-# Three workers on two cores: many tests wait on sockets, sleeps and subprocess servers starting
-# (phase one took 10:16 with 2 workers, 7:13 with 3, on a 2-core EPYC).
-TEST_WORKERS ?= 3
+# Four workers on two cores: many tests wait on sockets, sleeps and subprocess servers starting
+# (on a 2-core EPYC, phase one took 10:16 with 2 workers and 7:13 with 3 at 800 tests; 11:50 with
+# 3 and 9:15 with 4 at 1,390).
+TEST_WORKERS ?= 4
 PYTEST := $(BIN)/python -m pytest --durations=20
 
 .PHONY: install install-python lock llama-build-args browser ffmpeg proxy run test proto lint bench bench-quick clean
