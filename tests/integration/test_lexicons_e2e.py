@@ -128,10 +128,14 @@ def test_a_streamed_inline_lexicon_is_read_and_words_point_at_the_graphemes(serv
     assert all(a.end_sample <= b.start_sample for a, b in zip(words, words[1:], strict=False))
 
 
-def test_ssml_lexicon_names_a_server_lexicon_for_its_document(server):
+def test_ssml_lexicon_names_a_server_lexicon_for_its_document_and_lookup_one_for_its_text(server):
     doc = '<speak><lexicon uri="nav"/>Take I-95 to <say-as interpret-as="characters">SFO</say-as>.</speak>'
     read = _read(_synthesize(server, doc, _config(text_format=tts_pb2.SSML)))
     assert "Interstate ninety" in read and "the airport" not in read
+    both = '<speak><lexicon uri="nav" xml:id="n"/><lexicon uri="brands" xml:id="b"/>'
+    doc = both + 'Take I-95, <lookup ref="n">not I-95</lookup>.</speak>'
+    read = _read(_synthesize(server, doc, _config(text_format=tts_pb2.SSML)))
+    assert "Take the ninety" in read and "not Interstate ninety" in read, read
     error = _refusal(
         server, '<speak><lexicon uri="roads"/>Hi.</speak>', _config(text_format=tts_pb2.SSML)
     )

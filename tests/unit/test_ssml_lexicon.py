@@ -1,6 +1,7 @@
 """SSML's `<lexicon uri="NAME"/>` (text/ssml/elements.py) naming a server lexicon, read for its
-whole document after the stream's lexicons (api/ssml_text.py); unknown names and a misplaced
-element refused naming line and column; a streamed document read the same in any split."""
+whole document after the stream's lexicons (api/ssml_text.py), and `<lookup ref>` reading one
+first for its text; unknown names and a misplaced element refused naming line and column; a
+streamed document read the same in any split."""
 
 from __future__ import annotations
 
@@ -45,9 +46,45 @@ def test_the_documents_lexicons_come_after_the_streams() -> None:
     ]
 
 
+BOTH = '<speak><lexicon uri="nav" xml:id="n"/><lexicon uri="brands" xml:id="b"/>'
+
+
+def test_a_lookup_reads_its_lexicon_first_for_the_text_inside() -> None:
+    doc = BOTH + 'Fly to SFO, <lookup ref="n">not SFO, </lookup>and I-95.</speak>'
+    items = whole(doc)
+    assert said(items) == [
+        "Fly to the airport,",
+        "not San Francisco,",
+        "and Interstate ninety-five.",
+    ]
+    inside = items[1]
+    assert isinstance(inside, Speak)
+    at = inside.text.text.index("San")
+    span = inside.text.span(at, at + len("San Francisco"))
+    assert span is not None and doc[span[0] : span[1]] == "SFO"  # the SFO inside the lookup
+
+
+def test_the_innermost_lookup_wins() -> None:
+    doc = BOTH + '<lookup ref="n">SFO <lookup ref="b">SFO</lookup> SFO.</lookup></speak>'
+    assert said(whole(doc)) == ["San Francisco", "the airport", "San Francisco."]
+
+
 @pytest.mark.parametrize(
     "doc, message",
     [
+        (BOTH + "<lookup>Hi.</lookup></speak>", "<lookup> needs a ref attribute"),
+        (
+            BOTH + '<lookup ref="x">Hi.</lookup></speak>',
+            '<lookup> ref="x" names no <lexicon xml:id> of the document (known: n, b)',
+        ),
+        (
+            '<speak><lexicon uri="nav" xml:id="n"/><lexicon uri="brands" xml:id="n"/>Hi.</speak>',
+            'column 39: <lexicon> xml:id="n" names another <lexicon> already',
+        ),
+        (
+            BOTH + '<lookup ref="n">Hi.</lookup><lexicon uri="nav"/></speak>',
+            "<lexicon> must come first in <speak>",
+        ),
         (
             '<speak><lexicon uri="roads"/>Hi.</speak>',
             'SSML line 1, column 8: <lexicon> uri="roads" names no lexicon (known: nav, brands)',

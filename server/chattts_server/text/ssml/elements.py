@@ -11,7 +11,8 @@
 | `<lang xml:lang>` | a language hint: say-as inside it reads in that language (without a hint: Chinese once the document's text has held a CJK character); the utterance's language is still its script's (any CJK character is Chinese) |
 | `<emphasis>`, `<phoneme>` | no effect: the text is spoken |
 | `<mark name>` | a Mark event at that point of the stream |
-| `<lexicon uri>` | the server lexicon named `uri` (`--lexicon FILE`: the base name) is read for the whole document, after the stream's; first in `<speak>`, before any text or other element (SSML 1.1); `xml:id` and `type` are accepted (`<lookup>` is not supported) |
+| `<lexicon uri xml:id>` | the server lexicon named `uri` (`--lexicon FILE`: the base name) is read for the whole document, after the stream's (a later one wins for the same grapheme); first in `<speak>`, before any text or other element (SSML 1.1); `xml:id` names it for `<lookup>` (unique in the document); `type` is accepted |
+| `<lookup ref>` | the document's lexicon whose `xml:id` is `ref` is read first for the text inside (a nested lookup's before its parent's); that text is its own utterance, as for a rate change |
 | `<audio>` | refused (INVALID_ARGUMENT): no audio is inserted |
 | any other | refused naming it, unless `ssml_ignore_unknown_elements`: then its text is read |
 
@@ -46,6 +47,7 @@ ELEMENTS = (
     "phoneme",
     "mark",
     "lexicon",
+    "lookup",
     "audio",
 )
 """The table above."""
@@ -62,6 +64,8 @@ class _Frame:
     level: float
     """Speed level, unrounded (nested relative rates compound)."""
     lang: Language | None
+    lookups: tuple[Lexicon, ...] = ()
+    """The lexicons the enclosing `<lookup>`s name, innermost last (it wins)."""
 
 
 @dataclass
@@ -92,6 +96,8 @@ class SsmlDocument:
         self._library = lexicons or LexiconLibrary()
         self._lexicons: tuple[Lexicon, ...] = ()
         """The lexicons the document named: read with all of its text."""
+        self._ids: dict[str, Lexicon] = {}
+        """The document's lexicons by `xml:id`, for `<lookup ref>`."""
         self._begun = False
         """Text or an element other than `<lexicon>` came in `<speak>`: no `<lexicon>` now."""
         self._speed = speed
@@ -132,7 +138,7 @@ class SsmlDocument:
             held = self._held.frame.name
             raise ssml_error(self._field, at, f"<{held}> holds text only, not <{name}>")
         parent = self._frames[-1] if self._frames else _Frame("", float(self._speed), None)
-        frame = _Frame(name, parent.level, parent.lang)
+        frame = _Frame(name, parent.level, parent.lang, parent.lookups)
         if "xml:lang" in attrs:
             frame = replace(frame, lang=language_hint(attrs["xml:lang"]))
         try:
@@ -205,6 +211,8 @@ class SsmlDocument:
             self._parts.append(MarkPart(mark))
         elif name == "lexicon":
             self._name_lexicon(attrs)
+        elif name == "lookup":
+            frame = replace(frame, lookups=(*frame.lookups, self._looked_up(attrs)))
         elif name == "audio":
             raise ValueError("is not supported: this server inserts no audio (send the words)")
         elif name not in ("emphasis", "phoneme") and not self._ignore_unknown:
@@ -226,7 +234,25 @@ class SsmlDocument:
         lexicon = self._library.get(name)
         if lexicon is None:
             raise ValueError(f'uri="{name[:64]}" names no lexicon ({self._library.known()})')
+        lexicon_id = attrs.get("xml:id")
+        if lexicon_id is not None:
+            if lexicon_id in self._ids:
+                raise ValueError(f'xml:id="{lexicon_id[:64]}" names another <lexicon> already')
+            self._ids[lexicon_id] = lexicon
         self._lexicons += (lexicon,)
+
+    def _looked_up(self, attrs: dict[str, str]) -> Lexicon:
+        """`<lookup ref="ID">`: the document's lexicon whose xml:id is ID."""
+        ref = attrs.get("ref", "").strip()
+        if not ref:
+            raise ValueError("needs a ref attribute: the xml:id of a <lexicon> of the document")
+        lexicon = self._ids.get(ref)
+        if lexicon is None:
+            known = ", ".join(self._ids) or "none"
+            raise ValueError(
+                f'ref="{ref[:64]}" names no <lexicon xml:id> of the document (known: {known})'
+            )
+        return lexicon
 
     def _read_held(self, held: _Held) -> Traced:
         """A say-as rendered, or a sub's alias, traced to the element's text as a whole."""
@@ -246,7 +272,8 @@ class SsmlDocument:
     def _speak(self, text: Traced, frame: _Frame) -> None:
         if text:
             speed = speed_level(frame.level)
-            self._parts.append(SpokenText(text, speed, frame.lang, self._lexicons))
+            lexicons = self._lexicons + frame.lookups
+            self._parts.append(SpokenText(text, speed, frame.lang, lexicons))
 
 
 def parse_ssml(
