@@ -112,9 +112,15 @@ def test_a_server_without_lexicons_says_how_to_load_one() -> None:
 
 
 def test_a_streamed_document_reads_the_same_in_any_split_and_each_document_alone() -> None:
-    sent = DOC + "\n<speak>Then I-95 again.</speak>"
-    expected = ["Take Interstate ninety-five to San Francisco.", "Then I-95 again."]
-    assert said(whole(DOC)) + ["Then I-95 again."] == expected
+    lookup = BOTH + 'SFO, <lookup ref="n">SFO</lookup>.</speak>'
+    sent = DOC + "\n<speak>Then I-95 again.</speak>" + lookup
+    expected = [
+        "Take Interstate ninety-five to San Francisco.",
+        "Then I-95 again.",
+        "the airport,",
+        "San Francisco",
+    ]
+    assert said(whole(DOC)) + ["Then I-95 again."] + said(whole(lookup)) == expected
     for size in (1, 5, 17, len(sent)):
         stream = SsmlText(ReleasePolicy(), "text.text", False, None, LIBRARY)
         out = [i for k in range(0, len(sent), size) for i in stream.feed(sent[k : k + size])]
