@@ -10,10 +10,10 @@ DEV_MODEL ?= tiny
 PYTEST_ARGS ?=
 # make test: the suite on TEST_WORKERS pytest-xdist workers, then the `serial` tests alone, which
 # assert timing ratios under loads they make themselves. Each phase prints its 20 slowest tests.
-# Four workers on two cores: many tests wait on sockets, sleeps and subprocess servers starting
-# (on a 2-core EPYC, phase one took 10:16 with 2 workers and 7:13 with 3 at 800 tests; 11:50 with
-# 3 and 9:15 with 4 at 1,390).
-TEST_WORKERS ?= 4
+# Three workers on two cores: many tests wait on sockets, sleeps and subprocess servers starting
+# (on a 2-core EPYC, phase one took 10:16 with 2 workers and 7:13 with 3 at 800 tests). At 1,390
+# tests a fresh clone took 11:52 with 3 and 13:35 with 4, which also made a test's race show.
+TEST_WORKERS ?= 3
 PYTEST := $(BIN)/python -m pytest --durations=20
 
 .PHONY: install install-python lock llama-build-args browser ffmpeg proxy run test proto lint bench bench-quick clean
