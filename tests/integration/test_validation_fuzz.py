@@ -15,9 +15,8 @@ from chattts_server.api.convert import StreamSettings, Validator
 from chattts_server.api.voices import VoiceLibrary
 from chattts_server.audio.containers import CONTAINER_ENCODINGS
 from chattts_server.audio.encoding import SUPPORTED_ENCODINGS
-from chattts_server.engine.chunking import ChunkSchedule
-from chattts_server.engine.protocol import ModelInfo
 from chattts_server.errors import InvalidRequestError
+from model_info import TINY_MODEL_INFO
 
 U32 = 2**32 - 1
 U64 = 2**64 - 1
@@ -80,18 +79,7 @@ def configs(draw) -> tts_pb2.SynthesisConfig:
 
 VALIDATOR = Validator(
     VoiceLibrary(None),
-    ModelInfo(
-        sample_rate=24000,
-        samples_per_token=512,
-        speaker_dim=768,
-        num_vq=4,
-        num_audio_codes=626,
-        max_new_tokens=384,
-        max_tokens=512,
-        device="cpu",
-        dtype="float32",
-        chunking=ChunkSchedule().options(),
-    ),
+    TINY_MODEL_INFO,
     max_text_chars=4000,
     encodings=SUPPORTED_ENCODINGS + CONTAINER_ENCODINGS,
 )

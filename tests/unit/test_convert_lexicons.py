@@ -12,25 +12,13 @@ from chattts_server.api.lexicons import MAX_INLINE_LEXICON_BYTES, MAX_STREAM_LEX
 from chattts_server.api.stream_items import Speak
 from chattts_server.api.text_reader import front_end
 from chattts_server.api.voices import VoiceLibrary
-from chattts_server.engine.chunking import ChunkSchedule
-from chattts_server.engine.protocol import ModelInfo
 from chattts_server.errors import InvalidRequestError
 from chattts_server.text.lexicon import Lexicon
 from chattts_server.text.lexicon_library import LexiconLibrary, compile_inline
 from chattts_server.text.pls import PLS_NAMESPACE
+from model_info import TINY_MODEL_INFO
 
-MODEL = ModelInfo(
-    sample_rate=24000,
-    samples_per_token=512,
-    speaker_dim=768,
-    num_vq=4,
-    num_audio_codes=626,
-    max_new_tokens=384,
-    max_tokens=512,
-    device="cpu",
-    dtype="float32",
-    chunking=ChunkSchedule().options(),
-)
+MODEL = TINY_MODEL_INFO
 NAV = Lexicon.build("nav", [("I-95", "Interstate ninety-five")])
 BRANDS = Lexicon.build("brands", [("I-95", "the ninety-five"), ("SFO", "the airport")])
 SERVER = Validator(VoiceLibrary(None), MODEL, server_lexicons=LexiconLibrary([NAV, BRANDS]))

@@ -18,25 +18,13 @@ from chattts_server.api.text_front_end import CallerText, MarkdownText
 from chattts_server.api.text_reader import EndOfText, TextFragment, read_text
 from chattts_server.api.timeline import own_text
 from chattts_server.api.voices import VoiceLibrary
-from chattts_server.engine.chunking import ChunkSchedule
-from chattts_server.engine.protocol import ModelInfo
 from chattts_server.errors import InvalidRequestError
 from chattts_server.text.release import ReleasePolicy
 from chattts_server.text.spans import Traced
+from model_info import TINY_MODEL_INFO
 
 RATE = 24000
-MODEL = ModelInfo(
-    sample_rate=RATE,
-    samples_per_token=512,
-    speaker_dim=768,
-    num_vq=4,
-    num_audio_codes=626,
-    max_new_tokens=384,
-    max_tokens=512,
-    device="cpu",
-    dtype="float32",
-    chunking=ChunkSchedule().options(),
-)
+MODEL = TINY_MODEL_INFO
 
 
 class _NoEngine:
