@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import openai
 
 from chattts_server.config import SecurityConfig, ServerConfig
 from serverutil import DEV_MODEL_CACHE, InProcessServer, free_port, tiny_server_config
@@ -85,6 +86,30 @@ def http_server(
 def http_url(srv: InProcessServer, scheme: str = "http") -> str:
     assert srv.server is not None
     return f"{scheme}://127.0.0.1:{srv.server.http_port}"
+
+
+def sdk_sse_events(srv: InProcessServer, text: str, chattts: dict, timeout: float) -> list[dict]:
+    """POST /v1/audio/speech through the openai SDK with `stream_format="sse"` (voice "alloy",
+    PCM, `chattts` as the extra body): the events, in order, once the response is 200."""
+    with (
+        openai.OpenAI(
+            base_url=http_url(srv) + "/v1", api_key=TOKEN, max_retries=0, timeout=timeout
+        ) as client,
+        client.audio.speech.with_streaming_response.create(
+            model="tts-1",
+            voice="alloy",
+            input=text,
+            response_format="pcm",
+            stream_format="sse",
+            extra_body={"chattts": chattts},
+        ) as response,
+    ):
+        assert response.status_code == 200
+        return [
+            json.loads(line[len("data: ") :])
+            for line in response.iter_lines()
+            if line.startswith("data: ")
+        ]
 
 
 def decode(data: bytes, response_format: str) -> tuple[np.ndarray, int]:

@@ -7,7 +7,6 @@ read for every stream, `SynthesisConfig.lexicons` naming them or holding PLS inl
 from __future__ import annotations
 
 import io
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from chattts_client.cli import main
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_server.text.pls import PLS_NAMESPACE
-from httputil import TOKEN, http_server, http_url
+from httputil import TOKEN, http_server, http_url, sdk_sse_events
 from serverutil import DEV_MODEL_CACHE, REPO, bad_request_field
 from streaming_calls import AUTH, streamed, websocket_messages
 
@@ -154,32 +153,10 @@ def test_bad_lexicons_are_invalid_argument_naming_the_value(server):
     assert "PLS line 3, column 3: <lexeme> has no <alias>: ChatTTS cannot speak" in error.details()
 
 
-def _sse_events(server, caller: str, chattts: dict) -> list[dict]:
-    with (
-        openai.OpenAI(
-            base_url=http_url(server) + "/v1", api_key=TOKEN, max_retries=0, timeout=WAIT_S
-        ) as client,
-        client.audio.speech.with_streaming_response.create(
-            model="tts-1",
-            voice="alloy",
-            input=caller,
-            response_format="pcm",
-            stream_format="sse",
-            extra_body={"chattts": chattts},
-        ) as response,
-    ):
-        assert response.status_code == 200
-        return [
-            json.loads(line[len("data: ") :])
-            for line in response.iter_lines()
-            if line.startswith("data: ")
-        ]
-
-
 def test_http_speech_takes_chattts_lexicons(server):
     sampling = {"seed": 1, "min_new_tokens": NUM_TOKENS, "max_new_tokens": NUM_TOKENS}
     chattts = {"sampling": sampling, "word_timing": True, "lexicons": ["nav", INLINE]}
-    events = _sse_events(server, "Take I-95 to SFO.", chattts)
+    events = sdk_sse_events(server, "Take I-95 to SFO.", chattts, WAIT_S)
     (timings,) = [e for e in events if e["type"] == "speech.word_timings"]
     by_source = {w["source_text"]: w["text"] for w in timings["words"] if w["has_source"]}
     assert "Interstate" in by_source["I-95"] and "Francisco" in by_source["SFO"]

@@ -12,15 +12,13 @@ and each span points into the caller's text (the text at the span is the word's 
 
 from __future__ import annotations
 
-import json
 import re
 
 import grpc
-import openai
 import pytest
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from httputil import TOKEN, http_server, http_url
+from httputil import http_server, sdk_sse_events
 from streaming_calls import AUTH, barged_in, streamed, websocket_messages
 
 WAIT_S = 240.0
@@ -179,25 +177,8 @@ def test_websocket_sends_word_timings_messages(server):
 
 def test_sse_sends_word_timings_beside_the_audio_from_the_openai_sdk(server):
     caller = "Take the I-95 north."
-    with (
-        openai.OpenAI(
-            base_url=http_url(server) + "/v1", api_key=TOKEN, max_retries=0, timeout=WAIT_S
-        ) as client,
-        client.audio.speech.with_streaming_response.create(
-            model="tts-1",
-            voice="alloy",
-            input=caller,
-            response_format="pcm",
-            stream_format="sse",
-            extra_body={"chattts": {**_sse_sampling(), "word_timing": True}},
-        ) as response,
-    ):
-        assert response.status_code == 200
-        events = [
-            json.loads(line[len("data: ") :])
-            for line in response.iter_lines()
-            if line.startswith("data: ")
-        ]
+    chattts = {**_sse_sampling(), "word_timing": True}
+    events = sdk_sse_events(server, caller, chattts, WAIT_S)
     kinds = [e["type"] for e in events]
     assert kinds[0] == "speech.audio.delta" and kinds[-1] == "speech.audio.done"
     (timings,) = [e for e in events if e["type"] == "speech.word_timings"]
