@@ -147,6 +147,8 @@ def report(args: argparse.Namespace, runs: list[Run]) -> None:
 
 
 def main() -> None:
+    from chattts_devtools.launcher import add_bench_server_arguments, bench_server
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--words", type=int, default=60)
     parser.add_argument("--interval-ms", type=int, default=150)
@@ -184,10 +186,7 @@ def main() -> None:
     parser.add_argument(
         "--out-dir", type=Path, default=REPO / "bench" / "results", help="--feed-rate: results"
     )
-    parser.add_argument("--target", help="an already running server; else one is started")
-    parser.add_argument("--dev-model", default="tiny", help="random-weight model: tiny or full")
-    parser.add_argument("--model-dir", help="real weights instead of a dev model")
-    parser.add_argument("--device", default="cpu")
+    add_bench_server_arguments(parser)
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -208,8 +207,6 @@ def main() -> None:
         args.max_words = 20
     if args.smoke:
         args.words, args.runs, args.max_new_tokens = 12, 1, 30
-
-    from chattts_devtools.launcher import bench_server
 
     runs: list[Run] = []
     result: FeedResult | None = None

@@ -505,6 +505,8 @@ send), outcome</summary>
 
 
 def main() -> None:
+    from chattts_devtools.launcher import add_bench_server_arguments, bench_server
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--junctions", type=int, default=10)
     parser.add_argument(
@@ -529,13 +531,7 @@ def main() -> None:
     parser.add_argument("--prompt-min-new-tokens", type=int, default=40)
     parser.add_argument("--settle-s", type=float, default=5.0, help="bulk start-up, unmeasured")
     parser.add_argument("--timeout-s", type=float, default=900.0)
-    parser.add_argument("--dev-model", default="tiny", help="random-weight model: tiny or full")
-    parser.add_argument("--model-dir", help="real weights instead of a dev model")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument(
-        "--server-arg", action="append", default=[], help="extra server flag (repeatable)"
-    )
-    parser.add_argument("--server-log", help="write the server's output to this file")
+    add_bench_server_arguments(parser)
     parser.add_argument("--timeline", action="store_true", help="print every prompt's fate")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "navigation.md")
     parser.add_argument(
@@ -547,15 +543,12 @@ def main() -> None:
         args.settle_s, args.bulk_max_new_tokens = 1.0, 40
         args.prompt_max_new_tokens, args.prompt_min_new_tokens = 30, 10
 
-    from chattts_devtools.launcher import bench_server
-
     server_args = [
         *("--max-streams", str(args.bulk + args.reserved)),
         *("--reserved-slots", str(args.reserved)),
         *("--max-queue", str(args.bulk + 1)),
-        *(part for arg in args.server_arg for part in arg.split("=", 1)),
     ]
-    with bench_server(args, server_args, log_path=args.server_log) as target:
+    with bench_server(args, server_args) as target:
         run, bulk = asyncio.run(measure(target, args))
     markdown = report(args, run, bulk)
     if not args.smoke:

@@ -186,21 +186,18 @@ def report(args: argparse.Namespace, turns: list[dict[str, float]], load_done: i
 
 
 def main() -> None:
+    from chattts_devtools.launcher import add_bench_server_arguments, bench_server
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--load-streams", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=60, help="per utterance, at most")
-    parser.add_argument("--target", help="an already running server; else one is started")
-    parser.add_argument("--dev-model", default="tiny", help="random-weight model: tiny or full")
-    parser.add_argument("--model-dir", help="real weights instead of a dev model")
-    parser.add_argument("--device", default="cpu")
+    add_bench_server_arguments(parser)
     parser.add_argument("--pipecat-python", help="a python with pipecat-ai (default: test venv)")
     parser.add_argument("--smoke", action="store_true", help="2 turns, 1 load stream")
     args = parser.parse_args()
     if args.smoke:
         args.turns, args.load_streams, args.max_new_tokens = 2, 1, 24
-
-    from chattts_devtools.launcher import bench_server
 
     with bench_server(args) as target:
         turns, load_done = asyncio.run(measure(target, args))

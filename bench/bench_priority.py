@@ -200,6 +200,8 @@ def report(args: argparse.Namespace, f: Figures) -> None:
 
 
 def main() -> None:
+    from chattts_devtools.launcher import add_bench_server_arguments, bench_server
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bulk", type=int, default=16, help="caption streams (PRIORITY_BULK)")
     parser.add_argument("--reserved", type=int, default=2, help="--reserved-slots")
@@ -211,13 +213,7 @@ def main() -> None:
     parser.add_argument("--bulk-max-new-tokens", type=int, default=200)
     parser.add_argument("--prompt-max-new-tokens", type=int, default=120)
     parser.add_argument("--timeout-s", type=float, default=600.0)
-    parser.add_argument("--dev-model", default="tiny", help="random-weight model: tiny or full")
-    parser.add_argument("--model-dir", help="real weights instead of a dev model")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument(
-        "--server-arg", action="append", default=[], help="extra server flag (repeatable)"
-    )
-    parser.add_argument("--server-log", help="write the server's output to this file")
+    add_bench_server_arguments(parser)
     parser.add_argument(
         "--smoke", action="store_true", help="3 caption streams, 3 prompts, short windows"
     )
@@ -228,15 +224,12 @@ def main() -> None:
         args.word_interval_ms = 50
         args.prompt_max_new_tokens = 20
 
-    from chattts_devtools.launcher import bench_server
-
     server_args = [
         *("--max-streams", str(args.bulk + args.reserved)),
         *("--reserved-slots", str(args.reserved)),
         *("--max-queue", str(args.bulk + args.prompts)),
-        *(part for arg in args.server_arg for part in arg.split("=", 1)),
     ]
-    with bench_server(args, server_args, log_path=args.server_log) as target:
+    with bench_server(args, server_args) as target:
         figures = asyncio.run(measure(target, args))
     report(args, figures)
 

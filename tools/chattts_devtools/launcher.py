@@ -199,30 +199,44 @@ def launch(
     return ServerProcess(proc, port, metrics_port, lines, http_port=http_port)
 
 
+def add_bench_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags `bench_server` reads: which server (--target) or what it serves (--dev-model or
+    --model-dir, on --device), with --server-arg and --server-log for one it starts."""
+    parser.add_argument("--target", help="an already running server; else one is started")
+    parser.add_argument("--dev-model", default="tiny", help="random-weight model: tiny or full")
+    parser.add_argument("--model-dir", help="real weights instead of a dev model")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--server-arg", action="append", default=[], help="extra server flag (repeatable)"
+    )
+    parser.add_argument("--server-log", help="write the server's output to this file")
+
+
 @contextmanager
-def bench_server(
-    args: argparse.Namespace,
-    extra_args: Sequence[str] = (),
-    log_path: Path | str | None = None,
-) -> Iterator[str]:
+def bench_server(args: argparse.Namespace, extra_args: Sequence[str] = ()) -> Iterator[str]:
     """The target a benchmark measures: `args.target` when given, else that of a server
-    launched for the block (`extra_args` and `log_path` go to it) and stopped after it, so it
-    drains.
+    launched for the block and stopped after it, so it drains.
 
     The server serves `args.model_dir`, or the dev model `args.dev_model` from the checkout's
-    dev-model cache, on `args.device`; a script without one of these flags gets the default.
+    dev-model cache, on `args.device`, with `extra_args` then `args.server_arg` (each
+    "--flag=value" or "--flag"), its output written to `args.server_log`: the flags of
+    `add_bench_server_arguments`. A script without one of these flags gets the default.
     """
     if getattr(args, "target", None):
         yield args.target
         return
     model_dir = getattr(args, "model_dir", None)
-    server_args = [*(["--model-dir", model_dir] if model_dir else []), *extra_args]
+    server_args = [
+        *(["--model-dir", model_dir] if model_dir else []),
+        *extra_args,
+        *(part for arg in getattr(args, "server_arg", []) for part in arg.split("=", 1)),
+    ]
     with launch(
         server_args,
         dev_model=None if model_dir else getattr(args, "dev_model", "tiny"),
         cache=_REPO / ".cache" / "dev-models",
         device=getattr(args, "device", "cpu"),
-        log_path=log_path,
+        log_path=getattr(args, "server_log", None),
         cwd=_REPO,
     ) as server:
         server.wait_serving()
