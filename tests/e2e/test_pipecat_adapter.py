@@ -36,6 +36,36 @@ pytestmark = pytest.mark.slow
 NUM_TOKENS = 240  # every utterance: min_new_tokens == max_new_tokens (about 5 s of audio)
 SECOND_TURN = "Second turn."
 
+# What the scripts below share: `run_in` runs it in the Pipecat venv ahead of each script.
+_SCRIPT_HELPERS = r"""
+import time
+from loguru import logger
+logger.remove()  # before pipecat is imported; each script adds the sink it wants
+from pipecat.frames.frames import LLMTextFrame, TTSAudioRawFrame, TTSStoppedFrame
+from pipecat.observers.base_observer import BaseObserver
+from pipecat.tests.utils import SleepFrame
+
+class Seen(BaseObserver):  # counts what the TTS service pushes
+    def __init__(self, tts):
+        super().__init__()
+        self.tts, self.audio, self.stopped = tts, 0, 0
+
+    async def on_push_frame(self, data):
+        if data.source is self.tts and isinstance(data.frame, TTSAudioRawFrame):
+            self.audio += 1
+        elif data.source is self.tts and isinstance(data.frame, TTSStoppedFrame):
+            self.stopped += 1
+
+def wait_until(condition, timeout_s=60.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        yield SleepFrame(sleep=0.05)
+
+def tokens(text):  # an LLM's stream: words with their spaces
+    words = text.split(" ")
+    return [LLMTextFrame(w + (" " if i < len(words) - 1 else "")) for i, w in enumerate(words)]
+"""
+
 _PIPELINE = r"""
 import asyncio, json, sys, time
 from loguru import logger
@@ -55,26 +85,6 @@ from chattts_client.pipecat import ChatTTSTTSService
 target, dead_target, num_tokens, second_turn = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 options = SynthesisOptions(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)
 
-class Seen(BaseObserver):  # counts what the TTS service pushes
-    def __init__(self, tts):
-        super().__init__()
-        self.tts, self.audio, self.stopped = tts, 0, 0
-
-    async def on_push_frame(self, data):
-        if data.source is self.tts and isinstance(data.frame, TTSAudioRawFrame):
-            self.audio += 1
-        elif data.source is self.tts and isinstance(data.frame, TTSStoppedFrame):
-            self.stopped += 1
-
-def wait_until(condition, timeout_s=30.0):
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        yield SleepFrame(sleep=0.05)
-
-def tokens(text):  # an LLM's stream: words with their spaces
-    words = text.split(" ")
-    return [LLMTextFrame(w + (" " if i < len(words) - 1 else "")) for i, w in enumerate(words)]
-
 async def main():
     tts = ChatTTSTTSService(target, options)
     first = " ".join(f"Sentence number {n} of the first turn." for n in range(1, 9))
@@ -83,13 +93,13 @@ async def main():
     def frames():  # run_test pulls these as it goes, so waits can follow the pipeline
         yield LLMFullResponseStartFrame()
         yield from tokens(first)
-        yield from wait_until(lambda: seen.audio >= 3)  # the first turn is being spoken
+        yield from wait_until(lambda: seen.audio >= 3, timeout_s=30.0)  # being spoken
         yield InterruptionFrame()
         yield SleepFrame(sleep=0.3)
         yield LLMFullResponseStartFrame()
         yield from tokens(second_turn)
         yield LLMFullResponseEndFrame()
-        yield from wait_until(lambda: seen.stopped >= 1)  # the second turn has ended
+        yield from wait_until(lambda: seen.stopped >= 1, timeout_s=30.0)  # second turn ended
 
     down, up = await run_test(tts, frames_to_send=frames(), observers=[seen],
                               pipeline_params=PipelineParams(enable_metrics=True))
@@ -142,7 +152,12 @@ def test_pipeline_with_barge_in(server, caplog):
     caplog.set_level(logging.INFO)
     python = client_venv("pipecat", [*client_floor_pins(), PIPECAT_AI])
     out = run_in(
-        python, _PIPELINE, server.target, f"127.0.0.1:{free_port()}", str(NUM_TOKENS), SECOND_TURN
+        python,
+        _SCRIPT_HELPERS + _PIPELINE,
+        server.target,
+        f"127.0.0.1:{free_port()}",
+        str(NUM_TOKENS),
+        SECOND_TURN,
     )
     result = json.loads(out.strip().splitlines()[-1])
     frames = result["frames"]
@@ -243,10 +258,6 @@ class MarksAtStop(BaseObserver):  # the marks the stream had received as each st
         if data.source is self.tts and isinstance(data.frame, TTSStoppedFrame):
             self.seen.append([m.name for m in self.tts._stream.timeline.marks])
 
-def tokens(text):
-    words = text.split(" ")
-    return [LLMTextFrame(w + (" " if i < len(words) - 1 else "")) for i, w in enumerate(words)]
-
 async def main():
     options = SynthesisOptions(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)
     tts = ChatTTSTTSService(target, options)
@@ -283,7 +294,9 @@ TURNS = ["First turn here.", "\n---\n", "Third turn."]
 
 def test_turns_end_at_their_marks_with_their_own_audio_and_words(server):
     python = client_venv("pipecat", [*client_floor_pins(), PIPECAT_AI])
-    out = run_in(python, _TURNS, server.target, str(TURNS_TOKENS), json.dumps(TURNS))
+    out = run_in(
+        python, _SCRIPT_HELPERS + _TURNS, server.target, str(TURNS_TOKENS), json.dumps(TURNS)
+    )
     result = json.loads(out.strip().splitlines()[-1])
     frames = result["frames"]
     contexts = list(dict.fromkeys(f["ctx"] for f in frames))
@@ -375,22 +388,6 @@ from chattts_client.pipecat import ChatTTSSegmentFrame, ChatTTSTTSService
 target, num_tokens, texts = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 options = SynthesisOptions(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)
 
-class Seen(BaseObserver):  # counts what the TTS service pushes
-    def __init__(self, tts):
-        super().__init__()
-        self.tts, self.audio, self.stopped = tts, 0, 0
-
-    async def on_push_frame(self, data):
-        if data.source is self.tts and isinstance(data.frame, TTSAudioRawFrame):
-            self.audio += 1
-        elif data.source is self.tts and isinstance(data.frame, TTSStoppedFrame):
-            self.stopped += 1
-
-def wait_until(condition, timeout_s=60.0):
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        yield SleepFrame(sleep=0.05)
-
 async def main():
     tts = ChatTTSTTSService(target, options)
     ends = []
@@ -458,7 +455,9 @@ def test_prompt_revised_without_interruption(server):
     Every utterance is PROMPT_TOKENS long, so each context's audio is known to the byte from
     the segment ends' offsets. Last, an InterruptionFrame still clears a prompt speaking."""
     python = client_venv("pipecat", [*client_floor_pins(), PIPECAT_AI])
-    out = run_in(python, _PROMPTS, server.target, str(PROMPT_TOKENS), json.dumps(PROMPTS))
+    out = run_in(
+        python, _SCRIPT_HELPERS + _PROMPTS, server.target, str(PROMPT_TOKENS), json.dumps(PROMPTS)
+    )
     result = json.loads(out.strip().splitlines()[-1])
     frames, ends = result["frames"], result["ends"]
     assert not result["errors"], result["errors"]
@@ -531,20 +530,6 @@ class LateEnd(ChatTTSTTSService):
         if event.revision > 0:
             await super()._on_segment_end(event)
 
-class Seen(BaseObserver):
-    def __init__(self, tts):
-        super().__init__()
-        self.tts, self.stopped = tts, 0
-
-    async def on_push_frame(self, data):
-        if data.source is self.tts and isinstance(data.frame, TTSStoppedFrame):
-            self.stopped += 1
-
-def wait_until(condition, timeout_s=60.0):
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        yield SleepFrame(sleep=0.05)
-
 async def main():
     tts = LateEnd(target, options)
     ends = []
@@ -581,7 +566,9 @@ def test_revision_of_a_prompt_the_server_had_ended(server):
     plays it in a context of its own, opened at its first audio, ended at its own mark."""
     python = client_venv("pipecat", [*client_floor_pins(), PIPECAT_AI])
     first, update = PROMPTS["again"], PROMPTS["update"]
-    out = run_in(python, _LATE_END, server.target, str(PROMPT_TOKENS), first, update)
+    out = run_in(
+        python, _SCRIPT_HELPERS + _LATE_END, server.target, str(PROMPT_TOKENS), first, update
+    )
     result = json.loads(out.strip().splitlines()[-1])
     frames = result["frames"]
     assert not result["errors"], result["errors"]
