@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -46,22 +47,40 @@ def barged_in(
 ) -> list[tts_pb2.StreamingSynthesizeResponse]:
     """The replies to `config` and then `inputs`, with `clear` (an input with clear set) sent
     once the first audio came back."""
+    return sent_while_speaking(target, inputs, clear, config, timeout_s)
+
+
+def sent_while_speaking(
+    target: str,
+    inputs: Sequence[tts_pb2.TextInput],
+    later: tts_pb2.TextInput,
+    config: tts_pb2.SynthesisConfig,
+    timeout_s: float,
+    after_chunks: int = 1,
+    delay_s: float = 0.0,
+) -> list[tts_pb2.StreamingSynthesizeResponse]:
+    """The replies to `config` and then `inputs`, with `later` (a clear, a replace) sent
+    `delay_s` after `after_chunks` audio chunks came back."""
     heard = threading.Event()
 
     def requests() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
         yield tts_pb2.StreamingSynthesizeRequest(config=config)
         for text in inputs:
             yield tts_pb2.StreamingSynthesizeRequest(text=text)
-        assert heard.wait(timeout_s), "no audio before the clear"
-        yield tts_pb2.StreamingSynthesizeRequest(text=clear)
+        assert heard.wait(timeout_s), f"not {after_chunks} audio chunks before the later input"
+        time.sleep(delay_s)
+        yield tts_pb2.StreamingSynthesizeRequest(text=later)
 
     replies = []
+    chunks = 0
     with grpc.insecure_channel(target) as channel:
         stub = tts_pb2_grpc.TextToSpeechStub(channel)
         for r in stub.StreamingSynthesize(requests(), timeout=timeout_s, metadata=AUTH):
             replies.append(r)
             if r.HasField("audio"):
-                heard.set()
+                chunks += 1
+                if chunks >= after_chunks:
+                    heard.set()
     return replies
 
 

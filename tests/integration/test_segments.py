@@ -15,7 +15,6 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -24,7 +23,13 @@ import pytest
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from httputil import http_server
 from serverutil import bad_request_field
-from streaming_calls import AUTH, grpcurl_streamed, streamed, websocket_messages
+from streaming_calls import (
+    AUTH,
+    grpcurl_streamed,
+    sent_while_speaking,
+    streamed,
+    websocket_messages,
+)
 
 WAIT_S = 60.0
 REPO = Path(__file__).resolve().parents[2]
@@ -96,30 +101,10 @@ def test_a_segment_replaced_before_it_starts_is_never_spoken(server):
 
 def _replaced_while_speaking(target: str, how: int, num_tokens: int = 48):
     """A prompt, then, once its second chunk has come back, its replacement with `how`."""
-    heard = threading.Event()
-    chunks = 0
-
-    def requests() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
-        yield tts_pb2.StreamingSynthesizeRequest(config=_config(num_tokens))
-        yield tts_pb2.StreamingSynthesizeRequest(
-            text=tts_pb2.TextInput(text="In 300 m, turn left onto Main Street.", segment="p")
-        )
-        yield tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(flush=True))
-        assert heard.wait(WAIT_S), "no audio before the replace"
-        yield tts_pb2.StreamingSynthesizeRequest(
-            text=tts_pb2.TextInput(text="Turn left now.", replace="p", if_started=how)
-        )
-
-    replies = []
-    with grpc.insecure_channel(target) as channel:
-        stub = tts_pb2_grpc.TextToSpeechStub(channel)
-        for r in stub.StreamingSynthesize(requests(), timeout=WAIT_S, metadata=AUTH):
-            replies.append(r)
-            if r.HasField("audio"):
-                chunks += 1
-                if chunks == 2:
-                    heard.set()
-    return replies
+    prompt = tts_pb2.TextInput(text="In 300 m, turn left onto Main Street.", segment="p")
+    replace = tts_pb2.TextInput(text="Turn left now.", replace="p", if_started=how)
+    inputs = [prompt, tts_pb2.TextInput(flush=True)]
+    return sent_while_speaking(target, inputs, replace, _config(num_tokens), WAIT_S, after_chunks=2)
 
 
 def test_cut_stops_the_speaking_prompt_and_the_update_follows(server):
@@ -266,26 +251,10 @@ def test_a_paced_stream_runs_no_further_ahead_of_the_listener_than_its_lead(serv
 def test_with_pacing_a_cut_finds_the_prompt_the_listener_is_hearing(server):
     """Paced, a prompt's audio is not all sent while it is heard: a CUT half a second into it
     stops it, where an unpaced server may have sent it all already."""
-    heard = threading.Event()
-
-    def requests() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
-        yield tts_pb2.StreamingSynthesizeRequest(config=_config(96, pace_lead_s=0.3))
-        yield tts_pb2.StreamingSynthesizeRequest(
-            text=tts_pb2.TextInput(text="In 300 m, turn left.", segment="p", flush=True)
-        )
-        assert heard.wait(WAIT_S)
-        time.sleep(0.5)
-        yield tts_pb2.StreamingSynthesizeRequest(
-            text=tts_pb2.TextInput(text="Turn left now.", replace="p", if_started=tts_pb2.CUT)
-        )
-
-    replies = []
-    with grpc.insecure_channel(server.target) as channel:
-        stub = tts_pb2_grpc.TextToSpeechStub(channel)
-        for r in stub.StreamingSynthesize(requests(), timeout=WAIT_S, metadata=AUTH):
-            replies.append(r)
-            if r.HasField("audio"):
-                heard.set()
+    prompt = tts_pb2.TextInput(text="In 300 m, turn left.", segment="p", flush=True)
+    cut = tts_pb2.TextInput(text="Turn left now.", replace="p", if_started=tts_pb2.CUT)
+    config = _config(96, pace_lead_s=0.3)
+    replies = sent_while_speaking(server.target, [prompt], cut, config, WAIT_S, delay_s=0.5)
     _check_timeline(replies)
     assert _segment_ends(replies) == [("p", 0, "SEGMENT_CUT"), ("p", 1, "SEGMENT_SPOKEN")]
     old, new = _ends(replies)
