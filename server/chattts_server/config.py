@@ -18,7 +18,6 @@ from .config_fields import check as _check
 from .config_fields import check_value as _check_value
 from .config_fields import option
 from .defaults import (
-    BACKEND_CHOICES,
     BUSY_BATCH,
     BUSY_FIRST_CHUNK_TOKENS,
     BUSY_LOOKAHEAD_TOKENS,
@@ -28,7 +27,6 @@ from .defaults import (
     LOOKAHEAD_TOKENS,
     MAX_CHUNK_TOKENS,
     MIN_SNR_DB,
-    QUANTIZE_CHOICES,
     check_chunk_sizes,
 )
 from .defaults import (
@@ -63,81 +61,27 @@ class ModelConfig:
     )
     dtype: str = option(
         "auto",
-        "GPT weight dtype; auto = float16 on CUDA (upstream's half path), float32 on CPU",
+        "GPT weight dtype on CUDA; auto = float16 (upstream's half path); a CPU serves "
+        "llama.cpp's --gguf-format (torch fp32 where llama.cpp did not build)",
         choices=("auto", "float32", "float16", "bfloat16"),
-    )
-    quantize: str = option(
-        "auto",
-        "GPT linear layers on CPU (fp32 model): auto = fastest per batch size among modes "
-        f"within {MIN_SNR_DB:g} dB hidden-state SNR of fp32; none = fp32 only (exact); "
-        "bf16 or int8 weights only",
-        choices=QUANTIZE_CHOICES,
-    )
-    backend: str = option(
-        "auto",
-        "what runs the GPT's layers: torch (our forward, every device); llamacpp (llama.cpp, "
-        "CPU, GGUF weights); auto = on CPU the faster of the two at warm-up among formats within "
-        f"{MIN_SNR_DB:g} dB hidden-state SNR of fp32, torch on CUDA or where llama.cpp is missing",
-        choices=BACKEND_CHOICES,
     )
     gguf_format: str = option(
         "auto",
-        "llama.cpp weight format; auto = the fastest within the SNR budget at warm-up "
-        "(F32 is exact and only when named)",
+        "the GPT's weight format on CPU (llama.cpp); auto = the smallest format whose hidden "
+        f"states on the loaded weights are within {MIN_SNR_DB:g} dB SNR of fp32, measured once "
+        "per weights and kept in --gguf-cache-dir",
         choices=("auto", *GGUF_FORMATS),
     )
     gguf_cache_dir: Path | None = option(
         None,
-        "where the GPT's GGUF files are kept per weights and format (~ is expanded)",
+        "where the GPT's GGUF file, its format's quality measure and the alignment heads are "
+        "kept per weights (~ is expanded); a restart with the same weights reads them back",
         unset="gguf/ beside --dev-model-cache",
-    )
-    autotune_cache: bool = option(
-        True,
-        "keep warm-up's linear-mode timing per CPU, thread count, weights and torch version, "
-        "and the alignment heads per weights, and reuse them on the next start with the same "
-        "key (saves 13-15 s on the full model)",
-        switch="on-off",
-    )
-    autotune_cache_dir: Path | None = option(
-        None,
-        "folder of the autotune cache (~ is expanded)",
-        unset="autotune/ beside --dev-model-cache, ~/.cache/chattts-stream/autotune",
-    )
-
-    compile: str = option(
-        "off",
-        "CPU decode step with each layer torch.compile'd (inductor): off; on = every batch size "
-        "(every linear mode); auto = only where it measured faster than "
-        "eager at warm-up",
-        choices=("off", "auto", "on"),
-    )
-    compile_budget_s: float = option(
-        300.0,
-        "seconds warm-up may spend compiling the decode step (checked before each graph; "
-        "sizes left over run eagerly); a restart with inductor's cache takes seconds",
-        bounds=(0, None),
-    )
-    compile_cache_dir: Path | None = option(
-        None,
-        "inductor's cache of compiled kernels and graphs (~ is expanded; "
-        "TORCHINDUCTOR_CACHE_DIR wins)",
-        unset="inductor/ beside --dev-model-cache",
     )
 
     def gguf_folder(self) -> Path:
-        """Where the llama.cpp backend's GGUF files are written once and reused."""
+        """Where the GGUF files and the warm-up answers are written once and reused."""
         return (self.gguf_cache_dir or self.dev_model_cache.parent / "gguf").expanduser()
-
-    def compile_folder(self) -> Path:
-        """Where inductor keeps the compiled decode step, so that a restart reuses it."""
-        return (self.compile_cache_dir or self.dev_model_cache.parent / "inductor").expanduser()
-
-    def autotune_folder(self) -> Path | None:
-        """Where autotune results are kept, or None with --autotune-cache off."""
-        if not self.autotune_cache:
-            return None
-        folder = self.autotune_cache_dir or self.dev_model_cache.parent / "autotune"
-        return folder.expanduser()
 
     threads: int = option(
         0,

@@ -1,5 +1,5 @@
-"""The defaults and bounds the command line shows that other layers use too: the quantize policy
-and the chunk schedule (with the one rule between its fields). A leaf: it imports nothing of the
+"""The defaults and bounds the command line shows that other layers use too: the GPT's quality
+budget and the chunk schedule (with the one rule between its fields). A leaf: it imports nothing of the
 server, so `config` and the engine and model layers all import these numbers from here."""
 
 from __future__ import annotations
@@ -9,15 +9,11 @@ class ConfigError(ValueError):
     """A configuration value is out of range or inconsistent."""
 
 
-QUANTIZE_CHOICES = ("none", "bf16", "int8", "auto")
-"""Linear-mode families `--quantize` allows: lossless only, bf16, int8, or any within budget."""
-BACKEND_CHOICES = ("auto", "torch", "llamacpp")
-"""What runs the GPT's layers (`--backend`)."""
 GGUF_FORMATS = ("F32", "F16", "Q8_0", "Q6_K", "Q5_K", "Q4_K")
-"""The llama.cpp backend's weight formats, widest first (`--gguf-format`)."""
+"""The GPT's weight formats on llama.cpp, widest first (`--gguf-format`)."""
 MIN_SNR_DB = 30.0
-"""A lossy mode serves under `auto` only if its hidden states are within this SNR of the
-lossless mode's (autotune at warm-up; bench/bench_quality.py reports against it)."""
+"""The quality budget: `--gguf-format auto` serves the smallest format whose hidden states on
+the loaded weights are within this SNR of fp32's (bench/bench_quality.py reports each)."""
 
 FIRST_CHUNK_TOKENS = 8
 """New tokens in a stream's first audio chunk: small, for a short time to first audio."""

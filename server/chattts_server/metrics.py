@@ -105,10 +105,10 @@ class Metrics:
             "chattts_kv_slots_in_use", "KV-cache slots held by requests", registry=r
         )
         self.slots_total = Gauge("chattts_kv_slots_total", "KV-cache slots allocated", registry=r)
-        self.linear_mode = Gauge(
-            "chattts_gpt_linear_mode",
-            "1 for the GPT linear mode each decode batch size uses (chosen at warm-up)",
-            ["batch_size", "mode"],
+        self.gpt_backend = Gauge(
+            "chattts_gpt_backend",
+            "1 for what runs the GPT's layers ('llamacpp Q8_0', 'torch') and its word timing",
+            ["backend", "timing_source"],
             registry=r,
         )
 
@@ -145,11 +145,10 @@ class Metrics:
             )
         )
 
-    def set_linear_modes(self, table: dict[int, str]) -> None:
-        """Publish the decoder's batch size -> linear mode table (`LlamaDecoder.mode_table`)."""
-        self.linear_mode.clear()
-        for batch_size, mode in sorted(table.items()):
-            self.linear_mode.labels(batch_size=str(batch_size), mode=mode).set(1)
+    def set_gpt_backend(self, backend: str, timing_source: str) -> None:
+        """Publish what runs the GPT (`ModelInfo.backend`, `.timing_source`)."""
+        self.gpt_backend.clear()
+        self.gpt_backend.labels(backend=backend, timing_source=timing_source).set(1)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> None:
         """Serve /metrics over HTTP on host:port (a daemon thread); OSError if the port is taken."""

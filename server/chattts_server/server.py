@@ -297,7 +297,8 @@ class TTSServer:
     def _on_engine_ready(self) -> None:
         assert self.synthesis is not None and self.admission is not None
         self.synthesis.bind_model(self.engine.model_info)
-        self.metrics.set_linear_modes(self.engine.model_info.linear_modes)
+        model = self.engine.model_info
+        self.metrics.set_gpt_backend(model.backend, model.timing_source)
         governor = self.engine.thread_governor
         if governor is not None:
             self.metrics.bind_threads(

@@ -2,8 +2,9 @@
 on a KV cache the model holds, one slot per stream.
 
 `GPTModel` is the protocol; `TorchGPT` its torch implementation: our `LlamaDecoder` over a
-preallocated `SlotKVCache`, with the CUDA graphs of the decode step where they are captured. A
-second backend (a runtime built for CPU decode) sits beside it by filling the same protocol.
+preallocated `SlotKVCache`, with the CUDA graphs of the decode step where they are captured (the
+GPU path, and plain fp32 on a CPU where llama.cpp did not build). On a CPU llama.cpp fills the
+same protocol (`engine/llamacpp_gpt.py`); `engine/gpt_build.py` builds whichever serves.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ..config import EngineConfig
-from ..model.alignment_capture import AlignmentCapture, CaptureRow
+from ..model.alignment_capture import AlignmentCapture, AttentionWeights, CaptureRow
 from ..model.alignment_heads import HeadId
 from ..model.cuda_graphs import DecodeGraphs, length_buckets
 from ..model.errors import ModelLoadError
@@ -32,9 +33,10 @@ class GPTModel(Protocol):
 
     shape: LlamaShape
     name: str
-    """What runs them, for logs, metrics and `ModelInfo.backend` ('torch', 'llamacpp Q4_K')."""
-    supports_alignment: bool
-    """It can capture attention weights (the alignment heads that time words)."""
+    """What runs them, for logs, metrics and `ModelInfo.backend` ('torch', 'llamacpp Q8_0')."""
+    alignment_heads: tuple[HeadId, ...]
+    """The heads whose attention times words (calibrated when it was built); (): none align,
+    or attention cannot be read, and word timing is the estimate."""
     graphs_error: str
     """Why CUDA graphs asked for are not used ('' where none were asked for)."""
 
@@ -43,11 +45,11 @@ class GPTModel(Protocol):
         prompts: list[PromptRun],
         decode: DecodeBatch | None,
         alignment: tuple[tuple[HeadId, ...], list[CaptureRow]] | None = None,
-    ) -> tuple[list[Tensor], Tensor | None, AlignmentCapture | None]:
+    ) -> tuple[list[Tensor], Tensor | None, AttentionWeights | None]:
         """One step: each prompt chunk written into its slot's cache, with the hidden state
         (D,) of its last position, and the decode rows' (B, D). `alignment`: (heads, rows) whose
         attention weights to capture (None: nothing extra is computed); the capture, or None
-        where it cannot be taken (a replayed graph, a backend that returns no attention)."""
+        where it cannot be taken (a replayed graph)."""
         ...
 
     def free_slot(self, slot_id: int) -> None:
@@ -79,7 +81,7 @@ class TorchGPT:
         """Why the graphs asked for are not used: what their capture raised at warm-up."""
         self.shape = llama.shape
         self.name = "torch"
-        self.supports_alignment = True
+        self.alignment_heads: tuple[HeadId, ...] = ()
 
     @classmethod
     def build(
@@ -88,14 +90,13 @@ class TorchGPT:
         config: EngineConfig,
         device: torch.device,
         dtype: torch.dtype,
-        quantize: str,
         decode_graphs: str,
     ) -> TorchGPT:
         """`decode_graphs`: 'cuda' captures the decode step as CUDA graphs at warm-up; 'eager'
         runs the same padded static-shape path without graphs (CPU tests); 'off' decodes with
         dynamic shapes, fastest where no graph can be replayed."""
         llama = LlamaDecoder.from_state_dict(
-            modules.gpt_config, modules.gpt_state_dict, device, dtype, quantize=quantize
+            modules.gpt_config, modules.gpt_state_dict, device, dtype
         )
         _check_kv_fits(llama, config, device)
         num_slots = config.max_streams + (decode_graphs != "off")  # graphs pad into a scratch slot

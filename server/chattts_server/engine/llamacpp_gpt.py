@@ -1,17 +1,25 @@
-"""The GPT's layers on llama.cpp (`--backend llamacpp`): a runtime built for CPU decode.
+"""The GPT's layers on llama.cpp: the one way they run on a CPU.
 
 torch drives a decode step as ~700 small ops from Python around the GEMVs; llama.cpp runs the
-whole graph in C with its own quantized matmuls (Q8_0 and the k-quants: 8, 6, 5 and 4 bits a
-weight, with dot products that do not saturate on AVX2). It runs the 20 Llama layers only
+whole graph in C with its own quantized matmuls. It runs the 20 Llama layers only
 (`model/gguf_export.py`): our embeddings go in through `llama_batch.embd`, the final normed
 hidden states come back in embeddings mode with no pooling, and the heads, sampling and
 everything after stay ours.
 
 Each KV slot is a llama.cpp sequence (seq id = slot id), each with `max_tokens` positions of its
-own (`kv_unified` off). One `llama_decode` per step serves every prompt chunk and every decoding
-slot; a slot's sequence is removed when its pass ends or a new pass takes the slot. Alignment
-heads need attention weights, which llama.cpp does not return: word timing falls back to the
-estimate on this backend.
+own (`kv_unified` off: attention reads only the row's own sequence). One `llama_decode` per step
+serves every prompt chunk and every decoding slot; llama.cpp splits it into micro-batches of
+consecutive sequence ids, so rows go in sorted by slot. A slot's sequence is removed when its
+pass ends or a new pass takes the slot.
+
+Settings that hold on every CPU:
+- Flash attention off: its CPU kernel is no faster here at the lengths we serve (it was slower
+  at 16 streams over 200 positions), and without it the softmaxed attention is a tensor of its
+  own (`kq_soft_max-<layer>`), which word timing reads (`AttentionTap`).
+- No extra buffer types (weight repacking, AMX): on an AMX Xeon the AMX buffer's matmul crashed
+  the process in the first prefill of a Q8_0 model (a general protection fault in
+  libggml-cpu), and on x86 they repack none of the formats we serve.
+- K/V in F16, but F32 for the F32 format (exact against torch fp32).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..model.alignment_capture import AlignmentCapture, CaptureRow
+from ..model.alignment_capture import CaptureRow
 from ..model.alignment_heads import HeadId
 from ..model.llama import DecodeBatch, PromptRun
 from ..model.llama_layers import LlamaShape
@@ -57,6 +65,15 @@ def import_llama_cpp() -> Any:
     return llama_cpp
 
 
+def llamacpp_unavailable() -> str | None:
+    """Why llama.cpp cannot run here (the build failed, another platform), or None."""
+    try:
+        import_llama_cpp()
+    except Exception as exc:  # noqa: BLE001 - ImportError, OSError from the shared library...
+        return f"llama-cpp-python does not load ({type(exc).__name__}: {exc})"
+    return None
+
+
 def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     # llama.cpp logs every tensor it loads: only its warnings and errors are worth our log.
     if level in (3, 4):  # GGML_LOG_LEVEL_WARN, _ERROR (5 continues the last line)
@@ -65,12 +82,124 @@ def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
             log.warning("llama.cpp: %s", message)
 
 
-_EXPECTED = ("dummy tokens", "pooling_type is", "not divisible by n_seq_max")
-"""Warnings our GGUF makes on purpose (no vocabulary; hidden states out, not pooled)."""
+_EXPECTED = (
+    "dummy tokens",
+    "pooling_type is",
+    "not divisible by n_seq_max",
+    "n_ctx_seq",
+    "not divisible by 256",
+    "falling back to",
+    "required fallback quantization",
+)
+"""Warnings our GGUF and context make on purpose (no vocabulary; hidden states out, not pooled;
+each sequence's positions are ours to bound), and the k-quants' fallback on a model narrower
+than their 256-wide blocks (the tiny dev model)."""
 
 
 _LOG_CALLBACK: Any = None
 """The C callback (made at the backend's first use: its type comes from the package)."""
+
+
+class _TensorHead(ctypes.Structure):
+    """The start of ggml's `struct ggml_tensor` (ggml.h), up to its name."""
+
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("buffer", ctypes.c_void_p),
+        ("ne", ctypes.c_int64 * 4),
+        ("nb", ctypes.c_size_t * 4),
+        ("op", ctypes.c_int),
+        ("op_params", ctypes.c_int32 * 16),
+        ("flags", ctypes.c_int32),
+        ("src", ctypes.c_void_p * 10),
+        ("view_src", ctypes.c_void_p),
+        ("view_offs", ctypes.c_size_t),
+        ("data", ctypes.c_void_p),
+        ("name", ctypes.c_char * 64),
+    ]
+
+
+class AttentionTap:
+    """Reads chosen layers' softmaxed attention (`kq_soft_max-<layer>`) while `llama_decode`
+    runs, through the context's eval callback (`cb_eval`): ggml's scheduler asks it about every
+    node of the graph, computes the graph up to each node it wants, and hands the node over.
+
+    Only a context made with a tap pays for it (a Python call per graph node, asked and
+    refused while nothing is wanted), so the server makes one only where alignment heads
+    exist. `found[layer]` holds one (streams, heads, tokens per stream, cells) array per
+    micro-batch, in the order llama.cpp ran them."""
+
+    def __init__(self, lc: Any) -> None:
+        from llama_cpp._ggml import libggml
+
+        self._tensor_get = libggml.ggml_backend_tensor_get
+        self._tensor_get.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_size_t,
+        ]
+        self._tensor_get.restype = None
+        self._wanted: dict[bytes, int] = {}
+        self.found: dict[int, list[np.ndarray]] = {}
+        self.callback = lc.ggml_backend_sched_eval_callback(self._on_tensor)
+
+    def want(self, layers: set[int]) -> None:
+        """Read these layers in the next `llama_decode` calls (none: read nothing)."""
+        self._wanted = {f"kq_soft_max-{layer}".encode(): layer for layer in layers}
+        self.found = {}
+
+    def _on_tensor(self, pointer: int, ask: bool, user_data: ctypes.c_void_p) -> bool:
+        if not self._wanted:
+            return not ask  # asked: not wanted; handed over: go on
+        head = _TensorHead.from_address(pointer)
+        layer = self._wanted.get(head.name)
+        if ask:
+            return layer is not None
+        if layer is not None:
+            cells, tokens, heads, streams = (int(n) for n in head.ne)
+            weights = np.empty((streams, heads, tokens, cells), dtype=np.float32)
+            self._tensor_get(pointer, weights.ctypes.data, 0, weights.nbytes)
+            self.found.setdefault(layer, []).append(weights)
+        return True
+
+
+class LlamaCppAlignment:
+    """The alignment heads' weights for rows of one decode batch, over their text positions
+    (renormalized there: the argmax is the same, the rest of the prompt does not dilute them).
+    The same reading as `model/alignment_capture.AlignmentCapture`."""
+
+    def __init__(self, heads: tuple[HeadId, ...], rows: list[CaptureRow]) -> None:
+        self.rows = rows
+        self._by_layer: dict[int, list[int]] = {}
+        for layer, head in heads:
+            self._by_layer.setdefault(layer, []).append(head)
+        self.weights: dict[int, Tensor] = {}
+        """CaptureRow.row -> (heads in `order`, text tokens)."""
+
+    @property
+    def layers(self) -> set[int]:
+        return set(self._by_layer)
+
+    @property
+    def order(self) -> list[HeadId]:
+        return [(layer, h) for layer in sorted(self._by_layer) for h in self._by_layer[layer]]
+
+    def row_weights(self, row: int) -> Tensor:
+        return self.weights[row]
+
+    def read(self, found: dict[int, list[np.ndarray]], runs: list[list[int]]) -> None:
+        """`found` from the tap over a decode-only call whose micro-batches were `runs` (each
+        the decode rows of consecutive sequences, one token each)."""
+        where = {row: (r, i) for r, run in enumerate(runs) for i, row in enumerate(run)}
+        for capture in self.rows:
+            run, stream = where[capture.row]
+            parts = []
+            for layer in sorted(self._by_layer):
+                block = found[layer][run][stream, self._by_layer[layer], 0]  # (heads, cells)
+                text = block[:, capture.text_start : capture.text_end]
+                parts.append(text / np.maximum(text.sum(axis=1, keepdims=True), 1e-30))
+            self.weights[capture.row] = torch.from_numpy(np.concatenate(parts))
 
 
 class LlamaCppGPT:
@@ -85,7 +214,10 @@ class LlamaCppGPT:
         max_batch_tokens: int,
         threads: int,
         weight_format: str,
+        attention_tap: bool = False,
     ) -> None:
+        """`attention_tap`: make the context with an `AttentionTap` (word timing, the
+        alignment heads' calibration); `set_attention_tap` changes it while no slot is used."""
         if num_slots > MAX_SEQUENCES:
             raise ValueError(f"llama.cpp holds at most {MAX_SEQUENCES} sequences, not {num_slots}")
         lc = import_llama_cpp()
@@ -96,31 +228,16 @@ class LlamaCppGPT:
         self.max_tokens = max_tokens
         self.threads = threads
         self.name = f"llamacpp {weight_format}"
-        self.supports_alignment = False
         self.graphs_error = ""
+        self.alignment_heads: tuple[HeadId, ...] = ()
+        self._tap: AttentionTap | None = None
+        self._ctx: Any = None
         model_params = lc.llama_model_default_params()
         model_params.n_gpu_layers = 0
+        model_params.use_extra_bufts = False
         self._model = lc.llama_model_load_from_file(str(gguf_path).encode(), model_params)
         if not self._model:
             raise RuntimeError(f"llama.cpp could not load {gguf_path}")
-        params = lc.llama_context_default_params()
-        params.n_ctx = num_slots * max_tokens
-        params.n_batch = params.n_ubatch = max_batch_tokens
-        params.n_seq_max = num_slots
-        params.n_threads = params.n_threads_batch = threads
-        params.embeddings = True
-        params.pooling_type = lc.LLAMA_POOLING_TYPE_NONE
-        params.kv_unified = False
-        params.no_perf = True
-        if weight_format == "F32":  # the exact format: K/V in fp32, attention without flash
-            # attention, whose CPU kernel works in fp16 (61 dB against fp32 on the full model)
-            params.type_k = params.type_v = lc.GGML_TYPE_F32
-            params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        self._ctx = lc.llama_init_from_model(self._model, params)
-        if not self._ctx:
-            lc.llama_model_free(self._model)
-            raise RuntimeError("llama.cpp could not create a context")
-        self._memory = lc.llama_get_memory(self._ctx)
         self._batch = lc.llama_batch_init(max_batch_tokens, shape.hidden_size, 1)
         self._max_batch_tokens = max_batch_tokens
         d = shape.hidden_size
@@ -130,14 +247,52 @@ class LlamaCppGPT:
         self._wants_output = np.ctypeslib.as_array(self._batch.logits, shape=(max_batch_tokens,))
         self._n_seq_id[:] = 1
         self._seq_of_row = [-1] * max_batch_tokens  # what each row's seq_id pointer holds now
+        self._make_context(attention_tap)
+
+    def _make_context(self, attention_tap: bool) -> None:
+        lc = self._lc
+        if self._ctx:
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        params = lc.llama_context_default_params()
+        params.n_ctx = self.num_slots * self.max_tokens
+        params.n_batch = params.n_ubatch = self._max_batch_tokens
+        params.n_seq_max = self.num_slots
+        params.n_threads = params.n_threads_batch = self.threads
+        params.embeddings = True
+        params.pooling_type = lc.LLAMA_POOLING_TYPE_NONE
+        params.kv_unified = False
+        params.no_perf = True
+        params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        if self.weight_format == "F32":  # the exact format: K/V in fp32 too
+            params.type_k = params.type_v = lc.GGML_TYPE_F32
+        self._tap = AttentionTap(lc) if attention_tap else None
+        if self._tap is not None:
+            params.cb_eval = self._tap.callback
+            params.cb_eval_user_data = None
+        self._ctx = lc.llama_init_from_model(self._model, params)
+        if not self._ctx:
+            raise RuntimeError("llama.cpp could not create a context")
+        self._memory = lc.llama_get_memory(self._ctx)
+
+    @property
+    def supports_alignment(self) -> bool:
+        """Attention weights can be read: the context was made with a tap."""
+        return self._tap is not None
+
+    def set_attention_tap(self, enabled: bool) -> None:
+        """Remake the context with or without the tap (warm-up only: every slot is dropped)."""
+        if enabled != (self._tap is not None):
+            self._make_context(enabled)
 
     def close(self) -> None:
         lc = self._lc
-        if getattr(self, "_ctx", None):
+        if getattr(self, "_model", None):
+            if self._ctx:
+                lc.llama_free(self._ctx)
             lc.llama_batch_free(self._batch)
-            lc.llama_free(self._ctx)
             lc.llama_model_free(self._model)
-            self._ctx = None
+            self._ctx = self._model = None
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown
@@ -154,29 +309,47 @@ class LlamaCppGPT:
         prompts: list[PromptRun],
         decode: DecodeBatch | None,
         alignment: tuple[tuple[HeadId, ...], list[CaptureRow]] | None = None,
-    ) -> tuple[list[Tensor], Tensor | None, AlignmentCapture | None]:
-        """Prompt chunks first, then the decode rows, in one `llama_decode` (more than
-        `max_batch_tokens` rows in several); outputs only where a hidden state is used."""
-        rows: list[tuple[int, Tensor, int, bool]] = []
-        for run in prompts:
-            rows.append((run.slot_id, run.embeds, run.start_pos, False))
+    ) -> tuple[list[Tensor], Tensor | None, LlamaCppAlignment | None]:
+        """Every row in one `llama_decode` (more than `max_batch_tokens` rows in several),
+        sorted by sequence so that llama.cpp's micro-batches stay few; outputs only where a
+        hidden state is used. With `alignment` (and a tap) the decode rows run in a call of
+        their own, whose micro-batches are then known: runs of consecutive sequences."""
+        rows: list[tuple[int, Tensor, int, bool]] = [
+            (run.slot_id, run.embeds, run.start_pos, False) for run in prompts
+        ]
+        decode_rows: list[tuple[int, Tensor, int, bool]] = []
         if decode is not None:
             slots, positions = decode.slot_ids.tolist(), decode.positions.tolist()
-            for i, (slot, pos) in enumerate(zip(slots, positions, strict=True)):
-                rows.append((slot, decode.embeds[i : i + 1], pos, False))
-        hidden = self._run(rows)
+            decode_rows = [
+                (slot, decode.embeds[i : i + 1], pos, False)
+                for i, (slot, pos) in enumerate(zip(slots, positions, strict=True))
+            ]
+        capture = None
+        if alignment is not None and self._tap is not None and decode_rows:
+            capture = LlamaCppAlignment(*alignment)
+            hidden = self._run(rows) if rows else []
+            self._tap.want(capture.layers)
+            try:
+                hidden += self._run(decode_rows)
+            finally:
+                found, self._tap.found = self._tap.found, {}
+                self._tap.want(set())
+            capture.read(found, _consecutive_runs(decode_rows))
+        else:
+            hidden = self._run(rows + decode_rows)
         prompt_last = hidden[: len(prompts)]
         decode_hidden = torch.stack(hidden[len(prompts) :]) if decode is not None else None
-        return [h for h in prompt_last], decode_hidden, None
+        return prompt_last, decode_hidden, capture
 
     def _run(self, rows: list[tuple[int, Tensor, int, bool]]) -> list[Tensor]:
         """Rows (seq, embeds (n, D), first position, every position?) through the layers, in
         as few `llama_decode` calls as the batch size allows: the hidden state of each row's
-        last token (or of every token), in row order."""
+        last token (or of every token), in the order given."""
+        order = sorted(range(len(rows)), key=lambda i: rows[i][0])
         out: list[Tensor] = []
         filled = 0
         wanted: list[int] = []  # batch indices whose hidden states are asked for
-        for seq, embeds, start, every in rows:
+        for seq, embeds, start, every in (rows[i] for i in order):
             tokens = embeds.detach().to(torch.float32).numpy()
             done = 0
             while done < len(tokens):
@@ -198,7 +371,12 @@ class LlamaCppGPT:
                     filled, wanted = 0, []
         if filled:
             out += self._decode(filled, wanted)
-        return out
+        if any(every for *_, every in rows):
+            return out  # one row with every position (the quality probe): nothing to reorder
+        restored: list[Tensor] = [out[0]] * len(rows)
+        for position, i in enumerate(order):
+            restored[i] = out[position]
+        return restored
 
     def _decode(self, num_tokens: int, wanted: list[int]) -> list[Tensor]:
         """One `llama_decode` of the batch's first `num_tokens` rows; the hidden states of the
@@ -214,10 +392,11 @@ class LlamaCppGPT:
             return []
         pointer = lc.llama_get_embeddings(self._ctx)
         hidden = np.ctypeslib.as_array(pointer, shape=(num_tokens, self.shape.hidden_size))
-        return list(torch.from_numpy(hidden[wanted]))
+        return list(torch.from_numpy(hidden[wanted].copy()))
 
     def free_slot(self, slot_id: int) -> None:
-        """The slot's sequence is removed from llama.cpp's KV cache."""
+        """The slot's sequence is removed from llama.cpp's KV cache. Always whole: a sequence
+        then refills its cells from the first, so cell i holds position i (`AttentionTap`)."""
         self._lc.llama_memory_seq_rm(self._memory, slot_id, -1, -1)
 
     @property
@@ -231,3 +410,16 @@ class LlamaCppGPT:
         hidden = self._run([(slot_id, embeds, 0, True)])
         self.free_slot(slot_id)
         return torch.stack(hidden)
+
+
+def _consecutive_runs(rows: list[tuple[int, Tensor, int, bool]]) -> list[list[int]]:
+    """The micro-batches llama.cpp makes of one-token rows: runs of consecutive sequence ids
+    in ascending order (`split_equal`, sequential), as row indices."""
+    order = sorted(range(len(rows)), key=lambda i: rows[i][0])
+    runs: list[list[int]] = []
+    for i in order:
+        if runs and rows[i][0] == rows[runs[-1][-1]][0] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs

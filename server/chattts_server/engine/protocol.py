@@ -5,7 +5,7 @@ this, never the runner."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from .events import EngineEvent
@@ -38,9 +38,8 @@ class ModelInfo:
     """The server's chunk schedule (its flags, every field set); a request's `chunking`
     overrides it field by field and is checked against it (`ChunkingOptions.check`)."""
     backend: str = "torch"
-    """What runs the GPT's layers: 'torch', or 'llamacpp <format>' (chosen at warm-up)."""
-    linear_modes: dict[int, str] = field(default_factory=dict)
-    """Decode batch size -> the GPT linear mode it uses (chosen by timing at warm-up)."""
+    """What runs the GPT's layers: 'llamacpp <format>' on a CPU (`engine/gpt_build.py`),
+    'torch' on CUDA or where llama.cpp did not build."""
     decode_graphs: str = "off"
     """How the decode step runs: 'cuda' (replaying CUDA graphs captured at warm-up), 'eager'
     (the graphs' padded static-shape path without capture) or 'off' (plain eager decode)."""

@@ -7,15 +7,14 @@ audio-code prompts of refine passes that ended, seat new requests' passes in the
 GPT forward over every prompt chunk and every decoding slot, the heads, per-row sampling, the
 next input embeddings, and the streaming Decoder+vocoder for the slots whose next audio chunk
 is ready. It reports what it did (`ModelOutput`); it never decides that a request stops.
-Loading is `ModelRunner.load`; warm-up (autotune, graphs, alignment heads) is `engine/warmup.py`.
+`ModelRunner.load` loads the assets, has `engine/gpt_build.py` build the GPT that serves and
+makes the runner from it; `warmup` (`engine/warmup.py`) runs every path once.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple, cast
 
 import numpy as np
@@ -24,13 +23,10 @@ import torch
 from ..audio_constants import FRAMES_PER_TOKEN
 from ..config import EngineConfig, ModelConfig
 from ..errors import EngineError, InvalidRequestError
-from ..model.alignment_capture import AlignmentCapture, CaptureRow
+from ..model.alignment_capture import AttentionWeights, CaptureRow
 from ..model.alignment_heads import HeadId
-from ..model.autotune_cache import AutotuneCache, weights_digest
-from ..model.compiled_decode import set_inductor_cache
 from ..model.hifigan import HiFiGANVocoder
 from ..model.llama import DecodeBatch, PromptRun
-from ..model.llama_layers import LlamaShape
 from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
@@ -38,7 +34,8 @@ from ..text.attention_timing import ATTENTION
 from ..text.spans import Traced
 from ..text.timing import ESTIMATE
 from .chunking import BusyFirstChunk, ChunkSchedule
-from .gpt import GPTModel, TorchGPT, decode_batch_sizes
+from .gpt import GPTModel
+from .gpt_build import GPTSettings, build_gpt
 from .heads import Heads
 from .llamacpp_gpt import LlamaCppGPT
 from .passes import PassState, Phase, pass_sampling
@@ -65,20 +62,6 @@ def build_streaming_decoder(
     return StreamingDecoder(modules.decoder, vocoder, ChunkSchedule.from_config(config), device)
 
 
-@dataclass(frozen=True)
-class BackendSettings:
-    """What may run the GPT's layers (`--backend`, `--gguf-format`, `--gguf-cache-dir`);
-    `engine/backend_choice.py` decides at warm-up."""
-
-    backend: str = "torch"
-    gguf_format: str = "auto"
-    gguf_folder: Path = Path("gguf")
-
-    @classmethod
-    def from_config(cls, config: ModelConfig) -> BackendSettings:
-        return cls(config.backend, config.gguf_format, config.gguf_folder())
-
-
 class _Row(NamedTuple):
     """One row that samples this step."""
 
@@ -94,41 +77,25 @@ class ModelRunner:
         self,
         modules: ChatTTSModules,
         config: EngineConfig,
+        gpt: GPTModel,
         device: torch.device,
         dtype: torch.dtype,
-        quantize: str = "none",
-        decode_graphs: str = "off",
-        autotune_cache: AutotuneCache | None = None,
-        compile_step: str = "off",
-        compile_budget_s: float = 300.0,
-        backend: BackendSettings | None = None,
+        prompts: PromptBuilder | None = None,
+        heads: Heads | None = None,
     ) -> None:
-        """`decode_graphs` ('cuda', 'eager', 'off'): see `TorchGPT.build`. `autotune_cache`:
-        where warm-up's answers (linear modes, alignment heads) are reused from; None measures.
-        `compile_step` ('off', 'auto', 'on') and `compile_budget_s`: whether warm-up compiles
-        the CPU decode step (`model/compiled_decode.py`) and how long it may spend. `backend`:
-        what may run the GPT's layers (torch unless given; chosen at warm-up)."""
+        """`gpt`: the GPT finished (`engine/gpt_build.build_gpt`, or a `TorchGPT` a test
+        builds); `dtype` its input embeddings' dtype. `prompts` and `heads` are made from
+        `modules` unless given (`load` made them for the GPT's probes)."""
         self.modules = modules
         self.config = config
         self.device = device
         self.dtype = dtype
-        self.compile_step, self.compile_budget_s = compile_step, compile_budget_s
         self.num_vq = modules.shapes.embed.num_vq
         self.eos_code = modules.shapes.eos_token_id
         self.text_eos = modules.tokenizer.eos_token
-        self.backend = backend or BackendSettings()
-        self.gpt: GPTModel = TorchGPT.build(modules, config, device, dtype, quantize, decode_graphs)
-        self.torch_gpt: TorchGPT | None = self.gpt
-        """Our forward: serving, or (llama.cpp serving) dropped after warm-up."""
-        self.warmup_cache = autotune_cache
-        """Where warm-up answers are kept (autotune's table, the alignment heads); None: off."""
-        wants_digest = autotune_cache is not None or self.backend.backend != "torch"
-        self.weights_digest = weights_digest(modules.gpt_state_dict) if wants_digest else ""
-        """Part of the warm-up caches' keys (and the GGUF files' names): which weights."""
-        if self.backend.backend == "torch":
-            modules.gpt_state_dict.clear()  # else kept until warm-up has written the GGUF
-        self.heads = Heads.from_embed(modules.embed)
-        self.prompts = PromptBuilder(modules, device)
+        self.gpt = gpt
+        self.heads = heads or Heads.from_embed(modules.embed)
+        self.prompts = prompts or PromptBuilder(modules, device)
         num_codes = modules.shapes.embed.num_audio_tokens
         self.code_sampler = SlotSampler(
             config.max_streams, self.num_vq, num_codes, self.eos_code, device
@@ -142,13 +109,16 @@ class ModelRunner:
         """The shorter first chunk the scheduler gives streams that start at a large batch."""
         self._slots: dict[int, PassState] = {}
         """The pass in each occupied slot, by slot id."""
-        self.alignment_heads: tuple[HeadId, ...] = ()
-        """The heads whose attention times words (chosen at warm-up); (): the estimate."""
+
+    @property
+    def alignment_heads(self) -> tuple[HeadId, ...]:
+        """The heads whose attention times words; (): the estimate."""
+        return self.gpt.alignment_heads
 
     @property
     def info(self) -> ModelInfo:
-        """What the loaded model is; the linear modes are final after `warmup`. The audio
-        figures are the vocoder's in use (a HiFi-GAN checkpoint has its own rate and hop)."""
+        """What the loaded model is. The audio figures are the vocoder's in use (a HiFi-GAN
+        checkpoint has its own rate and hop)."""
         vocoder = self.audio.vocoder
         return ModelInfo(
             sample_rate=vocoder.sample_rate,
@@ -161,32 +131,10 @@ class ModelRunner:
             device=str(self.device),
             dtype=str(self.dtype).removeprefix("torch."),
             chunking=self.audio.default_config.options(),
-            linear_modes=self._linear_modes(),
             backend=self.gpt.name,
             decode_graphs=self.gpt.decode_graphs,
             decode_graphs_error=self.gpt.graphs_error,
             timing_source=ATTENTION if self.alignment_heads else ESTIMATE,
-        )
-
-    def _linear_modes(self) -> dict[int, str]:
-        if isinstance(self.gpt, TorchGPT):
-            return self.gpt.llama.mode_table
-        return {size: self.gpt.name for size in decode_batch_sizes(self.config.max_streams)}
-
-    def build_llamacpp(self, weight_format: str) -> LlamaCppGPT:
-        """The GPT on llama.cpp in `weight_format`, its GGUF file written first if need be."""
-        from ..model.gguf_export import GGUFCache
-
-        cache = GGUFCache(self.backend.gguf_folder, self.weights_digest)
-        modules, config = self.modules, self.config
-        shape = LlamaShape.from_config(modules.gpt_config)
-        rope_theta = float(getattr(modules.gpt_config, "rope_theta", 10000.0))
-        weights = modules.gpt_state_dict or None
-        threads = torch.get_num_threads()
-        path = cache.get(weight_format, weights, shape, rope_theta, threads)
-        max_batch = config.prefill_chunk_tokens + config.max_streams
-        return LlamaCppGPT(
-            path, shape, config.max_streams, config.max_tokens, max_batch, threads, weight_format
         )
 
     @classmethod
@@ -198,22 +146,12 @@ class ModelRunner:
         modules = load_chattts(model_dir, device, dtype)
         elapsed_s = time.monotonic() - started
         log.info("loaded ChatTTS from %s on %s/%s in %.1f s", model_dir, device, dtype, elapsed_s)
-        graphs = "cuda" if device.type == "cuda" and engine_config.cuda_graphs else "off"
-        folder = model_config.autotune_folder()
-        if model_config.compile != "off":
-            set_inductor_cache(model_config.compile_folder())
-        return cls(
-            modules,
-            engine_config,
-            device,
-            dtype,
-            quantize=model_config.quantize,
-            decode_graphs=graphs,
-            autotune_cache=AutotuneCache(folder) if folder is not None else None,
-            compile_step=model_config.compile,
-            compile_budget_s=model_config.compile_budget_s,
-            backend=BackendSettings.from_config(model_config),
-        )
+        prompts, heads = PromptBuilder(modules, device), Heads.from_embed(modules.embed)
+        settings = GPTSettings.from_config(model_config, engine_config)
+        gpt = build_gpt(modules, engine_config, settings, device, dtype, prompts, heads)
+        if device.type == "cpu":
+            dtype = torch.float32  # llama.cpp, or torch's fallback, reads fp32 embeddings
+        return cls(modules, engine_config, gpt, device, dtype, prompts, heads)
 
     def set_gpt_threads(self, threads: int) -> None:
         """The thread governor's count, for a backend with a pool of its own (llama.cpp)."""
@@ -221,7 +159,7 @@ class ModelRunner:
             self.gpt.set_threads(threads)
 
     def warmup(self, batch_size: int) -> None:
-        """Every code path once, and the warm-up measurements (`engine/warmup.py`)."""
+        """Every code path once (`engine/warmup.py`)."""
         from .warmup import warm_up
 
         warm_up(self, batch_size)
@@ -379,7 +317,7 @@ class ModelRunner:
     ) -> tuple[tuple[HeadId, ...], list[CaptureRow]] | None:
         """With alignment heads, the audio pass's decode rows over their text; else None (the
         forward computes nothing extra)."""
-        if not self.alignment_heads or not self.gpt.supports_alignment:
+        if not self.alignment_heads:
             return None
         rows = []
         for i, r in enumerate(plan.decode):
@@ -388,7 +326,7 @@ class ModelRunner:
                 rows.append(CaptureRow(i, r.slot_id, *state.prompt_text.positions))
         return (self.alignment_heads, rows) if rows else None
 
-    def _keep_alignment(self, plan: SchedulerOutput, capture: AlignmentCapture) -> None:
+    def _keep_alignment(self, plan: SchedulerOutput, capture: AttentionWeights) -> None:
         """Each captured row's text token: the argmax of its heads' weights averaged."""
         rows = [r.row for r in capture.rows]
         weights = torch.stack([capture.row_weights(r).mean(0) for r in rows])

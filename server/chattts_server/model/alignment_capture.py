@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -36,6 +37,23 @@ class CaptureRow:
     text_start: int
     """Prompt positions [text_start, text_end) of the slot hold the text tokens."""
     text_end: int
+
+
+class AttentionWeights(Protocol):
+    """What a forward returns of the heads it was asked to capture, whatever ran it (this
+    module's `AlignmentCapture` on torch, `engine/llamacpp_gpt.LlamaCppAlignment`)."""
+
+    @property
+    def rows(self) -> Sequence[CaptureRow]: ...
+
+    @property
+    def order(self) -> list[HeadId]:
+        """The heads in the order of `row_weights`' rows."""
+        ...
+
+    def row_weights(self, row: int) -> Tensor:
+        """(len(heads), text tokens): one row's weights over its text, summing to one."""
+        ...
 
 
 @dataclass

@@ -19,8 +19,6 @@ into the cache and returns the attention output (rows, heads * head_dim) in the 
 
 from __future__ import annotations
 
-import functools
-import time
 from typing import Protocol
 
 import torch
@@ -28,25 +26,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .kv_cache import SlotKVCache
-
-
-@functools.cache
-def bf16_attention_faster(num_heads: int, head_dim: int, batch: int = 16) -> bool:
-    """Whether decode attention (``batch`` queries over 128 keys each) runs faster over bf16
-    K/V than over fp32 on this CPU. With AMX it did (14 -> 8 ms of a 50 ms step at 16
-    streams: half the bytes); with AVX512-BF16 alone (no AMX) torch's bf16 flash attention
-    ran 5x slower than fp32 (1.2 vs 0.25 ms a layer at batch 16), so timed here, once."""
-    times: dict[torch.dtype, float] = {}
-    generator = torch.Generator().manual_seed(0)
-    kv = torch.randn(2, batch, num_heads, 128, head_dim, generator=generator)
-    q = torch.randn(batch, num_heads, 1, head_dim, generator=generator)
-    for _ in range(4):
-        for dtype in (torch.float32, torch.bfloat16):
-            k, v, query = kv[0].to(dtype), kv[1].to(dtype), q.to(dtype)
-            t0 = time.perf_counter()
-            F.scaled_dot_product_attention(query, k, v)
-            times[dtype] = min(times.get(dtype, float("inf")), time.perf_counter() - t0)
-    return times[torch.bfloat16] < times[torch.float32]
 
 
 class Attention(Protocol):

@@ -1,11 +1,11 @@
 """The pieces of one Llama decoder layer, as transformers computes them: sizes, RMSNorm, rotary
-embedding, the linear projections in every allowed mode, and the step from a layer's input to
-its roped queries and stacked keys/values. `llama.py` runs them over a KV cache.
+embedding, the linear projections, and the step from a layer's input to its roped queries and
+stacked keys/values. `llama.py` runs them over a KV cache.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -13,8 +13,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import LlamaConfig
-
-from .linear_modes import MODES, LinearMode, module_bytes
 
 
 @dataclass(frozen=True)
@@ -63,76 +61,27 @@ def apply_rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
 
 
 class Projection(nn.Module):
-    """``x @ W.T + b`` for one or more weights that read the same input (Q/K/V, gate/up), in
-    every allowed linear mode (``model/linear_modes.py``); ``forward`` runs the one asked for.
+    """``x @ W.T + b`` for one or more weights that read the same input (Q/K/V, gate/up),
+    stacked into one matmul whose output is split."""
 
-    Modes with ``fuse`` stack the weights into one matmul and split its output. A mixed mode
-    runs layer ``layer_id``'s kernel mode, sharing the kernels when that mode is built too.
-    Outputs are in the kernel's ``input_dtype`` (bf16 for the bf16 and weight-only modes).
-    """
+    weight: Tensor
+    bias: Tensor | None
 
-    def __init__(
-        self,
-        weights: list[Tensor],
-        biases: list[Tensor | None],
-        modes: list[str],
-        fuse_all: bool,
-        layer_id: int = 0,
-    ) -> None:
+    def __init__(self, weights: list[Tensor], biases: list[Tensor | None]) -> None:
         super().__init__()
         self.sizes = [w.shape[0] for w in weights]
+        self.register_buffer("weight", torch.cat(weights) if len(weights) > 1 else weights[0])
         has_bias = all(b is not None for b in biases)
-        fused_w = torch.cat(weights, dim=0) if len(weights) > 1 else weights[0]
-        fused_b = (
-            torch.cat(cast("list[Tensor]", biases), dim=0)
-            if has_bias and len(weights) > 1
-            else biases[0]
-            if has_bias
-            else None
-        )
-        built: dict[str, nn.ModuleList] = {}
+        bias = torch.cat(cast("list[Tensor]", biases)) if has_bias else None
+        self.register_buffer("bias", bias)
 
-        def kernels_of(mode: LinearMode) -> nn.ModuleList:
-            if mode.name not in built:
-                build = cast("Callable[[Tensor, Tensor | None], nn.Module]", mode.build)
-                if mode.fuse or fuse_all or len(weights) == 1:
-                    parts = [build(fused_w, fused_b)]
-                else:
-                    parts = [
-                        build(w, b if has_bias else None)
-                        for w, b in zip(weights, biases, strict=True)
-                    ]
-                built[mode.name] = nn.ModuleList(parts)
-            return built[mode.name]
+    def fused(self, x: Tensor) -> Tensor:
+        """The stacked output (rows, sum of sizes)."""
+        return F.linear(x, self.weight, self.bias)
 
-        self.kernels = nn.ModuleDict(
-            {name: kernels_of(MODES[name].for_layer(layer_id)) for name in modes}
-        )
-
-    def forward(self, x: Tensor, mode: str) -> list[Tensor]:
-        parts = cast("nn.ModuleList", self.kernels[mode])
-        if len(parts) > 1:
-            return [kernel(x) for kernel in parts]
-        y = parts[0](x)
+    def forward(self, x: Tensor) -> list[Tensor]:
+        y = self.fused(x)
         return [y] if len(self.sizes) == 1 else list(y.split(self.sizes, dim=-1))
-
-    def fused(self, x: Tensor, mode: str) -> Tensor | None:
-        """The stacked output (rows, sum of sizes) when ``mode`` runs one matmul, else None."""
-        parts = cast("nn.ModuleList", self.kernels[mode])
-        return parts[0](x) if len(parts) == 1 else None
-
-    def drop(self, keep: set[str]) -> None:
-        for name in [n for n in self.kernels if n not in keep]:
-            del self.kernels[name]
-
-    def nbytes(self, mode: str | None = None) -> int:
-        """Bytes of one mode's kernels, or (None) of every kernel held, shared ones once."""
-        held = (
-            [self.kernels[mode]]
-            if mode
-            else list({id(k): k for k in self.kernels.values()}.values())
-        )
-        return sum(module_bytes(k) for parts in held for k in cast("nn.ModuleList", parts))
 
 
 class Layer(nn.Module):
@@ -146,8 +95,6 @@ class Layer(nn.Module):
         sd: Mapping[str, Tensor],
         layer_id: int,
         eps: float,
-        modes: list[str],
-        fuse_all: bool,
     ) -> None:
         super().__init__()
         self.eps = eps
@@ -156,7 +103,7 @@ class Layer(nn.Module):
         def proj(names: list[str]) -> Projection:
             weights = [sd[f"{prefix}{n}.weight"] for n in names]
             biases = [sd.get(f"{prefix}{n}.bias") for n in names]
-            return Projection(weights, biases, modes, fuse_all, layer_id)
+            return Projection(weights, biases)
 
         self.register_buffer("input_norm", sd[prefix + "input_layernorm.weight"])
         self.register_buffer("post_norm", sd[prefix + "post_attention_layernorm.weight"])
@@ -168,14 +115,13 @@ class Layer(nn.Module):
     def projections(self) -> list[Projection]:
         return [self.qkv, self.o, self.gate_up, self.down]
 
-    def mlp(self, x: Tensor, mode: str) -> Tensor:
-        """The MLP's output in the down kernel's dtype (the residual add promotes it)."""
-        gate, up = self.gate_up(rms_norm(x, self.post_norm, self.eps), mode)
-        return self.down(F.silu(gate) * up, mode)[0]
+    def mlp(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(rms_norm(x, self.post_norm, self.eps))
+        return self.down(F.silu(gate) * up)[0]
 
 
 def q_kv(
-    shape: LlamaShape, layer: Layer, x: Tensor, cos: Tensor, sin: Tensor, mode: str
+    shape: LlamaShape, layer: Layer, x: Tensor, cos: Tensor, sin: Tensor
 ) -> tuple[Tensor, Tensor]:
     """x: (rows, hidden) -> q (rows, heads, hd) roped and kv (rows, 2, kv_heads, hd) with k
     roped: the layout one index_put writes into the cache. From a stacked Q/K/V matmul q and k
@@ -183,12 +129,7 @@ def q_kv(
     s = shape
     rows, num_qk = x.shape[0], s.num_heads + s.num_kv_heads
     h = rms_norm(x, layer.input_norm, s.rms_norm_eps)
-    y = layer.qkv.fused(h, mode)
-    if y is None:  # separate Q, K and V kernels
-        q, k, v = layer.qkv(h, mode)
-        q = apply_rope(q.view(rows, s.num_heads, s.head_dim), cos, sin)
-        k = apply_rope(k.view(rows, s.num_kv_heads, s.head_dim), cos, sin)
-        return q, torch.stack((k, v.view(rows, s.num_kv_heads, s.head_dim)), dim=1)
+    y = layer.qkv.fused(h)
     qk = apply_rope(y[:, : num_qk * s.head_dim].view(rows, num_qk, s.head_dim), cos, sin)
     v = y[:, num_qk * s.head_dim :].view(rows, s.num_kv_heads, s.head_dim)
     return qk[:, : s.num_heads], torch.stack((qk[:, s.num_heads :], v), dim=1)

@@ -32,9 +32,13 @@ def pick_device(name: str) -> torch.device:
 
 
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    """The GPT's dtype on CUDA (fp16 unless told, as upstream ChatTTS's half path: norm
+    statistics and heads stay fp32). On a CPU the weights load in fp32 whatever `name` says:
+    llama.cpp converts them to its GGUF format, and torch's fallback is plain fp32."""
+    if device.type != "cuda":
+        return torch.float32
     if name == "auto":
-        # fp16 on CUDA, as upstream ChatTTS's half path (norm statistics and heads stay fp32).
-        return torch.float16 if device.type == "cuda" else torch.float32
+        return torch.float16
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
 
 

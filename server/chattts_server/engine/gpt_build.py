@@ -1,0 +1,257 @@
+"""The GPT the server serves, finished before the runner is made (`build_gpt`): one way per device.
+
+- CUDA: our torch forward (`TorchGPT`) in fp16, its decode step captured as CUDA graphs.
+- CPU: llama.cpp (`LlamaCppGPT`), in the smallest GGUF format whose hidden states on the loaded
+  weights are within the quality budget (`MIN_SNR_DB`) of fp32. The rule holds on any CPU: no
+  timing contest, whose winner changes with the machine's load. The answer is measured once per
+  weights digest and kept beside the GGUF files; `--gguf-format` names a format instead.
+- CPU where llama.cpp does not load (its build failed): torch, plain fp32, and the log says why.
+
+The alignment heads are calibrated on what serves (cached per weights), and once llama.cpp
+serves, the GPT's torch weights are dropped (`modules.gpt_state_dict` is emptied).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..audio_constants import AUDIO_TOKENS_PER_S
+from ..config import EngineConfig, ModelConfig
+from ..defaults import GGUF_FORMATS, MIN_SNR_DB
+from ..model.alignment_heads import MIN_SCORE, HeadId
+from ..model.gguf_export import GGUFCache
+from ..model.kv_cache import SlotKVCache
+from ..model.llama import LlamaDecoder
+from ..model.llama_layers import LlamaShape
+from ..model.loader import ChatTTSModules
+from ..model.warmup_cache import WarmupCache, snr_db, weights_digest
+from .alignment import CALIBRATION_TEXT, calibrate_alignment_heads
+from .gpt import GPTModel, TorchGPT
+from .heads import Heads
+from .llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
+from .prompts import PromptBuilder
+from .utterance import VoiceSpec
+
+log = logging.getLogger(__name__)
+
+SMALLEST_FIRST = tuple(reversed(GGUF_FORMATS))
+"""The order `--gguf-format auto` tries formats in; F32 (exact) always passes."""
+QUALITY_PROBE = "Warm up [uv_break] in 2 minutes, please!"
+"""The prompt whose hidden states hold a format against fp32."""
+
+
+@dataclass(frozen=True)
+class GPTSettings:
+    """What the command line says about the GPT (`ModelConfig`)."""
+
+    gguf_format: str = "auto"
+    gguf_folder: Path = Path("gguf")
+    cuda_graphs: bool = True
+
+    @classmethod
+    def from_config(cls, model: ModelConfig, engine: EngineConfig) -> GPTSettings:
+        return cls(model.gguf_format, model.gguf_folder(), engine.cuda_graphs)
+
+
+@torch.inference_mode()
+def build_gpt(
+    modules: ChatTTSModules,
+    config: EngineConfig,
+    settings: GPTSettings,
+    device: torch.device,
+    dtype: torch.dtype,
+    prompts: PromptBuilder,
+    heads: Heads,
+) -> GPTModel:
+    """The GPT that serves on `device`, finished: weights in their format, graphs captured,
+    alignment heads calibrated. `prompts` and `heads` make the probes."""
+    started = time.monotonic()
+    digest = weights_digest(modules.gpt_state_dict)
+    store = WarmupCache(settings.gguf_folder, "alignment")
+    gpt: GPTModel
+    if device.type == "cuda":
+        gpt = _cuda_gpt(modules, config, settings, device, dtype)
+    else:
+        missing = llamacpp_unavailable()
+        if missing is None:
+            gpt = _llamacpp_gpt(modules, config, settings, digest, prompts, heads)
+        else:
+            log.warning("the GPT runs on torch fp32: %s", missing)
+            gpt = TorchGPT.build(modules, config, device, torch.float32, decode_graphs="off")
+    if not isinstance(gpt, LlamaCppGPT):  # llama.cpp calibrated before its tap was settled
+        gpt.alignment_heads = _alignment_heads(gpt, store, digest, config, prompts, heads, dtype)
+    modules.gpt_state_dict.clear()  # torch holds its own copy; llama.cpp its GGUF
+    log.info("GPT: %s, built in %.1f s", gpt.name, time.monotonic() - started)
+    return gpt
+
+
+def _cuda_gpt(
+    modules: ChatTTSModules,
+    config: EngineConfig,
+    settings: GPTSettings,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> TorchGPT:
+    graphs = "cuda" if settings.cuda_graphs else "off"
+    gpt = TorchGPT.build(modules, config, device, dtype, graphs)
+    if gpt.graphs is not None:
+        try:
+            gpt.graphs.capture_all()
+        except Exception as exc:  # noqa: BLE001 - graphs only speed decoding up
+            gpt.drop_graphs(exc)
+    return gpt
+
+
+def _llamacpp_gpt(
+    modules: ChatTTSModules,
+    config: EngineConfig,
+    settings: GPTSettings,
+    digest: str,
+    prompts: PromptBuilder,
+    heads: Heads,
+) -> LlamaCppGPT:
+    files = GGUFCache(settings.gguf_folder, digest)
+    shape = LlamaShape.from_config(modules.gpt_config)
+    rope_theta = float(getattr(modules.gpt_config, "rope_theta", 10000.0))
+    threads = torch.get_num_threads()
+
+    def build(weight_format: str, tap: bool) -> LlamaCppGPT:
+        path = files.get(weight_format, modules.gpt_state_dict or None, shape, rope_theta, threads)
+        max_batch = config.prefill_chunk_tokens + config.max_streams
+        return LlamaCppGPT(
+            path,
+            shape,
+            config.max_streams,
+            config.max_tokens,
+            max_batch,
+            threads,
+            weight_format,
+            attention_tap=tap,
+        )
+
+    weight_format = settings.gguf_format
+    if weight_format == "auto":
+        weight_format = choose_gguf_format(modules, settings.gguf_folder, digest, prompts, build)
+    files.keep_only(weight_format)
+    store = WarmupCache(settings.gguf_folder, "alignment")
+    key = _alignment_key(digest, modules, f"llamacpp {weight_format}")
+    cached = _cached_heads(store, key)
+    gpt = build(weight_format, tap=cached is None or bool(cached))
+    if cached is None:
+        cached = calibrate_alignment_heads(
+            gpt, prompts, heads.greedy_code_embed, AUDIO_TOKENS_PER_S, config.max_tokens
+        )
+        store.store_json(key, [list(h) for h in cached])
+        gpt.set_attention_tap(bool(cached))
+    gpt.alignment_heads = cached
+    return gpt
+
+
+def choose_gguf_format(
+    modules: ChatTTSModules,
+    folder: Path,
+    digest: str,
+    prompts: PromptBuilder,
+    build,  # type: ignore[no-untyped-def]  # (format, tap) -> LlamaCppGPT
+) -> str:
+    """The smallest format whose hidden states on the quality probe are within `MIN_SNR_DB` of
+    fp32's (our torch forward on the loaded weights), kept per weights digest in `folder`."""
+    probe = prompts.code_prompt(prompts.normalize(QUALITY_PROBE), VoiceSpec(), 5).embeds.float()
+    store = WarmupCache(folder, "gguf-format")
+    key = {
+        "version": 1,
+        "gpt": digest,
+        "min_snr_db": MIN_SNR_DB,
+        "candidates": list(SMALLEST_FIRST),
+        "probe": weights_digest({"probe": probe}),
+    }
+    cached = store.load_json(key)
+    if isinstance(cached, dict) and cached.get("format") in GGUF_FORMATS:
+        log.info(
+            "GGUF format %s (the smallest within %g dB of fp32; measured before: %s)",
+            cached["format"],
+            MIN_SNR_DB,
+            store.path_for(key),
+        )
+        return str(cached["format"])
+    reference = fp32_reference(modules, probe)
+    snr: dict[str, float] = {}
+    chosen = SMALLEST_FIRST[-1]
+    for weight_format in SMALLEST_FIRST:
+        gpt = build(weight_format, False)
+        try:
+            snr[weight_format] = snr_db(reference, gpt.hidden_states(0, probe))
+        finally:
+            gpt.close()
+        if snr[weight_format] >= MIN_SNR_DB:
+            chosen = weight_format
+            break
+    store.store_json(key, {"format": chosen, "snr_db": snr})
+    log.info(
+        "GGUF format %s: the smallest within %g dB of fp32 (hidden-state SNR %s)",
+        chosen,
+        MIN_SNR_DB,
+        ", ".join(f"{f} {db:.1f} dB" for f, db in snr.items()),
+    )
+    return chosen
+
+
+def fp32_reference(modules: ChatTTSModules, probe: Tensor) -> Tensor:
+    """`probe`'s hidden states (L, D) through our torch forward in fp32 on the loaded weights."""
+    decoder = LlamaDecoder.from_state_dict(
+        modules.gpt_config, modules.gpt_state_dict, "cpu", torch.float32
+    )
+    cache = SlotKVCache(decoder.shape, 1, probe.shape[0], "cpu", torch.float32)
+    return decoder.prefill(0, probe, 0, cache)
+
+
+def _alignment_key(digest: str, modules: ChatTTSModules, served: str) -> dict[str, object]:
+    return {
+        "version": 2,
+        "gpt": digest,
+        "embed": weights_digest(modules.embed.state_dict()),
+        "served": served,
+        "calibration": CALIBRATION_TEXT,
+        "min_score": MIN_SCORE,
+    }
+
+
+def _cached_heads(store: WarmupCache, key: dict[str, object]) -> tuple[HeadId, ...] | None:
+    cached = store.load_json(key)
+    if not isinstance(cached, list):
+        return None
+    heads = tuple((int(layer), int(head)) for layer, head in cached)
+    source = f"attention, heads {heads}" if heads else "estimate"
+    log.info("word timing: source %s (measured before: %s)", source, store.path_for(key))
+    return heads
+
+
+def _alignment_heads(
+    gpt: GPTModel,
+    store: WarmupCache,
+    digest: str,
+    config: EngineConfig,
+    prompts: PromptBuilder,
+    heads: Heads,
+    dtype: torch.dtype,
+) -> tuple[HeadId, ...]:
+    """Torch's alignment heads (none where CUDA graphs replay the decode step)."""
+    if gpt.decode_graphs == "cuda":
+        log.info("alignment heads: not calibrated (CUDA graphs replay the decode step)")
+        return ()
+    modules = prompts.m
+    key = _alignment_key(digest, modules, f"{gpt.name} {dtype}")
+    cached = _cached_heads(store, key)
+    if cached is not None:
+        return cached
+    found = calibrate_alignment_heads(
+        gpt, prompts, heads.greedy_code_embed, AUDIO_TOKENS_PER_S, config.max_tokens, dtype
+    )
+    store.store_json(key, [list(h) for h in found])
+    return found
