@@ -1,10 +1,10 @@
-"""Serving benchmark: upstream ChatTTS stream mode vs our gRPC server in each linear mode.
+"""Serving benchmark: upstream ChatTTS stream mode vs our gRPC server, default flags or a named format.
 
 In one run, on the full-size dev model (random weights at the official shapes: timings do not
 depend on weight values), upstream first (the reference every ratio needs), then ours:
   (a) our server (`chattts_server.main` through `chattts_server.launcher`, one subprocess per
-      `--modes` entry: a `--quantize` mode on torch, `llamacpp:<format>`, or `default`, the
-      server's default flags) through the real client library (`AsyncTTSClient`), at each
+      `--modes` entry: `default`, the server's default flags, or `gguf:<format>`, the GPT in
+      that GGUF format) through the real client library (`AsyncTTSClient`), at each
       concurrency: time to first audio (TTFA) p50/p95, the gap-free start (the earliest moment
       playback could start and never stall: the maximum over chunks of arrival time minus the
       audio duration before that chunk) p50/p95, per-stream RTF, aggregate audio seconds per
@@ -20,8 +20,9 @@ run stopped part-way (a timeout) leaves what it measured; `--time-budget-s` skip
 that would start after it. Compare ratios measured in one run; a shared machine makes absolute
 times noisy.
 
-Usage: python bench/bench_serving.py [--tokens 200] [--requests 16] [--upstream-requests 3]
-       [--concurrency 1,2,16] [--modes none,auto,default,llamacpp:Q8_0] [--out bench/results]
+Each server's cold start (its log's "engine ready in") and resident memory after its levels
+are reported too. Usage: python bench/bench_serving.py [--tokens 200] [--requests 16]
+       [--upstream-requests 3] [--concurrency 1,4,16] [--modes default,gguf:F16] [--out bench/results]
        [--logs DIR] [--time-budget-s S] [--transports grpc,http]
        python bench/bench_serving.py --smoke    # tiny model, a few tokens, a temp folder
 """
@@ -32,6 +33,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -113,6 +115,7 @@ class Level:
     errors: int = 0
     cost_ms: dict[str, float] = field(default_factory=dict)  # per generated token
     tokens: int = 0
+    load_average: float = float("nan")  # 1-minute, as the level ended
 
     def add(self, arrivals: list[float], durations: list[float], total: float) -> None:
         self.ttfa_s.append(arrivals[0] if arrivals else total)
@@ -266,15 +269,35 @@ def merge_levels(into: Level | None, part: Level) -> Level:
     return into
 
 
+@dataclass
+class ServerFacts:
+    """What one server's log and process say beside its levels."""
+
+    ready_s: float = float("nan")  # "engine ready in X s": load, GGUF, warm-up
+    rss_mib: float = float("nan")  # resident memory after its levels
+    gpt: str = ""  # the log's "GPT: ..." line
+
+
+SERVERS: dict[str, ServerFacts] = {}
+
+
 def server_mode_args(mode: str) -> list[str]:
-    """The server flags of one `--modes` entry: `default` (the server's own defaults: --backend
-    auto, --quantize auto), `llamacpp:<format>` (llama.cpp in that GGUF format, or `auto`), or a
-    `--quantize` value on the torch backend."""
+    """The server flags of one `--modes` entry: `default` (the server's own defaults) or
+    `gguf:<format>` (the GPT in that GGUF format)."""
     if mode == "default":
         return []
-    if mode.startswith("llamacpp:"):
-        return ["--backend", "llamacpp", "--gguf-format", mode.split(":", 1)[1]]
-    return ["--quantize", mode, "--backend", "torch"]
+    if mode.startswith("gguf:"):
+        return ["--gguf-format", mode.split(":", 1)[1]]
+    raise SystemExit(f"--modes: {mode!r} is neither default nor gguf:<format>")
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return float("nan")
+    line = next((ln for ln in status.splitlines() if ln.startswith("VmRSS:")), "")
+    return int(line.split()[1]) / 1024 if line else float("nan")
 
 
 def run_mode(
@@ -282,7 +305,7 @@ def run_mode(
     mode: str,
     cache: Path,
     logs: Path,
-    on_level: Callable[[Level], None],
+    on_level: Callable[[Level | None], None],
     deadline: float,
 ) -> None:
     """Start a server in `mode`, measure each concurrency level, hand each to `on_level` as it
@@ -297,7 +320,7 @@ def run_mode(
     )
     max_tokens = max(512, args.tokens + 256)
     server_args = [
-        *server_mode_args(mode), "--device", args.device, "--dtype", args.dtype,
+        *server_mode_args(mode), "--device", args.device,
         "--max-streams", str(args.max_streams),
         "--max-tokens", str(max_tokens), "--max-new-tokens", str(max_tokens - 128),
         "--max-queue", str(max(64, args.requests * 2)),
@@ -337,20 +360,31 @@ def run_mode(
                     )
                     merged[transport] = merge_levels(merged.get(transport), part)
             for level in merged.values():
+                level.load_average = os.getloadavg()[0]
                 print(
                     f"  {level.mode} c{c}: {len(level.total_s)} requests, wall {level.wall_s:.1f} s, "
                     f"TTFA p50 "
                     f"{pct(level.ttfa_s, 50):.2f} s, gap-free p50 "
                     f"{pct(level.gap_free_s, 50):.2f} s, RTF p50 {pct(level.rtf, 50):.2f}, "
-                    f"{level.throughput:.2f} audio s/s, errors {level.errors}",
+                    f"{level.throughput:.2f} audio s/s, errors {level.errors}, "
+                    f"load average {level.load_average:.2f}",
                     flush=True,
                 )
                 on_level(level)
+        facts = ServerFacts(rss_mib=_rss_mib(srv.pid))
         srv.stop()
     log_text = srv.log_text()
-    if "linear-mode autotune" in log_text:
-        start = log_text.index("linear-mode autotune")
-        print(log_text[start : log_text.find("warm-up (decode", start)].strip(), flush=True)
+    ready = re.search(r"engine ready in (\d+\.\d+) s", log_text)
+    gpt = re.search(r"GPT: (.*), built in .*$", log_text, re.M)
+    facts.ready_s = float(ready.group(1)) if ready else float("nan")
+    facts.gpt = gpt.group(1) if gpt else "?"
+    SERVERS[mode] = facts
+    print(
+        f"  {mode}: {facts.gpt}, engine ready in {facts.ready_s:.1f} s, "
+        f"resident {facts.rss_mib:.0f} MiB",
+        flush=True,
+    )
+    on_level(None)
 
 
 # -- (b) upstream -----------------------------------------------------------------------------
@@ -403,38 +437,53 @@ def write_report(args: argparse.Namespace, up: Level | None, ours: list[Level], 
     lines = [
         "# Serving benchmark",
         "",
-        f"{args.model.capitalize()} dev model (random weights), {args.device}/{args.dtype}, "
+        f"{args.model.capitalize()} dev model (random weights), {args.device}, "
         f"{args.tokens} tokens per "
         f"stream ({args.tokens / TOKENS_PER_S:.2f} s of audio), server --max-streams "
-        f"{args.max_streams}, one server per `--modes` entry (a `--quantize` mode on torch, "
-        "`llamacpp:<format>`, or `default`: the server's default flags; each tuned at warm-up). "
+        f"{args.max_streams}, one server per `--modes` entry (`default`: the server's default "
+        "flags; `gguf:<format>`: the GPT in that format). "
         f"Load average at the end {os.getloadavg()[0]:.1f}. Command: `python {' '.join(sys.argv)}`",
         "",
         "| run | streams | requests | TTFA p50 s | TTFA p95 s | gap-free start p50 s "
-        "| gap-free p95 s | RTF p50 (per stream) | RTF max | audio s / wall s | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| gap-free p95 s | RTF p50 (per stream) | RTF max | audio s / wall s | errors "
+        "| load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for lv in ([up] if up else []) + ours:
         lines.append(
             f"| {lv.name} | {lv.concurrency} | {len(lv.total_s)} | {pct(lv.ttfa_s, 50):.2f} "
             f"| {pct(lv.ttfa_s, 95):.2f} | {pct(lv.gap_free_s, 50):.2f} | {pct(lv.gap_free_s, 95):.2f} "
             f"| {pct(lv.rtf, 50):.2f} | {max(lv.rtf, default=float('nan')):.2f} "
-            f"| {lv.throughput:.2f} | {lv.errors} |"
+            f"| {lv.throughput:.2f} | {lv.errors} | {lv.load_average:.2f} |"
         )
     lines.append("")
+    if SERVERS:
+        lines += [
+            "| server | GPT | engine ready (cold start) s | resident memory after its levels MiB |",
+            "|---|---|---|---|",
+        ]
+        for mode, facts in SERVERS.items():
+            lines.append(f"| {mode} | {facts.gpt} | {facts.ready_s:.1f} | {facts.rss_mib:.0f} |")
+        lines.append("")
     if up and ours:
-        lines += ["Against upstream in the same run (targets of issue 39 in brackets):", ""]
+        lines += ["Against upstream in the same run (targets of issue 47 in brackets):", ""]
         for mode in dict.fromkeys(lv.mode for lv in ours):
             by_c = {lv.concurrency: lv for lv in ours if lv.mode == mode}
             parts = []
             if 1 in by_c and by_c[1].ttfa_s:
                 c1 = by_c[1]
                 parts.append(
-                    f"1 stream RTF {pct(c1.rtf, 50):.2f} [<= 0.5], TTFA "
-                    f"{pct(c1.ttfa_s, 50) / pct(up.ttfa_s, 50):.2f}x upstream's [<= 0.05x]"
+                    f"1 stream: first audio {pct(c1.ttfa_s, 50):.3f} s = "
+                    f"{pct(c1.ttfa_s, 50) / pct(up.ttfa_s, 50):.3f}x upstream's [<= 0.04x], "
+                    f"RTF {pct(c1.rtf, 50):.2f} [<= 0.6], gap-free start "
+                    f"{pct(c1.gap_free_s, 50):.2f} s [<= 0.5 s]"
                 )
-            if 2 in by_c and by_c[2].rtf:
-                parts.append(f"2 streams RTF max {max(by_c[2].rtf):.2f} [<= 1]")
+            if 4 in by_c and by_c[4].rtf:
+                c4 = by_c[4]
+                parts.append(
+                    f"4 streams: RTF max {max(c4.rtf):.2f} [<= 1], gap-free start max "
+                    f"{max(c4.gap_free_s):.2f} s [<= 0.5 s]"
+                )
             top = by_c[max(by_c)]
             parts.append(
                 f"{top.concurrency} streams throughput {top.throughput / up.throughput:.1f}x "
@@ -514,11 +563,11 @@ def main() -> None:
     parser.add_argument(
         "--upstream-requests", type=int, default=3, help="sequential upstream requests (and c1)"
     )
-    parser.add_argument("--concurrency", default="1,2,16")
+    parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument(
         "--modes",
-        default="none,auto,llamacpp:auto,default",
-        help="servers to run: --quantize values (torch), llamacpp:<format|auto>, default",
+        default="default",
+        help="servers to run, in turn: default (the server's default flags), gguf:<format>",
     )
     parser.add_argument(
         "--rounds", type=int, default=1, help="repeat each level, the transports taking turns"
@@ -531,12 +580,6 @@ def main() -> None:
     )
     parser.add_argument("--max-streams", type=int, default=16)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="server device")
-    parser.add_argument(
-        "--dtype",
-        default="float32",
-        choices=["float32", "float16", "bfloat16"],
-        help="server GPT dtype (lossy --quantize modes need float32 on CPU)",
-    )
     parser.add_argument("--model", default="full", choices=["tiny", "full"])
     parser.add_argument("--skip-upstream", action="store_true")
     parser.add_argument(
@@ -560,8 +603,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.model, args.tokens, args.requests, args.upstream_requests = "tiny", 24, 2, 1
-        # One server: each --quantize mode costs a server start; autotune times every mode.
-        args.concurrency, args.max_streams, args.modes = "1,2", 2, "auto"
+        args.concurrency, args.max_streams, args.modes = "1,2", 2, "default"
         args.transports = "grpc,http"
         args.out = tempfile.mkdtemp(prefix="bench_serving-")
 
@@ -583,12 +625,13 @@ def main() -> None:
         up = run_upstream(model_dir, args.device, args.tokens, args.upstream_requests)
         write_report(args, up, ours, out)
 
-    def on_level(level: Level) -> None:
-        ours.append(level)
+    def on_level(level: Level | None) -> None:
+        if level is not None:
+            ours.append(level)
         write_report(args, up, ours, out)  # as each level ends: a timeout keeps what ran
 
     for mode in [m for m in args.modes.split(",") if m]:
-        print(f"(a) our server, --quantize {mode}", flush=True)
+        print(f"(a) our server, {mode}", flush=True)
         run_mode(args, mode, cache, logs, on_level, deadline)
     print(write_report(args, up, ours, out))
     print(f"wrote {out / 'serving.md'} and {out / 'serving.png'}")

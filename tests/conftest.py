@@ -13,11 +13,15 @@ from serverutil import DEV_MODEL_CACHE, InProcessServer, tiny_server_config
 def pytest_report_header() -> list[str]:
     """The machine under the run, first: a failure on one kind of CPU shows as such."""
     import os
+    import re
 
-    from chattts_server.model.cpu_features import cpu_features
-
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
+    flags = set((re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.M) or [""])[-1].split())
+    kinds = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8") if f in flags]
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return [f"cpu: {cpu_features().describe()}; {os.cpu_count()} cores; load average {load}"]
+    name = model.group(1) if model else "unknown CPU"
+    return [f"cpu: {name} ({' '.join(kinds)}); {os.cpu_count()} cores; load average {load}"]
 
 
 @pytest.fixture(scope="session")

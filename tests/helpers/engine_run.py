@@ -11,9 +11,11 @@ import torch
 
 from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
+from chattts_server.engine.gpt import TorchGPT
+from chattts_server.engine.gpt_build import capture_graphs
 from chattts_server.engine.runner import ModelRunner
 from chattts_server.engine.utterance import UtteranceRequest
-from chattts_server.model.loader import load_chattts
+from chattts_server.model.loader import ChatTTSModules, load_chattts
 
 CPU = torch.device(os.environ.get("CHATTTS_TEST_DEVICE", "cpu"))
 """Where runner and upstream run; bench/gpu_check.sh sets CHATTTS_TEST_DEVICE=cuda (fp32 both)."""
@@ -56,9 +58,21 @@ def run_core(
     return results
 
 
+def torch_runner(
+    modules: ChatTTSModules,
+    config: EngineConfig,
+    device: torch.device = CPU,
+    dtype: torch.dtype = torch.float32,
+    decode_graphs: str = "off",
+) -> ModelRunner:
+    """A runner over our torch forward (the GPU path; the CPU fallback in fp32): what the
+    parity tests hold against upstream ChatTTS, and the CUDA graph tests run."""
+    gpt = capture_graphs(TorchGPT.build(modules, config, device, dtype, decode_graphs))
+    return ModelRunner(modules, config, gpt, device, dtype)
+
+
 def make_runner(
     model_dir, max_streams: int = 8, max_tokens: int = 512
 ) -> tuple[ModelRunner, EngineConfig]:
     config = EngineConfig(max_streams=max_streams, max_tokens=max_tokens, max_new_tokens=384)
-    runner = ModelRunner(load_chattts(model_dir, CPU, torch.float32), config, CPU, torch.float32)
-    return runner, config
+    return torch_runner(load_chattts(model_dir, CPU, torch.float32), config), config

@@ -52,19 +52,12 @@ def tiny_server_config(
     cache: Path, max_streams: int = 4, max_queue: int = 4, **engine: object
 ) -> ServerConfig:
     return ServerConfig(
-        # fp32 (`none`) on torch, not the CPU defaults `auto`: tests compare audio against exact
-        # references.
-        # A fixed thread count too: the governor drops threads on a loaded machine, and a matmul
-        # summed over another number of threads rounds differently, so the same seed would no
-        # longer give the same samples (tests/integration/test_threads.py tests the governor).
+        # The server's own GPT path (llama.cpp in the format the quality budget picks), with a
+        # fixed thread count: the governor drops threads on a loaded machine, and tests compare
+        # a stream's audio with the same request's again (tests/integration/test_threads.py
+        # tests the governor).
         model=ModelConfig(
-            dev_model="tiny",
-            dev_model_cache=cache,
-            device="cpu",
-            dtype="float32",
-            quantize="none",
-            backend="torch",
-            adaptive_threads=False,
+            dev_model="tiny", dev_model_cache=cache, device="cpu", adaptive_threads=False
         ),
         engine=replace(
             EngineConfig(max_streams=max_streams, max_tokens=512, max_new_tokens=384), **engine
@@ -127,12 +120,7 @@ class InProcessServer:
 def launch(args: list[str], cache: Path, metrics: bool = True) -> ServerProcess:
     """Start `chattts-server` (tiny dev model, CPU) on a free loopback port and, if `metrics`, a
     free metrics port; returns once it listens. Its output is kept in `.log` and echoed to stderr.
-    Serves fp32 on torch (`--quantize none --backend torch`) unless `args` say otherwise: tests
-    want exact audio."""
-    if "--quantize" not in args:
-        args = ["--quantize", "none", *args]
-    if "--backend" not in args:
-        args = ["--backend", "torch", *args]
+    """
     return launcher.launch(
         args, dev_model="tiny", cache=cache, metrics=metrics, echo=True, cwd=REPO
     )

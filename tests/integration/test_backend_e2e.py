@@ -1,5 +1,7 @@
-"""The GPT backend through the real server (tiny model): llama.cpp serves a stream, and a server
-whose llama.cpp does not load serves torch instead, saying why (`engine/backend_choice.py`)."""
+"""The GPT through the real server (tiny model): on a CPU llama.cpp serves, in the format the
+quality budget chose (or the one `--gguf-format` names), and a restart with the same weights
+reads the choice and the GGUF file back; a server whose llama.cpp does not load serves torch
+fp32 instead, saying why (`engine/gpt_build.py`)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from chattts_client import TTSClient
 from chattts_devtools.launcher import launch
 from chattts_proto.chattts.v1 import tts_pb2
-from chattts_server.engine.backend_choice import llamacpp_unavailable
+from chattts_server.engine.llamacpp_gpt import llamacpp_unavailable
 
 TOKENS = 40
 
@@ -28,15 +30,39 @@ def _speak(srv) -> float:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.skipif(llamacpp_unavailable() is not None, reason=str(llamacpp_unavailable()))
-def test_llamacpp_serves_a_stream(dev_model_cache: Path, tiny_model_dir: Path, tmp_path: Path):
-    args = ["--backend", "llamacpp", "--gguf-format", "Q8_0", "--gguf-cache-dir", str(tmp_path)]
-    with launch([*args, "--max-streams", "2"], cache=dev_model_cache) as srv:
+def test_llamacpp_serves_the_format_it_chose_and_a_restart_reads_it_back(
+    dev_model_cache: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    args = ["--gguf-cache-dir", str(tmp_path), "--max-streams", "2"]
+    with launch(args, cache=dev_model_cache) as srv:
+        assert _speak(srv) > 0.9 * TOKENS / 46.875
+        assert srv.stop() == 0
+    first = srv.log_text()
+    assert "the smallest within 30 dB of fp32 (hidden-state SNR" in first, first
+    [served] = tmp_path.glob("gpt-*.gguf")
+    weight_format = served.name.rsplit("-", 1)[-1].removesuffix(".gguf")
+    assert f"GPT: llamacpp {weight_format}, built in" in first
+    with launch(args, cache=dev_model_cache) as srv:
+        assert _speak(srv) > 0.9 * TOKENS / 46.875
+        assert srv.stop() == 0
+    again = srv.log_text()
+    assert f"GGUF format {weight_format} (the smallest within 30 dB of fp32; measured before" in again
+    assert "word timing: source estimate (measured before" in again
+    assert "GGUF" in again and "written to" not in again, again
+
+
+@pytest.mark.skipif(llamacpp_unavailable() is not None, reason=str(llamacpp_unavailable()))
+def test_a_named_format_serves_without_the_quality_check(
+    dev_model_cache: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    args = ["--gguf-format", "Q8_0", "--gguf-cache-dir", str(tmp_path), "--max-streams", "2"]
+    with launch(args, cache=dev_model_cache) as srv:
         assert _speak(srv) > 0.9 * TOKENS / 46.875
         assert srv.stop() == 0
     log = srv.log_text()
-    assert "GPT backend: llamacpp Q8_0" in log, log
-    assert "alignment heads: not calibrated (llamacpp Q8_0 returns no attention)" in log
-    assert list(tmp_path.glob("gpt-*-Q8_0.gguf"))
+    assert "GPT: llamacpp Q8_0, built in" in log, log
+    assert "hidden-state SNR" not in log
+    assert [p.name.rsplit("-", 1)[-1] for p in tmp_path.glob("gpt-*.gguf")] == ["Q8_0.gguf"]
 
 
 def test_a_llama_cpp_that_does_not_load_falls_back_to_torch(
@@ -49,13 +75,14 @@ def test_a_llama_cpp_that_does_not_load_falls_back_to_torch(
         'raise OSError("libllama.so: cannot open shared object file")\n'
     )
     env = {"PYTHONPATH": str(broken.parent)}
-    args = ["--backend", "llamacpp", "--gguf-cache-dir", str(tmp_path / "gguf")]
-    with launch([*args, "--max-streams", "2"], cache=dev_model_cache, env=env) as srv:
+    args = ["--gguf-cache-dir", str(tmp_path / "gguf"), "--max-streams", "2"]
+    with launch(args, cache=dev_model_cache, env=env) as srv:
         assert _speak(srv) > 0.9 * TOKENS / 46.875
         assert srv.stop() == 0
     log = srv.log_text()
     assert (
-        "--backend llamacpp: serving torch; llama-cpp-python does not load "
+        "the GPT runs on torch fp32: llama-cpp-python does not load "
         "(OSError: libllama.so: cannot open shared object file)"
     ) in log, log
-    assert "GPT backend: llamacpp" not in log
+    assert "GPT: torch, built in" in log
+    assert not (tmp_path / "gguf").exists() or not list((tmp_path / "gguf").glob("*.gguf"))

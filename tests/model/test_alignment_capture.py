@@ -9,7 +9,8 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaModel
 
-from chattts_server.model.alignment_calibration import head_weights
+from chattts_server.engine.alignment import CALIBRATION_SLOT, head_weights
+from chattts_server.engine.gpt import TorchGPT
 from chattts_server.model.alignment_capture import AlignmentCapture, CaptureRow
 from chattts_server.model.alignment_heads import alignment_path, choose_heads, score_heads
 from chattts_server.model.kv_cache import SlotKVCache
@@ -86,7 +87,7 @@ def _steered(head: int, gain: float) -> LlamaDecoder:
     q = state["layers.0.self_attn.q_proj.weight"]
     q[head * HEAD_DIM : (head + 1) * HEAD_DIM] = 0
     q[head * HEAD_DIM : (head + 1) * HEAD_DIM, :HEAD_DIM] = gain * torch.eye(HEAD_DIM)
-    return LlamaDecoder.from_state_dict(_config(), state, "cpu", torch.float32, modes=["dense"])
+    return LlamaDecoder.from_state_dict(_config(), state, "cpu", torch.float32)
 
 
 @torch.inference_mode()
@@ -104,13 +105,7 @@ def test_a_head_steered_along_a_path_is_chosen_and_times_the_words() -> None:
     shape = model.shape
     cache = SlotKVCache(shape, num_slots=2, max_tokens=128, device="cpu", dtype=torch.float32)
     prompt = torch.randn(text_start + num_tokens + 2, HIDDEN)
-    prompt_hidden = model.prefill(1, prompt, 0, cache)
-    # The head's keys at the text positions: token j's key is the j-th unit vector (its kv head
-    # is shared by its group; the capture reads the cache as the attention does).
     kv_head = head // (HEADS // shape.num_kv_heads)
-    cache.kv[0, 0, 1, kv_head, text_start : text_start + num_tokens] = 4.0 * torch.eye(
-        num_tokens, HEAD_DIM
-    )
     generator = torch.Generator().manual_seed(4)
     step = iter(range(len(path)))
 
@@ -118,6 +113,12 @@ def test_a_head_steered_along_a_path_is_chosen_and_times_the_words() -> None:
         """A query along token path[i]'s unit vector at step i's position, unroped; noise in
         the inputs the steered head does not read (the other heads see it)."""
         i = next(step)
+        if i == 0:
+            # The prompt is in: the head's keys at the text positions become token j's j-th
+            # unit vector (its kv head is shared by its group; the capture reads the cache as
+            # the attention does).
+            keys = cache.kv[0, 0, CALIBRATION_SLOT, kv_head]
+            keys[text_start : text_start + num_tokens] = 4.0 * torch.eye(num_tokens, HEAD_DIM)
         pos = prompt.shape[0] + i
         unit = torch.zeros(1, 1, HEAD_DIM)
         unit[0, 0, path[i]] = 1.0
@@ -127,9 +128,9 @@ def test_a_head_steered_along_a_path_is_chosen_and_times_the_words() -> None:
         x[:HEAD_DIM] = unroped * HEAD_DIM**0.5
         return x
 
-    weights = head_weights(
-        model, cache, 1, prompt_hidden, (text_start, text_start + num_tokens), next_embed, len(path)
-    )
+    gpt = TorchGPT(model, cache, None)
+    text = (text_start, text_start + num_tokens)
+    weights = head_weights(gpt, prompt, text, next_embed, len(path))
     assert set(weights) == {(layer, h) for layer in range(2) for h in range(HEADS)}
     chosen = choose_heads(score_heads(weights))
     assert chosen == ((0, head),)

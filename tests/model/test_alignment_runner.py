@@ -1,7 +1,8 @@
-"""Alignment heads in the runner, on the tiny random-weight model: calibration at warm-up finds no
-head (the server serves the estimate and logs so); with a head set by hand each finished
-utterance carries its alignment (one text token per audio code, inside its prompt's text) and
-the capture does not change what is generated; the prompt's text tokens map to its text."""
+"""Alignment heads in the runner, on the tiny random-weight model: calibration when the GPT is
+built finds no head (the server serves the estimate and logs so) and is kept per weights; with a
+head set by hand each finished utterance carries its alignment (one text token per audio code,
+inside its prompt's text) and the capture does not change what is generated; the prompt's text
+tokens map to its text."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ import torch
 from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
 from chattts_server.engine.events import UtteranceDone
+from chattts_server.engine.gpt_build import GPTSettings, build_gpt
+from chattts_server.engine.heads import Heads
+from chattts_server.engine.prompts import PromptBuilder
 from chattts_server.engine.runner import ModelRunner
 from chattts_server.engine.utterance import SamplingParams, UtteranceRequest, VoiceSpec
+from chattts_server.model.loader import load_chattts
 from engine_run import CPU, make_runner, run_core
 
 TEXT = "turn left in two hundred meters, then stop."
@@ -36,10 +41,20 @@ def _request(i: int) -> UtteranceRequest:
     )
 
 
-def test_the_dev_model_has_no_alignment_head_and_says_so(runner_and_config, caplog) -> None:
-    runner, _ = runner_and_config
+def _built(model_dir, folder) -> ModelRunner:
+    """A runner as the server makes one on a CPU: the GPT built (llama.cpp, or torch where it
+    does not load), its alignment heads calibrated or read back from `folder`."""
+    config = EngineConfig(max_streams=2, max_tokens=256, max_new_tokens=128)
+    modules = load_chattts(model_dir, CPU, torch.float32)
+    prompts, heads = PromptBuilder(modules, CPU), Heads.from_embed(modules.embed)
+    settings = GPTSettings(gguf_folder=folder)
+    gpt = build_gpt(modules, config, settings, CPU, torch.float32, prompts, heads)
+    return ModelRunner(modules, config, gpt, CPU, torch.float32, prompts, heads)
+
+
+def test_the_dev_model_has_no_alignment_head_and_says_so(tiny_model_dir, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="chattts_server.engine.alignment"):
-        runner.warmup(2)
+        runner = _built(tiny_model_dir, tmp_path)
     assert runner.alignment_heads == ()
     assert runner.info.timing_source == "estimate"
     assert "word timing: source estimate, no attention head aligns" in caplog.text
@@ -59,10 +74,10 @@ def test_prompt_text_tokens_cover_the_text(runner_and_config) -> None:
 
 def test_a_chosen_head_gives_each_utterance_its_alignment(runner_and_config) -> None:
     runner, config = runner_and_config
-    runner.alignment_heads = ()
+    runner.gpt.alignment_heads = ()
     plain = run_core(EngineCore.from_config(runner, config), {0: [_request(0), _request(1)]})
     done: dict[str, UtteranceDone] = {}
-    runner.alignment_heads = ((1, 2), (0, 1))
+    runner.gpt.alignment_heads = ((1, 2), (0, 1))
     try:
         core = EngineCore.from_config(runner, config)
         for r in (_request(0), _request(1)):
@@ -73,7 +88,7 @@ def test_a_chosen_head_gives_each_utterance_its_alignment(runner_and_config) -> 
                 if out.done is not None:
                     done[out.request_id], codes[out.request_id] = out.done, out.codes
     finally:
-        runner.alignment_heads = ()
+        runner.gpt.alignment_heads = ()
     prompt = runner.prompts.code_prompt(runner.prompts.normalize(TEXT), VoiceSpec(), 5)
     assert prompt.text_tokens is not None
     num_text_tokens = len(prompt.text_tokens.token_chars)
@@ -87,29 +102,19 @@ def test_a_chosen_head_gives_each_utterance_its_alignment(runner_and_config) -> 
 
 
 def test_the_chosen_heads_are_kept_in_the_warmup_cache(tiny_model_dir, tmp_path, caplog) -> None:
-    """The first warm-up calibrates and stores its answer; the next start with the same weights
+    """The first build calibrates and stores its answer; the next start with the same weights
     reuses it without decoding the calibration sentence, and a stored head is applied."""
-    from chattts_server.model.autotune_cache import AutotuneCache
-    from chattts_server.model.loader import load_chattts
-
-    config = EngineConfig(max_streams=2, max_tokens=256, max_new_tokens=128)
-
-    def start() -> ModelRunner:
-        modules = load_chattts(tiny_model_dir, CPU, torch.float32)
-        runner = ModelRunner(modules, config, CPU, torch.float32, autotune_cache=cache)
-        runner.warmup(2)
-        return runner
-
-    cache = AutotuneCache(tmp_path)
-    first = start()
+    first = _built(tiny_model_dir, tmp_path)
     [entry] = tmp_path.glob("alignment-*.json")
     assert json.loads(entry.read_text())["result"] == []
     with caplog.at_level(logging.INFO, logger="chattts_server"):
-        second = start()
-    assert "word timing: source estimate (reused" in caplog.text
+        second = _built(tiny_model_dir, tmp_path)
+    assert "word timing: source estimate (measured before" in caplog.text
     assert second.alignment_heads == first.alignment_heads == ()
 
     stored = json.loads(entry.read_text())
     stored["result"] = [[0, 1]]
     entry.write_text(json.dumps(stored))
-    assert start().alignment_heads == ((0, 1),)
+    third = _built(tiny_model_dir, tmp_path)
+    assert third.alignment_heads == ((0, 1),) and third.info.timing_source == "attention"
+

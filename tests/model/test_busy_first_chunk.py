@@ -8,7 +8,6 @@ import torch
 
 from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
-from chattts_server.engine.runner import ModelRunner
 from chattts_server.engine.utterance import (
     RefineOptions,
     SamplingParams,
@@ -17,7 +16,7 @@ from chattts_server.engine.utterance import (
     VoiceSpec,
 )
 from chattts_server.model.loader import load_chattts
-from engine_run import CPU
+from engine_run import CPU, torch_runner
 
 STREAMS = 16
 TOKENS = 24
@@ -29,7 +28,7 @@ def first_audio_steps(model_dir, busy_batch: int, late: int = 0) -> dict[str, in
     config = EngineConfig(
         max_streams=STREAMS, max_tokens=256, max_new_tokens=64, busy_batch=busy_batch
     )
-    runner = ModelRunner(load_chattts(model_dir, CPU, torch.float32), config, CPU, torch.float32)
+    runner = torch_runner(load_chattts(model_dir, CPU, torch.float32), config)
     core = EngineCore.from_config(runner, config)
     requests = [
         UtteranceRequest(

@@ -10,12 +10,11 @@ import torch
 
 from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
-from chattts_server.engine.runner import ModelRunner
 from chattts_server.engine.utterance import SamplingParams, UtteranceRequest, VoiceKind, VoiceSpec
 from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.llama import LlamaDecoder
 from chattts_server.model.loader import load_chattts
-from engine_run import run_core
+from engine_run import run_core, torch_runner
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 CUDA = torch.device("cuda")
@@ -60,9 +59,7 @@ def test_fp16_last_hidden_state_is_within_budget_teacher_forced(tiny_model_dir):
 
 def _engine_codes(tiny_model_dir, dtype: torch.dtype, graphs: str) -> dict[str, np.ndarray]:
     config = EngineConfig(max_streams=4, max_tokens=256, max_new_tokens=64)
-    runner = ModelRunner(
-        load_chattts(tiny_model_dir, CUDA, dtype), config, CUDA, dtype, decode_graphs=graphs
-    )
+    runner = torch_runner(load_chattts(tiny_model_dir, CUDA, dtype), config, CUDA, dtype, graphs)
     runner.warmup(config.max_streams)
     requests = [
         UtteranceRequest(

@@ -150,7 +150,7 @@ def test_engine_codes_are_the_same_through_the_padded_static_path(tiny_model_dir
         VoiceSpec,
     )
     from chattts_server.model.loader import load_chattts
-    from engine_run import run_core
+    from engine_run import run_core, torch_runner
 
     config = EngineConfig(max_streams=3, max_tokens=256, max_new_tokens=64)
 
@@ -165,9 +165,7 @@ def test_engine_codes_are_the_same_through_the_padded_static_path(tiny_model_dir
     codes = {}
     for graphs in ("off", "eager"):
         modules = load_chattts(tiny_model_dir, torch.device("cpu"), torch.float32)
-        runner = ModelRunner(
-            modules, config, torch.device("cpu"), torch.float32, decode_graphs=graphs
-        )
+        runner = torch_runner(modules, config, decode_graphs=graphs)
         runner.warmup(config.max_streams)
         results = run_core(
             EngineCore.from_config(runner, config),
@@ -197,6 +195,8 @@ def test_a_failed_capture_at_warm_up_serves_eagerly_and_says_why(tiny_model_dir,
 
     from chattts_server.config import EngineConfig
     from chattts_server.engine.core import EngineCore
+    from chattts_server.engine.gpt import TorchGPT
+    from chattts_server.engine.gpt_build import capture_graphs
     from chattts_server.engine.runner import ModelRunner
     from chattts_server.engine.utterance import (
         SamplingParams,
@@ -209,10 +209,12 @@ def test_a_failed_capture_at_warm_up_serves_eagerly_and_says_why(tiny_model_dir,
 
     config = EngineConfig(max_streams=2, max_tokens=256, max_new_tokens=32)
     modules = load_chattts(tiny_model_dir, torch.device("cpu"), torch.float32)
-    runner = ModelRunner(modules, config, torch.device("cpu"), torch.float32, decode_graphs="cuda")
-    assert runner.info.decode_graphs == "cuda"  # asked for, not yet captured
-    with caplog.at_level(logging.WARNING, logger="chattts_server.engine.runner"):
-        runner.warmup(config.max_streams)
+    gpt = TorchGPT.build(modules, config, torch.device("cpu"), torch.float32, "cuda")
+    assert gpt.decode_graphs == "cuda"  # asked for, not yet captured
+    with caplog.at_level(logging.WARNING, logger="chattts_server.engine.gpt"):
+        capture_graphs(gpt)
+    runner = ModelRunner(modules, config, gpt, torch.device("cpu"), torch.float32)
+    runner.warmup(config.max_streams)
     assert "CUDA graph capture failed at warm-up" in caplog.text
     info = runner.info
     assert runner.gpt.graphs is None and info.decode_graphs == "off"

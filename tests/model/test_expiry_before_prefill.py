@@ -11,7 +11,6 @@ import torch
 
 from chattts_server.config import EngineConfig
 from chattts_server.engine.core import EngineCore
-from chattts_server.engine.runner import ModelRunner
 from chattts_server.engine.utterance import (
     RefineOptions,
     SamplingParams,
@@ -21,7 +20,7 @@ from chattts_server.engine.utterance import (
 )
 from chattts_server.errors import ExpiredError
 from chattts_server.model.loader import load_chattts
-from engine_run import CPU
+from engine_run import CPU, torch_runner
 
 TOKENS = 12
 
@@ -39,9 +38,7 @@ def _request(name: str, expires_at: float | None = None) -> UtteranceRequest:
 
 def test_a_request_waiting_past_its_expiry_is_dropped_before_prefill(tiny_model_dir) -> None:
     config = EngineConfig(max_streams=1, max_tokens=256, max_new_tokens=64)
-    runner = ModelRunner(
-        load_chattts(tiny_model_dir, CPU, torch.float32), config, CPU, torch.float32
-    )
+    runner = torch_runner(load_chattts(tiny_model_dir, CPU, torch.float32), config)
     core = EngineCore.from_config(runner, config)
     core.add_request(_request("busy"))  # holds the one slot
     core.step()
@@ -67,9 +64,7 @@ def test_a_request_waiting_past_its_expiry_is_dropped_before_prefill(tiny_model_
 
 def test_a_request_whose_prefill_began_is_not_dropped_for_expiry(tiny_model_dir) -> None:
     config = EngineConfig(max_streams=1, max_tokens=256, max_new_tokens=64)
-    runner = ModelRunner(
-        load_chattts(tiny_model_dir, CPU, torch.float32), config, CPU, torch.float32
-    )
+    runner = torch_runner(load_chattts(tiny_model_dir, CPU, torch.float32), config)
     core = EngineCore.from_config(runner, config)
     expires = time.monotonic() + 3600
     request = core.add_request(_request("prompt", expires_at=expires))

@@ -1,9 +1,8 @@
 """Our slot-cache Llama forward against transformers' LlamaModel on the same random weights.
 
-Tolerance: 1e-4 absolute/relative in fp32. Observed differences are around 1e-7 with F.linear
-and 1e-6 with oneDNN's matmuls (another summation order); both lossless linear modes ("dense":
-split projections, "dense-onednn": fused) run every test. The lossy modes are held to their
-own tolerances in test_linear_modes.py.
+Tolerance: 1e-4 absolute/relative in fp32 (observed differences are around 1e-7). This is the
+forward of the GPU path and of a CPU where llama.cpp did not build; llama.cpp is held against it
+in test_llamacpp_backend.py.
 """
 
 from __future__ import annotations
@@ -13,14 +12,13 @@ import torch
 from transformers import LlamaConfig, LlamaModel
 
 from chattts_server.model.kv_cache import SlotKVCache
-from chattts_server.model.linear_modes import onednn_available
 from chattts_server.model.llama import DecodeBatch, LlamaDecoder, LlamaShape, PromptRun
 
 HIDDEN = 128
 ATOL = RTOL = 1e-4
 
 
-def _models(num_kv_heads: int, mode: str = "dense") -> tuple[LlamaModel, LlamaDecoder, LlamaShape]:
+def _models(num_kv_heads: int) -> tuple[LlamaModel, LlamaDecoder, LlamaShape]:
     torch.manual_seed(0)
     config = LlamaConfig(
         hidden_size=HIDDEN,
@@ -36,26 +34,13 @@ def _models(num_kv_heads: int, mode: str = "dense") -> tuple[LlamaModel, LlamaDe
     with torch.no_grad():
         for name, p in ref.named_parameters():
             p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name else 0.1 * torch.randn_like(p))
-    ours = LlamaDecoder.from_state_dict(
-        config, ref.state_dict(), "cpu", torch.float32, modes=[mode]
-    )
+    ours = LlamaDecoder.from_state_dict(config, ref.state_dict(), "cpu", torch.float32)
     return ref, ours, LlamaShape.from_config(config)
 
 
-_NO_ONEDNN = pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
-
-
-@pytest.fixture(
-    params=[
-        (4, "dense"),
-        (2, "dense"),
-        pytest.param((4, "dense-onednn"), marks=_NO_ONEDNN),
-        pytest.param((2, "dense-onednn"), marks=_NO_ONEDNN),
-    ],
-    ids=["mha-dense", "gqa-dense", "mha-onednn", "gqa-onednn"],
-)
+@pytest.fixture(params=[4, 2], ids=["mha", "gqa"])
 def models(request: pytest.FixtureRequest) -> tuple[LlamaModel, LlamaDecoder, LlamaShape]:
-    return _models(*request.param)
+    return _models(request.param)
 
 
 def _reference_last(ref: LlamaModel, seq: torch.Tensor) -> torch.Tensor:
@@ -158,34 +143,6 @@ def test_one_forward_for_a_step_matches_each_part_alone(models, decode_slots) ->
     torch.testing.assert_close(
         cache.kv[:, :, 8, :, :4], alone.kv[:, :, 0, :, :4], atol=ATOL, rtol=RTOL
     )
-
-
-@_NO_ONEDNN
-@torch.inference_mode()
-def test_forward_batch_picks_the_mode_by_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Within the decode mode table the row count picks the mode; a batch with prompts past
-    it is compute-bound like a long prompt and runs prefill's mode."""
-    ref, _, shape = _models(4)
-    ours = LlamaDecoder.from_state_dict(
-        ref.config, ref.state_dict(), "cpu", torch.float32, modes=["dense", "dense-onednn"]
-    )
-    ours.set_mode_table({1: "dense", 4: "dense-onednn"})
-    ours.prefill_mode = "dense"
-    used: list[str] = []
-    real_forward = ours._forward
-
-    def spy(x, positions, attention, mode, capture=None):
-        used.append(mode)
-        return real_forward(x, positions, attention, mode, capture)
-
-    monkeypatch.setattr(ours, "_forward", spy)
-    cache = SlotKVCache(shape, num_slots=3, max_tokens=64, device="cpu", dtype=torch.float32)
-    for num_tokens in (1, 3, 5):
-        ours.forward_batch([PromptRun(0, torch.randn(num_tokens, HIDDEN), 0)], None, cache)
-    decode = DecodeBatch(torch.tensor([0, 1]), torch.randn(2, HIDDEN), torch.tensor([5, 0]))
-    ours.forward_batch([PromptRun(2, torch.randn(3, HIDDEN), 0)], decode, cache)
-    ours.forward_batch([], decode, cache)
-    assert used == ["dense", "dense-onednn", "dense", "dense", "dense-onednn"]
 
 
 @torch.inference_mode()

@@ -30,15 +30,14 @@ SCRIPT = textwrap.dedent(
     import torch
     from chattts_server.config import EngineConfig
     from chattts_server.engine.core import EngineCore
-    from chattts_server.engine.runner import ModelRunner
     from chattts_server.engine.utterance import SamplingParams, UtteranceRequest, VoiceSpec
     from chattts_server.model.loader import load_chattts
-    from engine_run import run_core
+    from engine_run import run_core, torch_runner
 
     model_dir, profile, graphs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     config = EngineConfig(max_streams=2, max_tokens=256, max_new_tokens=32)
     modules = load_chattts(model_dir, torch.device("cpu"), torch.float32)
-    runner = ModelRunner(modules, config, torch.device("cpu"), torch.float32, decode_graphs=graphs)
+    runner = torch_runner(modules, config, decode_graphs=graphs)
     runner.warmup(config.max_streams)
     sitecustomize.write_profile()  # a snapshot now, not the daemon's next one
     before = json.loads(profile.read_text())

@@ -29,15 +29,8 @@ FLAGS = {
     "--allow-unverified": False,
     "--device": "auto",
     "--dtype": "auto",
-    "--quantize": "auto",  # "none" until issue 29
-    "--backend": "auto",  # "torch" until issue 39
-    "--gguf-format": "auto",
+    "--gguf-format": "auto",  # --quantize / --backend / --compile / --autotune-* until issue 47
     "--gguf-cache-dir": None,
-    "--autotune-cache": "on",
-    "--autotune-cache-dir": None,
-    "--compile": "off",
-    "--compile-budget-s": 300.0,
-    "--compile-cache-dir": None,
     "--threads": 0,
     "--adaptive-threads": "on",
     "--voices-dir": None,
@@ -94,7 +87,7 @@ def test_every_kind_of_flag_maps_back_to_its_field() -> None:
     cfg = config_from_args(
         [
             "--max-streams", "3", "--grace-s", "1.5", "--model-dir", "/models/x",
-            "--no-warmup", "--allow-unverified", "--cuda-graphs", "off", "--quantize", "int8",
+            "--no-warmup", "--allow-unverified", "--cuda-graphs", "off", "--gguf-format", "Q8_0",
             "--first-chunk-tokens", "4", "--no-reflection", "--voices-dir", "/v", "--log-level",
             "DEBUG", "--http-port", "8000", "--lexicon", "a/nav.pls", "--lexicon", "brands.pls",
         ]
@@ -102,7 +95,7 @@ def test_every_kind_of_flag_maps_back_to_its_field() -> None:
     assert cfg.engine.max_streams == 3 and cfg.admission.grace_s == 1.5
     assert cfg.model.model_dir == Path("/models/x") and cfg.model.allow_unverified
     assert not cfg.engine.warmup and not cfg.engine.cuda_graphs and not cfg.security.reflection
-    assert cfg.model.quantize == "int8" and cfg.engine.first_chunk_tokens == 4
+    assert cfg.model.gguf_format == "Q8_0" and cfg.engine.first_chunk_tokens == 4
     assert cfg.voices_dir == Path("/v") and cfg.log_level == "DEBUG"
     assert cfg.network.http_port == 8000 and cfg.engine.max_chunk_tokens == 32
     assert cfg.lexicon == (Path("a/nav.pls"), Path("brands.pls"))  # repeated, in order

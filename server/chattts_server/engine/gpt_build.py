@@ -14,6 +14,8 @@ serves, the GPT's torch weights are dropped (`modules.gpt_state_dict` is emptied
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +101,12 @@ def _cuda_gpt(
     dtype: torch.dtype,
 ) -> TorchGPT:
     graphs = "cuda" if settings.cuda_graphs else "off"
-    gpt = TorchGPT.build(modules, config, device, dtype, graphs)
+    return capture_graphs(TorchGPT.build(modules, config, device, dtype, graphs))
+
+
+def capture_graphs(gpt: TorchGPT) -> TorchGPT:
+    """Capture the decode step's CUDA graphs; where that fails (driver, memory, an op that
+    cannot be captured) serve with the eager decode, saying why (`TorchGPT.drop_graphs`)."""
     if gpt.graphs is not None:
         try:
             gpt.graphs.capture_all()
@@ -121,7 +128,7 @@ def _llamacpp_gpt(
     rope_theta = float(getattr(modules.gpt_config, "rope_theta", 10000.0))
     threads = torch.get_num_threads()
 
-    def build(weight_format: str, tap: bool) -> LlamaCppGPT:
+    def build(weight_format: str, tap: bool, files: GGUFCache = files) -> LlamaCppGPT:
         path = files.get(weight_format, modules.gpt_state_dict or None, shape, rope_theta, threads)
         max_batch = config.prefill_chunk_tokens + config.max_streams
         return LlamaCppGPT(
@@ -137,8 +144,7 @@ def _llamacpp_gpt(
 
     weight_format = settings.gguf_format
     if weight_format == "auto":
-        weight_format = choose_gguf_format(modules, settings.gguf_folder, digest, prompts, build)
-    files.keep_only(weight_format)
+        weight_format = choose_gguf_format(modules, files, prompts, build)
     store = WarmupCache(settings.gguf_folder, "alignment")
     key = _alignment_key(digest, modules, f"llamacpp {weight_format}")
     cached = _cached_heads(store, key)
@@ -155,18 +161,19 @@ def _llamacpp_gpt(
 
 def choose_gguf_format(
     modules: ChatTTSModules,
-    folder: Path,
-    digest: str,
+    files: GGUFCache,
     prompts: PromptBuilder,
-    build,  # type: ignore[no-untyped-def]  # (format, tap) -> LlamaCppGPT
+    build,  # type: ignore[no-untyped-def]  # (format, tap, files) -> LlamaCppGPT
 ) -> str:
     """The smallest format whose hidden states on the quality probe are within `MIN_SNR_DB` of
-    fp32's (our torch forward on the loaded weights), kept per weights digest in `folder`."""
+    fp32's (our torch forward on the loaded weights), kept per weights digest beside `files`.
+    The candidates are written in a folder of this process's own, and only the chosen file
+    moves into `files`: replicas sharing the folder never see a file that is not served."""
     probe = prompts.code_prompt(prompts.normalize(QUALITY_PROBE), VoiceSpec(), 5).embeds.float()
-    store = WarmupCache(folder, "gguf-format")
+    store = WarmupCache(files.folder, "gguf-format")
     key = {
         "version": 1,
-        "gpt": digest,
+        "gpt": files.digest,
         "min_snr_db": MIN_SNR_DB,
         "candidates": list(SMALLEST_FIRST),
         "probe": weights_digest({"probe": probe}),
@@ -183,15 +190,19 @@ def choose_gguf_format(
     reference = fp32_reference(modules, probe)
     snr: dict[str, float] = {}
     chosen = SMALLEST_FIRST[-1]
-    for weight_format in SMALLEST_FIRST:
-        gpt = build(weight_format, False)
-        try:
-            snr[weight_format] = snr_db(reference, gpt.hidden_states(0, probe))
-        finally:
-            gpt.close()
-        if snr[weight_format] >= MIN_SNR_DB:
-            chosen = weight_format
-            break
+    files.folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=files.folder, prefix=".candidates-") as scratch:
+        candidates = GGUFCache(Path(scratch), files.digest)
+        for weight_format in SMALLEST_FIRST:
+            gpt = build(weight_format, False, candidates)
+            try:
+                snr[weight_format] = snr_db(reference, gpt.hidden_states(0, probe))
+            finally:
+                gpt.close()
+            if snr[weight_format] >= MIN_SNR_DB:
+                chosen = weight_format
+                os.replace(candidates.path(chosen), files.path(chosen))
+                break
     store.store_json(key, {"format": chosen, "snr_db": snr})
     log.info(
         "GGUF format %s: the smallest within %g dB of fp32 (hidden-state SNR %s)",

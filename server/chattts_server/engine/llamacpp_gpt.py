@@ -222,6 +222,7 @@ class LlamaCppGPT:
             raise ValueError(f"llama.cpp holds at most {MAX_SEQUENCES} sequences, not {num_slots}")
         lc = import_llama_cpp()
         self._lc = lc
+        self.gguf_path = gguf_path
         self.shape = shape
         self.weight_format = weight_format
         self.num_slots = num_slots

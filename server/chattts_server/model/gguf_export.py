@@ -12,7 +12,6 @@ rotates the two halves of each head (`rotate_half`), ggml's NORM rope rotates ad
 F32, F16 and Q8_0 are written here (the `gguf` package quantizes Q8_0 in numpy); the k-quants
 (Q6_K, Q5_K, Q4_K) are made from the F16 file by llama.cpp's own `llama_model_quantize`.
 Files are cached by the weights' digest and the format (`GGUFCache`): a restart loads them.
-Only the format that serves is kept (`engine/gpt_build.py` chooses it).
 """
 
 from __future__ import annotations
@@ -146,13 +145,6 @@ class GGUFCache:
 
     def path(self, weight_format: str) -> Path:
         return self.folder / f"gpt-{self.digest[:24]}-v{_FORMAT_VERSION}-{weight_format}.gguf"
-
-    def keep_only(self, weight_format: str) -> None:
-        """Delete these weights' files of every other format (the quality check wrote them;
-        a k-quant is made again from F16 if it is ever named)."""
-        for other in FORMATS:
-            if other != weight_format:
-                self.path(other).unlink(missing_ok=True)
 
     def get(
         self,
