@@ -46,7 +46,9 @@ def test_llamacpp_serves_the_format_it_chose_and_a_restart_reads_it_back(
         assert _speak(srv) > 0.9 * TOKENS / 46.875
         assert srv.stop() == 0
     again = srv.log_text()
-    assert f"GGUF format {weight_format} (the smallest within 30 dB of fp32; measured before" in again
+    assert (
+        f"GGUF format {weight_format} (the smallest within 30 dB of fp32; measured before" in again
+    )
     assert "word timing: source estimate (measured before" in again
     assert "GGUF" in again and "written to" not in again, again
 

@@ -38,6 +38,7 @@ def _request(i: int) -> UtteranceRequest:
         text=TEXT,
         voice=VoiceSpec(),
         sampling=SamplingParams(seed=7 + i, min_new_tokens=20, max_new_tokens=20),
+        word_timing=True,
     )
 
 
@@ -117,4 +118,3 @@ def test_the_chosen_heads_are_kept_in_the_warmup_cache(tiny_model_dir, tmp_path,
     entry.write_text(json.dumps(stored))
     third = _built(tiny_model_dir, tmp_path)
     assert third.alignment_heads == ((0, 1),) and third.info.timing_source == "attention"
-

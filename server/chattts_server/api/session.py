@@ -111,6 +111,7 @@ class Session:
             source=item.text,
             priority=s.priority,
             expires_at=segment.expires_at if waiting and segment is not None else None,
+            word_timing=s.word_timing,
         )
 
     def _audio(

@@ -315,14 +315,15 @@ class ModelRunner:
     def _alignment_rows(
         self, plan: SchedulerOutput
     ) -> tuple[tuple[HeadId, ...], list[CaptureRow]] | None:
-        """With alignment heads, the audio pass's decode rows over their text; else None (the
-        forward computes nothing extra)."""
+        """With alignment heads, the decode rows of audio passes whose stream wants word timing,
+        over their text; else None (the forward computes nothing extra)."""
         if not self.alignment_heads:
             return None
         rows = []
         for i, r in enumerate(plan.decode):
             state = self._slots[r.slot_id]
-            if state.phase is Phase.CODES and state.prompt_text is not None:
+            wanted = state.params.word_timing and state.phase is Phase.CODES
+            if wanted and state.prompt_text is not None:
                 rows.append(CaptureRow(i, r.slot_id, *state.prompt_text.positions))
         return (self.alignment_heads, rows) if rows else None
 

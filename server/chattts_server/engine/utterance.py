@@ -150,3 +150,6 @@ class UtteranceRequest:
     source: Traced | None = None
     """`text` traced to the caller's text (a stream's utterance, api/stream_items.Speak), so
     the spoken words keep their spans; None: `text` is its own source."""
+    word_timing: bool = False
+    """Its stream asked for word timing: with alignment heads, its decode steps read their
+    attention (a step with no such row reads none)."""
