@@ -142,7 +142,6 @@ def test_engine_codes_are_the_same_through_the_padded_static_path(tiny_model_dir
     codes of the plain path, for requests joining and leaving a batch."""
     from chattts_server.config import EngineConfig
     from chattts_server.engine.core import EngineCore
-    from chattts_server.engine.runner import ModelRunner
     from chattts_server.engine.utterance import (
         SamplingParams,
         UtteranceRequest,
