@@ -17,8 +17,10 @@ the values) or --model-dir, with llama.cpp's context made as the server makes it
 - SNR: the hidden states of warm-up's quality probe (gpt_build.QUALITY_PROBE) against torch fp32
   (gpt_build.fp32_reference); 'auto' is the smallest format within MIN_SNR_DB, the format
   `--gguf-format auto` serves on these weights (formats outside --formats are measured for it).
-- word timing: the auto format's step at the smallest and largest batch with the attention tap
-  off and on, capturing 4 alignment heads in 2 layers for every row, the two in turns.
+- word timing: the auto format's step at the smallest and largest batch in a context without
+  the attention tap, and in one with it (made where alignment heads exist), reading nothing
+  (no row of the step wants word timing) or 4 alignment heads in 2 layers for every row; the
+  three in turns.
 
 Each table carries the load average (1 min) at the time its figures were taken. --markdown
 (default bench/results/decode_step.md; none with --smoke) writes the tables and the command.
@@ -162,7 +164,7 @@ def read_probe(mib: int) -> tuple[Callable[[], object], int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--formats", default=",".join(GGUF_FORMATS), help="GGUF formats to time")
-    parser.add_argument("--batches", default="1,4,16")
+    parser.add_argument("--batches", default="1,4,16", help="decode batch sizes")
     parser.add_argument("--context", type=int, default=100, help="positions per row (about)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per figure")
     parser.add_argument("--prefill-tokens", type=int, default=40)
@@ -177,13 +179,19 @@ def main() -> None:
         "--probe-mib", type=int, default=512, help="bandwidth probe buffer (MiB, >> LLC)"
     )
     parser.add_argument("--model-dir", default="", help="official assets (default: full dev)")
-    parser.add_argument("--cache", default=str(REPO / ".cache" / "dev-models"))
+    parser.add_argument(
+        "--cache", default=str(REPO / ".cache" / "dev-models"), help="dev model assets"
+    )
     parser.add_argument(
         "--gguf-folder",
         default=str(REPO / ".cache" / "gguf"),
         help="GGUF files, kept by the weights' digest for the next run",
     )
-    parser.add_argument("--markdown", default=str(REPO / "bench" / "results" / "decode_step.md"))
+    parser.add_argument(
+        "--markdown",
+        default=str(REPO / "bench" / "results" / "decode_step.md"),
+        help="write the tables here ('': nowhere)",
+    )
     parser.add_argument(
         "--smoke", action="store_true", help="tiny model, batches 1,2, two steps, no markdown"
     )
@@ -265,7 +273,8 @@ def main() -> None:
         loads.append(f"{load_average():.1f}")
         print(f"batch {batch} timed, load average {loads[-1]}", flush=True)
 
-    # Word timing: the auto format's step with the attention tap off and on, in turns.
+    # Word timing: the auto format's step without a tap, with one reading nothing (no row in the
+    # step wants word timing) and with one reading the heads for every row, in turns.
     plain = served[auto].gpt if auto in served else open_gpt(auto)
     tapped = open_gpt(auto, tap=True)
     for gpt in (plain, tapped):
@@ -274,17 +283,17 @@ def main() -> None:
     tap_ms = {}
     for batch in sorted({min(batches), max(batches)}):
         capture = [CaptureRow(i, i, 0, min(32, p)) for i, p in enumerate(rows[:batch])]
-        times = in_turns(
-            {
-                "off": decode_step(plain, rows[:batch]),
-                "on": decode_step(tapped, rows[:batch], capture),
-            },
-            args.steps,
-        )
-        off, on = statistics.median(times["off"]), statistics.median(times["on"])
+        calls = {
+            "off": decode_step(plain, rows[:batch]),
+            "idle": decode_step(tapped, rows[:batch]),
+            "on": decode_step(tapped, rows[:batch], capture),
+        }
+        ms = {name: statistics.median(t) for name, t in in_turns(calls, args.steps).items()}
+        off, idle, on = ms["off"], ms["idle"], ms["on"]
         tap_ms[batch] = (off, on)
         tap_lines.append(
-            f"| {batch} | {off:.1f} | {on:.1f} | {on / off:.2f}x | {load_average():.1f} |"
+            f"| {batch} | {off:.1f} | {idle:.1f} | {on:.1f} | {on / off:.2f}x "
+            f"| {load_average():.1f} |"
         )
 
     header = (
@@ -296,12 +305,13 @@ def main() -> None:
     cols = [f"B={b} ms (x floor)" for b in batches]
     untimed = ", ".join(f"{f} {db:.1f}" for f, db in snr.items() if f not in served)
     blank = "| " * 3
+    script = Path(sys.argv[0]).resolve().relative_to(REPO).as_posix()
     lines = [
         "# Decode step on llama.cpp per GGUF format",
         "",
         header,
         "",
-        f"Command: `python {' '.join(sys.argv)}`",
+        f"Command: `python {' '.join([script, *sys.argv[1:]])}`",
         "",
         "Each step: median ms (its multiple of the floor: the GGUF file plus the rows' live K/V "
         "over the read bandwidth below). Hidden SNR: warm-up's quality probe against torch fp32; "
@@ -321,11 +331,12 @@ def main() -> None:
         f"| load average {blank}" + " | ".join(loads) + f" | {prefill_load:.1f} |",
         *(["", f"Not timed, hidden SNR dB measured for auto: {untimed}."] if untimed else []),
         "",
-        f"## Word timing: the {auto} step with the attention tap, capturing "
+        f"## Word timing: the {auto} step with the attention tap, reading nothing or "
         f"{len(tap_heads(shape))} heads in 2 layers for every row",
         "",
-        "| batch | tap off ms | tap on ms | on / off | load average |",
-        "|---|---|---|---|---|",
+        "| batch | no tap ms | tap, nothing read ms | tap, heads read ms | read / no tap "
+        "| load average |",
+        "|---|---|---|---|---|---|",
         *tap_lines,
     ]
     print("\n".join(lines))

@@ -1,306 +1,222 @@
-"""Quality budget of the GPT's linear modes: what int8 and bf16 weights cost against fp32.
+"""The quality budget of the GPT's GGUF formats: what each costs against torch fp32.
 
-Teacher-forced, so that every mode sees the same inputs: the fp32 reference ('dense', fp32 K/V)
-prefills a prompt and decodes greedily for --steps steps; every mode then prefills the same
-prompt and is fed the reference's codes step by step, with K/V as the server keeps them for it
-(bf16 for the lossy modes on a CPU with fast bf16; one extra row shows fp32 linears with bf16
-K/V, to tell the two costs apart). Per mode:
+On a CPU the server runs the GPT's layers on llama.cpp (engine/llamacpp_gpt.py) in the smallest
+GGUF format whose hidden states are within MIN_SNR_DB of torch fp32's (engine/gpt_build.py).
+Per format, against our torch forward in fp32 (LlamaDecoder, as warm-up's reference) on the
+same weights: the full-size dev model (random weights at the official shapes) or --model-dir.
 
-- hidden SNR: the final-normed last hidden state (what the Decoder consumes) against fp32, dB;
-- mel SNR: ChatTTS's Decoder run on those hidden states, against the Decoder on fp32's, dB;
-- code agreement: how often the mode's greedy codes equal fp32's at the same step (all 4
-  codebooks), a measure of how often sampling could differ;
-- within budget: hidden SNR >= 30 dB, the bar `--quantize auto` applies at warm-up;
-- decode ms: one decode step at batch 1 and batch 16, the modes timed in turn.
+- probe SNR: the hidden states of warm-up's quality probe (gpt_build.QUALITY_PROBE), every
+  position; 'auto' is the smallest format within MIN_SNR_DB of it, the format `--gguf-format
+  auto` serves on these weights.
+- prompts SNR: the same over navigation prompts (below), the worst prompt's.
+- decode SNR and codes = fp32: teacher-forced, so that every format sees the same inputs: torch
+  fp32 prefills each prompt and decodes greedily for --steps steps; each format prefills the
+  same prompt and is fed fp32's codes step by step. The SNR of those steps' hidden states (all
+  prompts together), and how often the format's greedy codes (all 4 codebooks) equal fp32's at
+  the same step: how often sampling could differ. Free-running would tell less: after one
+  differing code the two sequences part for good, and agreement after it measures nothing.
+- GGUF MiB: the file's size.
 
-Full-size dev model (random weights at the official shapes) unless --smoke (tiny model, a few
-steps, output in a temporary folder). Random weights are not trained weights: real checkpoints
-have outlier activations that dynamic int8 quantization handles worse; re-run this with
---model-dir on the official assets before trusting int8 there (the server re-checks the SNR on
-the loaded weights at warm-up anyway).
+SNR is 10 log10(sum ref^2 / sum (x - ref)^2), dB. Random weights are not trained weights
+(trained ones have outlier channels that the block quantizers handle worse): re-run with
+--model-dir on the official assets before trusting a format there; the server measures the
+probe SNR on its loaded weights at warm-up anyway.
 
-Writes <out>/quality.md.
+Writes --markdown (default bench/results/quality.md; none with --smoke).
 
-Usage: python bench/bench_quality.py [--steps 200] [--prompt-tokens 40] [--modes ...]
-       [--time-batches 1,16] [--model-dir DIR] [--out bench/results] [--smoke]
+Usage: python bench/bench_quality.py [--formats F16,Q8_0] [--steps 200] [--model-dir DIR]
+       python bench/bench_quality.py --smoke    # tiny model, 12 steps, writes nothing
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
+from torch import Tensor
+
+from chattts_server.config import EngineConfig
+from chattts_server.defaults import GGUF_FORMATS, MIN_SNR_DB
+from chattts_server.engine.gpt import GPTModel, TorchGPT
+from chattts_server.engine.gpt_build import QUALITY_PROBE, SMALLEST_FIRST, fp32_reference
+from chattts_server.engine.heads import Heads
+from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
+from chattts_server.engine.prompts import PromptBuilder
+from chattts_server.engine.utterance import VoiceKind, VoiceSpec
+from chattts_server.model.dev_assets import build_dev_assets
+from chattts_server.model.gguf_export import GGUFCache
+from chattts_server.model.llama import DecodeBatch, PromptRun
+from chattts_server.model.llama_layers import LlamaShape
+from chattts_server.model.loader import load_chattts
+from chattts_server.model.warmup_cache import snr_db, weights_digest
+from chattts_server.threads import cpu_budget, plan_threads
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "server"), str(REPO / "client")]
-
-from chattts_server.defaults import MIN_SNR_DB  # noqa: E402
-from chattts_server.engine.backend_choice import llamacpp_unavailable  # noqa: E402
-from chattts_server.engine.llamacpp_gpt import LlamaCppGPT  # noqa: E402
-from chattts_server.model.autotune import snr_db  # noqa: E402
-from chattts_server.model.dev_assets import build_dev_assets  # noqa: E402
-from chattts_server.model.gguf_export import GGUFCache  # noqa: E402
-from chattts_server.model.kv_cache import SlotKVCache  # noqa: E402
-from chattts_server.model.linear_modes import MODES, modes_for  # noqa: E402
-from chattts_server.model.llama import (  # noqa: E402
-    DecodeBatch,
-    LlamaDecoder,
-    LlamaShape,
-    PromptRun,
-    served_kv_dtype,
+CPU = torch.device("cpu")
+NAVIGATION = (
+    "In 300 metres, turn left onto Station Road.",
+    "Keep right at the fork, then take the second exit at the roundabout.",
+    "You have arrived. Your destination is on the left.",
 )
-from chattts_server.model.loader import load_chattts  # noqa: E402
-from chattts_server.model.mel_decoder import decode_mel  # noqa: E402
-
-BUDGET_DB = MIN_SNR_DB
-REFERENCE = "dense"
 
 
-def run_mode(
-    llama: LlamaDecoder,
-    cache: SlotKVCache,
-    mode: str,
-    prompt: torch.Tensor,
-    head_code: torch.Tensor,
-    emb_code: torch.Tensor,
-    forced: torch.Tensor | None,
-    steps: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prefill `prompt`, then `steps` decode steps fed `forced` codes (greedy when None).
-    Returns hidden states (steps, D) and the greedy codes (steps, num_vq) at each step."""
-    num_vq = head_code.shape[0]
-    hidden = llama.prefill(0, prompt, 0, cache, mode=mode)[-1:]
-    hiddens, codes = [], []
-    for step in range(steps):
-        hiddens.append(hidden[0])
-        logits = torch.einsum("bd,qvd->bqv", hidden.float(), head_code)  # (1, num_vq, V)
-        greedy = logits.argmax(-1)[0]  # (num_vq,)
-        codes.append(greedy)
-        feed = greedy if forced is None else forced[step]
-        x = emb_code[torch.arange(num_vq), feed].sum(0, keepdim=True)
-        position = torch.tensor([prompt.shape[0] + step])
-        hidden = llama.decode(torch.tensor([0]), x, position, cache, mode=mode)
-    return torch.stack(hiddens), torch.stack(codes)
-
-
-def run_llamacpp(
-    gpt: LlamaCppGPT,
-    prompt: torch.Tensor,
-    head_code: torch.Tensor,
-    emb_code: torch.Tensor,
-    forced: torch.Tensor,
-    steps: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """As `run_mode`, on the llama.cpp backend (sequence 0), fed the reference's codes."""
-    num_vq = head_code.shape[0]
+def teacher_forced(
+    gpt: GPTModel, heads: Heads, prompt: Tensor, steps: int, forced: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Prefill `prompt` (L, D) in slot 0, then `steps` decode steps, each fed `forced`'s codes
+    (its own greedy codes where None): the hidden states (steps, D) the codes were read from
+    and the greedy codes (steps, num_vq)."""
     gpt.free_slot(0)
     last, _, _ = gpt.forward([PromptRun(0, prompt, 0)], None)
-    hidden = last[0][None]
+    hidden: Tensor | None = last[0][None]
     hiddens, codes = [], []
     for step in range(steps):
+        assert hidden is not None
+        greedy = heads.code_logits(hidden).argmax(-1)  # (1, num_vq)
         hiddens.append(hidden[0])
-        logits = torch.einsum("bd,qvd->bqv", hidden.float(), head_code)
-        codes.append(logits.argmax(-1)[0])
-        x = emb_code[torch.arange(num_vq), forced[step]].sum(0, keepdim=True)
-        position = prompt.shape[0] + step
-        _, out, _ = gpt.forward([], DecodeBatch(torch.tensor([0]), x, torch.tensor([position])))
-        assert out is not None
-        hidden = out
+        codes.append(greedy[0])
+        feed = greedy if forced is None else forced[step][None]
+        position = torch.tensor([len(prompt) + step])
+        step_in = DecodeBatch(torch.tensor([0]), heads.code_embeds(feed), position)
+        _, hidden, _ = gpt.forward([], step_in)
     gpt.free_slot(0)
     return torch.stack(hiddens), torch.stack(codes)
-
-
-def llamacpp_rows(
-    modules: Any,
-    formats: list[str],
-    max_tokens: int,
-    run: Callable[[LlamaCppGPT], tuple[torch.Tensor, torch.Tensor]],
-) -> list[tuple[str, torch.Tensor, torch.Tensor, int, str]]:
-    """(format, hidden, codes, GGUF bytes, K/V) per llama.cpp format, or none, saying why."""
-    missing = llamacpp_unavailable()
-    if missing is not None or not formats:
-        print(f"llama.cpp rows skipped: {missing or 'no --gguf-formats'}")
-        return []
-    shape = LlamaShape.from_config(modules.gpt_config)
-    cache = GGUFCache(Path(tempfile.mkdtemp(prefix="bench-quality-gguf-")), "quality")
-    theta = float(getattr(modules.gpt_config, "rope_theta", 10000.0))
-    out = []
-    for fmt in formats:
-        path = cache.get(fmt, modules.gpt_state_dict, shape, theta, torch.get_num_threads())
-        gpt = LlamaCppGPT(path, shape, 1, max_tokens, max_tokens, torch.get_num_threads(), fmt)
-        try:
-            hidden, codes = run(gpt)
-        finally:
-            gpt.close()
-        out.append((fmt, hidden, codes, path.stat().st_size, "float32" if fmt == "F32" else "f16"))
-    return out
-
-
-def time_decode(
-    llama: LlamaDecoder,
-    caches: dict[torch.dtype, SlotKVCache],
-    runs: list[tuple[str, str, torch.dtype]],
-    batch: int,
-    steps: int,
-) -> dict[str, float]:
-    """Median ms of one decode step of `batch` rows per (label, mode, K/V dtype), in turn."""
-    slots = torch.arange(batch)
-    max_tokens = next(iter(caches.values())).max_tokens
-    positions = torch.full((batch,), min(60, max_tokens - 1))
-    x = torch.randn(batch, llama.shape.hidden_size) * 0.1
-    for _, mode, kv in runs:
-        llama.decode(slots, x, positions, caches[kv], mode=mode)
-    times: dict[str, list[float]] = {label: [] for label, _, _ in runs}
-    for _ in range(steps):
-        for label, mode, kv in runs:
-            t0 = time.perf_counter()
-            llama.decode(slots, x, positions, caches[kv], mode=mode)
-            times[label].append((time.perf_counter() - t0) * 1e3)
-    return {label: statistics.median(v) for label, v in times.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--formats", default=",".join(GGUF_FORMATS), help="GGUF formats")
     parser.add_argument("--steps", type=int, default=200, help="teacher-forced decode steps")
-    parser.add_argument("--prompt-tokens", type=int, default=40)
-    parser.add_argument("--modes", default="", help="comma list (default: every one available)")
     parser.add_argument(
-        "--time-batches", default="1,16", help="decode batches to time; empty: none"
+        "--threads", type=int, default=0, help="default: OMP_NUM_THREADS or the CPU budget"
     )
-    parser.add_argument("--time-steps", type=int, default=8)
-    parser.add_argument("--model-dir", default="", help="official assets (default: full dev model)")
-    parser.add_argument("--cache", default=str(REPO / ".cache" / "dev-models"))
-    parser.add_argument("--out", default=str(REPO / "bench" / "results"))
+    parser.add_argument("--model-dir", default="", help="official assets (default: full dev)")
     parser.add_argument(
-        "--gguf-formats",
-        default="F32,F16,Q8_0,Q6_K,Q5_K,Q4_K",
-        help="llama.cpp backend rows (GGUF formats; empty: none)",
+        "--cache", default=str(REPO / ".cache" / "dev-models"), help="dev model assets"
     )
-    parser.add_argument("--smoke", action="store_true", help="tiny model, 12 steps, temp output")
+    parser.add_argument(
+        "--gguf-folder",
+        default=str(REPO / ".cache" / "gguf"),
+        help="GGUF files, kept by the weights' digest for the next run",
+    )
+    parser.add_argument(
+        "--markdown",
+        default=str(REPO / "bench" / "results" / "quality.md"),
+        help="write the tables here ('': nowhere)",
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny model, 12 steps, no markdown")
     args = parser.parse_args()
     if args.smoke:
-        args.steps, args.prompt_tokens, args.time_steps = 12, 8, 2
-        args.out = tempfile.mkdtemp(prefix="bench_quality-")
-        model_dir = build_dev_assets("tiny", args.cache)
-    else:
-        model_dir = Path(args.model_dir) if args.model_dir else build_dev_assets("full", args.cache)
+        args.steps, args.markdown = 12, ""
+    missing = llamacpp_unavailable()
+    if missing is not None:
+        print(f"nothing to measure: {missing}")
+        return
 
-    torch.manual_seed(0)
-    device, dtype = torch.device("cpu"), torch.float32
-    modules = load_chattts(model_dir, device, dtype)
-    modes = args.modes.split(",") if args.modes else modes_for("auto", device, dtype)
-    modes = [REFERENCE, *(m for m in modes if m != REFERENCE)]
-    llama = LlamaDecoder.from_state_dict(
-        modules.gpt_config, modules.gpt_state_dict, device, dtype, modes=modes
+    threads = plan_threads(args.threads or None, cpu_budget(), dict(os.environ)).intra_op
+    torch.set_num_threads(threads)
+    model_dir = Path(
+        args.model_dir or build_dev_assets("tiny" if args.smoke else "full", args.cache)
     )
-    batches = [int(b) for b in args.time_batches.split(",") if b]
-    max_tokens = args.prompt_tokens + args.steps + 8
-    lossy_kv = served_kv_dtype(llama.shape, device, dtype, lossy=True)
-    bf16_kv = lossy_kv == torch.bfloat16
-    caches = {
-        kv: SlotKVCache(llama.shape, max([1, *batches]), max_tokens, device, kv)
-        for kv in {dtype, torch.bfloat16 if bf16_kv else dtype}
-    }
-    # (label, mode, K/V dtype) per row
-    runs = [(m, m, torch.bfloat16 if bf16_kv and not MODES[m].lossless else dtype) for m in modes]
-    if bf16_kv:
-        runs.insert(1, (f"{REFERENCE} + bf16 K/V", REFERENCE, torch.bfloat16))
-    embed = modules.embed
-    head_code = torch.stack([h.weight.detach().float() for h in embed.head_code])
-    emb_code = torch.stack([e.weight.detach().float() for e in embed.emb_code])
-    num_text = embed.emb_text.weight.shape[0]
-    prompt_ids = torch.randint(0, num_text, (args.prompt_tokens,))
-    prompt = embed.emb_text.weight.detach().float()[prompt_ids]
-
-    rows = []
+    modules = load_chattts(model_dir, CPU, torch.float32)
+    shape = LlamaShape.from_config(modules.gpt_config)
+    rope_theta = float(getattr(modules.gpt_config, "rope_theta", 10000.0))
+    files = GGUFCache(Path(args.gguf_folder), weights_digest(modules.gpt_state_dict))
+    prompts, heads = PromptBuilder(modules, CPU), Heads.from_embed(modules.embed)
+    probe = prompts.code_prompt(prompts.normalize(QUALITY_PROBE), VoiceSpec(), 5).embeds.float()
+    navigation = [
+        prompts.code_prompt(
+            prompts.normalize(text), VoiceSpec(VoiceKind.SEED, seed=i), 5
+        ).embeds.float()
+        for i, text in enumerate(NAVIGATION)
+    ]
+    max_tokens = max(64, max(len(p) for p in [probe, *navigation]) + args.steps + 1)
+    config = EngineConfig(max_streams=1, max_tokens=max_tokens)
     with torch.inference_mode():
-        ref_hidden, ref_codes = run_mode(
-            llama, caches[dtype], REFERENCE, prompt, head_code, emb_code, None, args.steps
-        )
-        ref_mel = decode_mel(modules.decoder, ref_hidden.T[None].float())
-        for label, mode, kv in runs:
-            t0 = time.perf_counter()
-            hidden, codes = run_mode(
-                llama, caches[kv], mode, prompt, head_code, emb_code, ref_codes, args.steps
-            )
-            mel = decode_mel(modules.decoder, hidden.T[None].float())
-            agree = (codes == ref_codes).all(-1).float().mean().item()
-            h_snr, m_snr = snr_db(ref_hidden, hidden), snr_db(ref_mel, mel)
-            rows.append((label, mode, kv, h_snr, m_snr, agree, llama.weight_bytes(mode)))
-            print(
-                f"{label:>20}: hidden SNR {h_snr:6.1f} dB, mel SNR {m_snr:6.1f} dB, "
-                f"codes agree {100 * agree:5.1f}% ({time.perf_counter() - t0:.1f} s)",
-                flush=True,
-            )
-        timing = {b: time_decode(llama, caches, runs, b, args.time_steps) for b in batches}
-        formats = [f for f in args.gguf_formats.split(",") if f]
-        gguf = llamacpp_rows(
-            modules,
-            formats,
-            max_tokens,
-            lambda gpt: run_llamacpp(gpt, prompt, head_code, emb_code, ref_codes, args.steps),
-        )
-        for fmt, hidden, codes, nbytes, kv_name in gguf:
-            mel = decode_mel(modules.decoder, hidden.T[None].float())
-            agree = (codes == ref_codes).all(-1).float().mean().item()
-            h_snr, m_snr = snr_db(ref_hidden, hidden), snr_db(ref_mel, mel)
-            rows.append((f"llamacpp {fmt}", "", kv_name, h_snr, m_snr, agree, nbytes))
-            print(
-                f"{'llamacpp ' + fmt:>20}: hidden SNR {h_snr:6.1f} dB, mel SNR {m_snr:6.1f} dB, "
-                f"codes agree {100 * agree:5.1f}%",
-                flush=True,
-            )
+        fp32 = TorchGPT.build(modules, config, CPU, torch.float32, decode_graphs="off")
+        probe_ref = fp32_reference(modules, probe)
+        prompt_refs = [fp32_reference(modules, p) for p in navigation]
+        decode_refs = [teacher_forced(fp32, heads, p, args.steps) for p in navigation]
 
+    def measure(weight_format: str) -> dict[str, float]:
+        path = files.get(weight_format, modules.gpt_state_dict, shape, rope_theta, threads)
+        gpt = LlamaCppGPT(path, shape, 1, max_tokens, max_tokens, threads, weight_format)
+        try:
+            found = {
+                "probe": snr_db(probe_ref, gpt.hidden_states(0, probe)),
+                "prompts": min(
+                    snr_db(ref, gpt.hidden_states(0, p))
+                    for ref, p in zip(prompt_refs, navigation, strict=True)
+                ),
+                "MiB": path.stat().st_size / 2**20,
+            }
+            runs = [
+                teacher_forced(gpt, heads, p, args.steps, codes)
+                for p, (_, codes) in zip(navigation, decode_refs, strict=True)
+            ]
+        finally:
+            gpt.close()
+        found["decode"] = snr_db(
+            torch.cat([h for h, _ in decode_refs]), torch.cat([h for h, _ in runs])
+        )
+        agree = torch.cat(
+            [(c == ref).all(-1) for (_, c), (_, ref) in zip(runs, decode_refs, strict=True)]
+        )
+        found["agree"] = 100 * agree.float().mean().item()
+        print(
+            f"{weight_format}: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in found.items())
+            + f", load average {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+        return found
+
+    formats = [f for f in args.formats.split(",") if f]
+    with torch.inference_mode():
+        rows = {f: measure(f) for f in formats}
+        for auto in SMALLEST_FIRST:  # as gpt_build.choose_gguf_format: F32 always passes
+            if auto not in rows:
+                rows[auto] = measure(auto)
+            if rows[auto]["probe"] >= MIN_SNR_DB:
+                break
+
+    num_steps = args.steps * len(navigation)
+    script = Path(sys.argv[0]).resolve().relative_to(REPO).as_posix()
     lines = [
-        "# Linear-mode quality budget",
+        "# Quality budget of the GPT's GGUF formats",
         "",
-        f"Model: {'tiny dev (smoke)' if args.smoke else model_dir}; {args.prompt_tokens}-token "
-        f"prompt, {args.steps} teacher-forced decode steps at batch 1, every mode fed fp32's "
-        f"greedy codes. Budget: hidden-state SNR >= {BUDGET_DB:g} dB (what `--quantize auto` "
-        f"allows). Load average {os.getloadavg()[0]:.1f} (the modes are timed in turn: "
-        f"compare ms within a column). Command: `python {' '.join(sys.argv)}`",
+        f"Model: {'tiny dev (smoke)' if args.smoke else model_dir} ({shape.num_layers} layers, "
+        f"hidden {shape.hidden_size}); reference: torch fp32 (LlamaDecoder). Budget: probe "
+        f"SNR >= {MIN_SNR_DB:g} dB; auto: the smallest format within it. Prompts: "
+        f"{len(navigation)} navigation prompts, {args.steps} teacher-forced decode steps each "
+        f"at batch 1 (every format fed fp32's greedy codes). Load average "
+        f"{os.getloadavg()[0]:.1f} (nothing here is timed). Command: "
+        f"`python {' '.join([script, *sys.argv[1:]])}`",
         "",
-        "| mode | family | K/V | hidden SNR dB | mel SNR dB | greedy codes = fp32 | within budget "
-        "| weights MiB |" + "".join(f" decode B={b} ms |" for b in batches),
-        "|---" * (8 + len(batches)) + "|",
+        "| format | GGUF MiB | probe SNR dB | worst prompt SNR dB | decode SNR dB "
+        "| greedy codes = fp32 | within budget |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {f}{' (auto)' if f == auto else ''} | {r['MiB']:.1f} | {r['probe']:.1f} "
+            f"| {r['prompts']:.1f} | {r['decode']:.1f} | {r['agree']:.1f}% "
+            f"| {'yes' if r['probe'] >= MIN_SNR_DB else 'no'} |"
+            for f, r in rows.items()
+        ),
+        "",
+        "Navigation prompts: " + " / ".join(f'"{t}"' for t in NAVIGATION),
     ]
-    for label, mode, kv, h_snr, m_snr, agree, nbytes in rows:
-        ok = "yes" if h_snr >= BUDGET_DB else "no"
-        cells = "".join(
-            f" {timing[b][label]:.1f} |" if label in timing[b] else " - |" for b in batches
-        )
-        kv_name = str(kv).removeprefix("torch.")
-        family = MODES[mode].family if mode else "llama.cpp"
-        lines.append(
-            f"| {label} | {family} | {kv_name} | {h_snr:.1f} | {m_snr:.1f} | {100 * agree:.1f}% "
-            f"| {ok} | {nbytes / 2**20:.0f} |{cells}"
-        )
-    lines += [
-        "",
-        "SNR is 10 log10(sum ref^2 / sum (x - ref)^2) over all steps; 'inf' means bit-equal. "
-        "int8 and int8-onednn quantize the input per call (one scale for the whole batch), so "
-        "their error at batch 16 can differ from batch 1's, and so can int8-mixedN's (dynamic "
-        "int8 after N bf16 layers); int8-wo and int8-wo-mixedN do not quantize activations. "
-        "The weights are random (HF init, normal 0.02): trained weights have outlier channels that per-channel "
-        "int8 handles worse, and which layers are most sensitive may differ; the server "
-        "re-measures the SNR on the loaded weights at warm-up. The llama.cpp rows are the "
-        "`--backend llamacpp` formats on the same weights (GGUF file size as weights; decode "
-        "times in decode_step.md, `bench/bench_decode_step.py`).",
-        "",
-    ]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "quality.md").write_text("\n".join(lines))
     print("\n".join(lines))
-    print(f"wrote {out / 'quality.md'}")
+    print(
+        f"RESULT: auto {auto} (smallest within {MIN_SNR_DB:g} dB): probe SNR "
+        f"{rows[auto]['probe']:.1f} dB, greedy codes = fp32 {rows[auto]['agree']:.1f}% over "
+        f"{num_steps} teacher-forced steps"
+    )
+    if args.markdown:
+        Path(args.markdown).write_text("\n".join(lines) + "\n")
+        print(f"wrote {args.markdown}")
 
 
 if __name__ == "__main__":

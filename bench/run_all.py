@@ -1,8 +1,8 @@
 """`make bench`: every benchmark (bench/bench_*.py), one after another, each in its own process.
 
-bench_serving.py (upstream vs our server, plus the decode-step comparison at the server's batch
-sizes) runs first, then bench_decode_step.py (the full 1/4/8/16 sweep with the spread-slot case),
-bench_lookahead.py and any other bench_*.py. Results land in bench/results/.
+bench_serving.py (upstream vs our server) runs first, then bench_decode_step.py (the decode step
+on llama.cpp per GGUF format against its memory floor), bench_lookahead.py and any other
+bench_*.py. Results land in bench/results/.
 
     python bench/run_all.py [ARGS for bench_serving.py]   e.g. --tokens 100 --requests 4
     python bench/run_all.py --smoke   # each benchmark in its smoke mode; writes nothing here
