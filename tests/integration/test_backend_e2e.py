@@ -40,7 +40,7 @@ def test_llamacpp_serves_the_format_it_chose_and_a_restart_reads_it_back(
     first = srv.log_text()
     assert "the smallest within 30 dB of fp32 (hidden-state SNR" in first, first
     [served] = tmp_path.glob("gpt-*.gguf")
-    weight_format = served.name.rsplit("-", 1)[-1].removesuffix(".gguf")
+    weight_format = served.name.split("-v1-")[1].removesuffix(".gguf")
     assert f"GPT: llamacpp {weight_format}, built in" in first
     with launch(args, cache=dev_model_cache) as srv:
         assert _speak(srv) > 0.9 * TOKENS / 46.875
@@ -64,7 +64,7 @@ def test_a_named_format_serves_without_the_quality_check(
     log = srv.log_text()
     assert "GPT: llamacpp Q8_0, built in" in log, log
     assert "hidden-state SNR" not in log
-    assert [p.name.rsplit("-", 1)[-1] for p in tmp_path.glob("gpt-*.gguf")] == ["Q8_0.gguf"]
+    assert [p.name.split("-v1-")[1] for p in tmp_path.glob("gpt-*.gguf")] == ["Q8_0.gguf"]
 
 
 def test_a_llama_cpp_that_does_not_load_falls_back_to_torch(

@@ -140,7 +140,7 @@ def test_auto_serves_the_smallest_format_within_budget_and_keeps_the_answer(
         first = _runner(tiny_model_dir, folder, "auto")
     assert first.info.backend == f"llamacpp {smallest}"
     assert f"GGUF format {smallest}: the smallest within {MIN_SNR_DB:g} dB of fp32" in caplog.text
-    assert [p.name.rsplit("-", 1)[-1] for p in folder.glob("*.gguf")] == [f"{smallest}.gguf"]
+    assert [p.name.split("-v1-")[1] for p in folder.glob("*.gguf")] == [f"{smallest}.gguf"]
     assert not list(folder.glob(".candidates-*")), "the candidates' folder is removed"
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="chattts_server.engine.gpt_build"):

@@ -9,8 +9,9 @@ tokenizer), no vocabulary.
 Q and K are permuted as llama.cpp's own converter does (`convert_hf_to_gguf.py`): transformers
 rotates the two halves of each head (`rotate_half`), ggml's NORM rope rotates adjacent pairs.
 
-F32, F16 and Q8_0 are written here (the `gguf` package quantizes Q8_0 in numpy); the k-quants
-(Q6_K, Q5_K, Q4_K) are made from the F16 file by llama.cpp's own `llama_model_quantize`.
+F32, F16, Q8_0 and Q8_0-mixedN (Q8_0 after N layers in F16) are written here (the `gguf`
+package quantizes Q8_0 in numpy); the k-quants (Q6_K, Q5_K, Q4_K) are made from the F16 file by
+llama.cpp's own `llama_model_quantize`.
 Files are cached by the weights' digest and the format (`GGUFCache`): a restart loads them.
 """
 
@@ -31,7 +32,7 @@ from .llama_layers import LlamaShape
 log = logging.getLogger(__name__)
 
 FORMATS = GGUF_FORMATS
-WRITTEN_HERE = ("F32", "F16", "Q8_0")
+WRITTEN_HERE = ("F32", "F16", "Q8_0", "Q8_0-mixed1", "Q8_0-mixed2", "Q8_0-mixed4")
 """Formats the `gguf` package writes; the rest are quantized from F16 by llama.cpp."""
 K_QUANT_FTYPES = {"Q6_K": 18, "Q5_K": 17, "Q4_K": 15}
 """llama.cpp's `llama_ftype` of each k-quant (LLAMA_FTYPE_MOSTLY_Q6_K, _Q5_K_M, _Q4_K_M)."""
@@ -75,7 +76,9 @@ def write_gguf(
 
     if weight_format not in WRITTEN_HERE:
         raise ValueError(f"write_gguf writes {WRITTEN_HERE}, not {weight_format}")
-    qtype = getattr(gguf.GGMLQuantizationType, weight_format)
+    base, _, mixed = weight_format.partition("-mixed")
+    exact_layers = int(mixed or 0)
+    qtype = getattr(gguf.GGMLQuantizationType, base)
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_block_count(shape.num_layers)
     writer.add_context_length(shape.max_positions)
@@ -89,10 +92,11 @@ def write_gguf(
     writer.add_rope_freq_base(rope_theta)
     writer.add_layer_norm_rms_eps(shape.rms_norm_eps)
     writer.add_file_type(
-        gguf.LlamaFileType[f"MOSTLY_{weight_format}"]
+        gguf.LlamaFileType[f"MOSTLY_{base}"]
         if weight_format != "F32"
         else gguf.LlamaFileType.ALL_F32
     )
+    f16 = gguf.GGMLQuantizationType.F16
     writer.add_tokenizer_model("no_vocab")
     writer.add_vocab_size(1)
     hidden = shape.hidden_size
@@ -109,8 +113,9 @@ def write_gguf(
             if tensor.ndim == 1 or weight_format == "F32":
                 writer.add_tensor(name, tensor)
             else:
-                data = gguf.quants.quantize(tensor, qtype)
-                writer.add_tensor(name, data, raw_dtype=qtype)
+                layer_type = f16 if i < exact_layers else qtype
+                data = gguf.quants.quantize(tensor, layer_type)
+                writer.add_tensor(name, data, raw_dtype=layer_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
