@@ -51,6 +51,13 @@ LLAMA_BUILD = --config-settings-package "llama-cpp-python:cmake.define.GGML_OPEN
 INSTALL_PYTHON = $(shell $(PYTHON) -c 'import sys; print(sys.executable)')
 SYNC = $(UV) sync --locked --extra server --extra dev --python "$(INSTALL_PYTHON)"
 
+# llama.cpp's CPU backend built again for an AVX2-only CPU (tools/build_ggml_avx2.sh): the tests
+# run llama.cpp as that CPU on any machine by putting this folder first in LD_LIBRARY_PATH
+# (tests/model/test_cpu_kinds.py). Once per llama-cpp-python version (about a minute on 2
+# cores); where it cannot be built those tests are skipped and say why.
+LLAMA_CPP_VERSION = $(shell sed -n 's/^llamacpp = \["llama-cpp-python==\([0-9.]*\)"\]/\1/p' pyproject.toml)
+GGML_AVX2 = .cache/ggml-avx2/$(LLAMA_CPP_VERSION)
+
 # What `uv sync` must be told to find the built llama.cpp up to date (tests/e2e/test_lock.py).
 llama-build-args:
 	@echo $(LLAMA_BUILD)
@@ -71,6 +78,9 @@ $(STAMP): pyproject.toml uv.lock | $(UV)
 	  echo "make install: llama-cpp-python did not build; the server will serve --backend torch"; \
 	  $(SYNC); }
 	$(BIN)/python bench/gpu_wheel_pins.py --check
+	@[ -f $(GGML_AVX2)/libggml-cpu.so.0 ] || bash tools/build_ggml_avx2.sh $(UV_CACHE_DIR) \
+	  $(LLAMA_CPP_VERSION) $(GGML_AVX2) || echo "make install: no AVX2-only llama.cpp backend;" \
+	  "tests/model/test_cpu_kinds.py will be skipped"
 	touch $(STAMP)
 
 # Refresh the lock after editing pyproject.toml (or to take newer releases: make lock

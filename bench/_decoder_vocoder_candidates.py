@@ -18,6 +18,7 @@ import contextlib
 import copy
 import ctypes
 import io
+import logging
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -131,6 +132,16 @@ def _mlp(block: Any) -> nn.Module:
     return nn.Sequential(block.norm, block.pwconv1, nn.GELU(), block.pwconv2).eval()
 
 
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """onnxruntime.quantization logs a pre-processing hint per model on the root logger."""
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 class OrtMLP(nn.Module):
     """A block's MLP as one ONNX Runtime session over (frames, C) rows."""
 
@@ -157,7 +168,7 @@ class OrtMLP(nn.Module):
 
             # Per-channel int8 weights, 7-bit (reduce_range: MLAS's AVX2 u8 x s8 kernel cannot
             # saturate), activations per call with one scale for the whole input (as torch.ao).
-            with tempfile.TemporaryDirectory() as tmp:
+            with tempfile.TemporaryDirectory() as tmp, _quiet_root_logger():
                 src, dst = Path(tmp, "fp32.onnx"), Path(tmp, "int8.onnx")
                 src.write_bytes(model)
                 quantize_dynamic(
@@ -352,9 +363,7 @@ def candidates(threads: int) -> list[Candidate]:
             "Decoder pointwise weights in bf16, Vocos fp32",
             swap_linears(Bf16Linear, "decoder"),
         ),
-        Candidate(
-            "bf16", "Decoder and Vocos pointwise weights in bf16", swap_linears(Bf16Linear)
-        ),
+        Candidate("bf16", "Decoder and Vocos pointwise weights in bf16", swap_linears(Bf16Linear)),
         Candidate(
             "int8-dynamic",
             "torch.ao quantize_dynamic (fbgemm): int8 per-channel weights, one 7-bit "
@@ -382,8 +391,7 @@ def candidates(threads: int) -> list[Candidate]:
         ),
         Candidate(
             "ggml-q8_0",
-            "ggml (llama.cpp's, already a server dependency) Q8_0 MLPs: activations per "
-            "32 values",
+            "ggml (llama.cpp's, already a server dependency) Q8_0 MLPs: activations per 32 values",
             fuse_mlps(lambda b: GgmlMLP(b, _Ggml.Q8_0, threads)),
             needs="llama_cpp",
         ),

@@ -20,8 +20,8 @@ own StreamingDecoder unchanged. For each:
   candidate in turn within a round, so load on a shared machine hits them alike; the 1-minute
   load average is printed beside every figure.
 
-Within budget: SNR >= MIN_SNR_DB (30 dB, the GPT's budget in defaults.py) alone and batched, and
-exact mode within 1e-4. Random dev weights only approximate how real ones spread quantization
+SNR budget: every SNR above >= MIN_SNR_DB (30 dB, the GPT's budget in defaults.py), exact mode's
+included; the exact-mode guarantee as the tests pin it is a separate column (<= 1e-4). Random dev weights only approximate how real ones spread quantization
 error: rerun with --model-dir on the real assets before trusting the SNR columns. Writes
 <out>/decoder_vocoder.md. ONNX Runtime is not a server dependency: its rows run where it is
 importable (`uv sync --locked --extra server --extra dev --extra bench-runtimes`) and say
@@ -80,7 +80,11 @@ class Result:
 
     @property
     def within_budget(self) -> bool:
-        return min(self.snr_db.values()) >= MIN_SNR_DB and self.exact_err <= EXACT_TOL
+        return min([*self.snr_db.values(), self.exact_snr_db]) >= MIN_SNR_DB
+
+    @property
+    def keeps_exact(self) -> bool:
+        return self.exact_err <= EXACT_TOL
 
 
 def load_avg() -> str:
@@ -199,7 +203,7 @@ def measure(args: argparse.Namespace) -> tuple[list[Result], str, str]:
 def table(results: list[Result], streams: list[int]) -> str:
     base = results[0].ms if results and results[0].candidate.name == "fp32" else {}
     heads = [f"SNR vs fp32, {n} stream{'s' * (n > 1)} (dB)" for n in streams]
-    heads += ["exact mode: max abs vs own offline", "within budget"]
+    heads += ["exact mode vs own offline: max abs / SNR (dB)", "SNR budget", "exact <= 1e-4"]
     heads += [f"ms/token, {n} stream{'s' * (n > 1)} (load)" for n in streams]
     heads += [f"x fp32, {n}" for n in streams if base]
     lines = [
@@ -211,7 +215,8 @@ def table(results: list[Result], streams: list[int]) -> str:
             lines.append(f"| {r.candidate.name} | {r.candidate.what} | skipped: {r.skipped} |")
             continue
         cells = [_db(r.snr_db[n]) for n in streams]
-        cells += [f"{r.exact_err:.1e}", "yes" if r.within_budget else "**no**"]
+        cells += [f"{r.exact_err:.1e} / {_db(r.exact_snr_db)}"]
+        cells += ["yes" if ok else "**no**" for ok in (r.within_budget, r.keeps_exact)]
         cells += [f"{r.ms[n]:.3f} ({r.load[n]:.1f})" if n in r.ms else "-" for n in streams]
         cells += [f"{base[n] / r.ms[n]:.2f}" if n in r.ms else "-" for n in streams if base]
         lines.append(f"| {r.candidate.name} | {r.candidate.what} | " + " | ".join(cells) + " |")
@@ -251,8 +256,8 @@ def run(args: argparse.Namespace) -> None:
         f"{load_avg()} at the end; the figure in brackets is the 1-minute load at the best run.\n\n"
         f"SNR: the candidate's streamed audio against torch fp32's under the default schedule, "
         f"worst stream. Exact mode ({exact}): its streams, {args.exact_streams} batched, "
-        f"against its own offline decode, max abs (tests allow {EXACT_TOL:g}). Within budget: "
-        f"SNR >= {MIN_SNR_DB:g} dB everywhere and exact mode within {EXACT_TOL:g}. ms/token: "
+        f"against its own offline decode (the tests allow {EXACT_TOL:g} max abs for fp32). SNR "
+        f"budget: every SNR here >= {MIN_SNR_DB:g} dB. ms/token: "
         f"Decoder + vocoder per generated token, streams started one step apart and stepped "
         f"together, minimum of {args.repeats} rounds, candidates in turn.\n\n"
     )
