@@ -362,7 +362,7 @@ def test_cpu_overlay_requests_no_gpu_and_runs_the_dev_model():
     assert "tolerations" not in pod_spec(docs)
     assert c["image"].endswith("-cpu")
     cfg = server_config(c)
-    assert (cfg.model.device, cfg.model.dtype) == ("cpu", "float32")
+    assert (cfg.model.device, cfg.model.gguf_format) == ("cpu", "auto")
     assert cfg.model.model_dir is None and cfg.model.dev_model == "tiny"
 
 
@@ -527,6 +527,9 @@ def test_dockerfile_runs_the_server_non_root_with_ports_and_healthcheck(name):
     torch_version = arg.split("=", 1)[1]
     assert f"torch=={torch_version}" in pins and f"torchaudio=={torch_version}" in pins
     assert "chattts-stream" not in " ".join(pins)
+    if name == "Dockerfile.cpu":  # the GPT's CPU path, built for every kind of x86 CPU
+        assert any(p.startswith("llama-cpp-python==") for p in pins), pins
+        assert "-DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON" in text
 
 
 def _requirements_from_dockerfile(text: str) -> list[str]:
