@@ -60,25 +60,11 @@ def import_llama_cpp() -> Any:
             global _LOG_CALLBACK
             _LOG_CALLBACK = llama_cpp.llama_log_callback(_log_callback)
             llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
-            _load_cpu_backend()
             llama_cpp.llama_backend_init()
             info = llama_cpp.llama_print_system_info().decode(errors="replace")
             log.info("llama.cpp: %s", info.strip(" |"))
             _backend_ready = True
     return llama_cpp
-
-
-def _load_cpu_backend() -> None:
-    """A build whose backends are loaded at run time (`GGML_BACKEND_DL`, the portable image's
-    every-CPU build: one `libggml-cpu-<kind>.so` per kind of x86 CPU) registers none until asked:
-    ggml then loads, of the files beside it, the one that scores best on this CPU. A native
-    build (`make install`'s) has its CPU backend linked in and registers it itself."""
-    from llama_cpp._ggml import libggml, libggml_base_path
-
-    libggml.ggml_backend_reg_count.restype = ctypes.c_size_t
-    if libggml.ggml_backend_reg_count() == 0:
-        libggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
-        libggml.ggml_backend_load_all_from_path(str(libggml_base_path).encode())
 
 
 def llamacpp_unavailable() -> str | None:
