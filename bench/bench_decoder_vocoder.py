@@ -122,7 +122,7 @@ def offline(decoder: torch.nn.Module, vocoder: VocosVocoder, hiddens: torch.Tens
 
 
 def load_model(args: argparse.Namespace) -> tuple[torch.nn.Module, torch.nn.Module, str]:
-    from chattts_server.model.dev_assets import build_dev_assets
+    from chattts_server.devmodel.assets import build_dev_assets
     from chattts_server.model.loader import load_chattts
 
     if args.model_dir:

@@ -414,7 +414,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.smoke:
-        from chattts_server.model.dev_assets import build_dev_assets
+        from chattts_server.devmodel.assets import build_dev_assets
 
         args.model_dir = str(build_dev_assets("tiny", REPO / ".cache" / "dev-models"))
         args.tokens, args.lookaheads, args.repeats, args.streams = 24, "0,4", 1, 2

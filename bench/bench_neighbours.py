@@ -382,7 +382,7 @@ def main() -> None:
     if args.smoke:
         args.tokens, args.rounds, args.steps, args.alternations = 12, 1, 3, 2
         args.modes, args.markdown = "dense", ""
-    from chattts_server.model.dev_assets import build_dev_assets
+    from chattts_server.devmodel.assets import build_dev_assets
 
     build_dev_assets(args.model, Path(args.cache))
     header = (

@@ -46,7 +46,7 @@ from chattts_server.engine.heads import Heads
 from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
 from chattts_server.engine.prompts import PromptBuilder
 from chattts_server.engine.utterance import VoiceKind, VoiceSpec
-from chattts_server.model.dev_assets import build_dev_assets
+from chattts_server.devmodel.assets import build_dev_assets
 from chattts_server.model.gguf_export import GGUFCache
 from chattts_server.model.llama import DecodeBatch, PromptRun
 from chattts_server.model.llama_layers import LlamaShape

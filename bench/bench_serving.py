@@ -607,7 +607,7 @@ def main() -> None:
         args.transports = "grpc,http"
         args.out = tempfile.mkdtemp(prefix="bench_serving-")
 
-    from chattts_server.model.dev_assets import build_dev_assets
+    from chattts_server.devmodel.assets import build_dev_assets
 
     deadline = time.monotonic() + args.time_budget_s
     out = Path(args.out)

@@ -122,7 +122,7 @@ def main() -> int:
         a.streams, a.concurrency, a.tokens = 24, 8, 4
         server_args.append("--no-warmup")
 
-    from chattts_server.model.dev_assets import build_dev_assets
+    from chattts_server.devmodel.assets import build_dev_assets
 
     build_dev_assets("tiny", a.cache)
     with launch(server_args, dev_model="tiny", cache=a.cache, metrics=True, cwd=REPO) as srv:

@@ -32,7 +32,7 @@ def dev_model_cache() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(dev_model_cache: Path) -> Path:
     """The tiny random-weight model in the official layout, built once and reused."""
-    from chattts_server.model.dev_assets import build_dev_assets
+    from chattts_server.devmodel.assets import build_dev_assets
 
     return build_dev_assets("tiny", dev_model_cache)
 

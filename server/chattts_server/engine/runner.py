@@ -22,12 +22,19 @@ import torch
 
 from ..audio_constants import FRAMES_PER_TOKEN
 from ..config import EngineConfig, ModelConfig
+from ..devmodel import dev_model_dir
 from ..errors import EngineError, InvalidRequestError
 from ..model.alignment_capture import AttentionWeights, CaptureRow
 from ..model.alignment_heads import HeadId
 from ..model.hifigan import HiFiGANVocoder
 from ..model.llama import DecodeBatch, PromptRun
-from ..model.loader import ChatTTSModules, load_chattts, locate_model, pick_device, pick_dtype
+from ..model.loader import (
+    ChatTTSModules,
+    load_chattts,
+    pick_device,
+    pick_dtype,
+    verified_model_dir,
+)
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
 from ..text.attention_timing import ATTENTION
@@ -142,7 +149,10 @@ class ModelRunner:
         device = pick_device(model_config.device)
         dtype = pick_dtype(model_config.dtype, device)
         started = time.monotonic()
-        model_dir = locate_model(model_config)
+        if model_config.model_dir is None:
+            model_dir = dev_model_dir(model_config)
+        else:
+            model_dir = verified_model_dir(model_config)
         modules = load_chattts(model_dir, device, dtype)
         elapsed_s = time.monotonic() - started
         log.info("loaded ChatTTS from %s on %s/%s in %.1f s", model_dir, device, dtype, elapsed_s)

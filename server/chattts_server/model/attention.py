@@ -7,12 +7,9 @@ into the cache and returns the attention output (rows, heads * head_dim) in the 
 
 - `PrefillAttention`: one slot, a run of consecutive positions (a prompt or a chunk of one),
   causal over the slot's earlier positions too.
-- `SlotRangeAttention`: a decode batch whose slots lie close together. Attention reads the view
-  of slot range min..max in place; a slot in the range but not in the batch gets a dummy query
-  whose output is dropped. The scheduler handing out the lowest free slot id and listing decode
-  rows in slot order keeps the common case a plain view.
-- `GatherAttention`: each row's K/V gathered (a copy of rows * heads * len * head_dim per
-  layer): for slots far apart, and, with fixed shapes and no host reads, for CUDA graphs.
+- `GatherAttention`: a decode batch, each row's K/V gathered from its slot (with fixed shapes
+  and no host reads for CUDA graphs). The GPU replays it as a graph; a CPU runs torch only where
+  llama.cpp does not load.
 - `PackedAttention`: several of the above over consecutive runs of rows, for one forward that
   carries a whole engine step (prompt chunks and the decode batch share the weight reads).
 """
@@ -66,55 +63,6 @@ def _write_rows(
 ) -> None:
     # (2, slots, kv_heads, T, hd)[:, slot_ids, :, positions] is (B, 2, kv_heads, hd)
     cache.kv[layer_id][:, slot_ids, :, positions] = kv.to(cache.kv.dtype)
-
-
-class SlotRangeAttention:
-    def __init__(
-        self, cache: SlotKVCache, slot_ids: Tensor, positions: Tensor, slot_list: list[int]
-    ) -> None:
-        self.cache, self.slot_ids, self.positions = cache, slot_ids, positions
-        self.first, last = min(slot_list), max(slot_list)
-        self.last = last
-        num_rows, num_range = len(slot_list), last - self.first + 1
-        self.attend_len = int(positions.max()) + 1
-        key_pos = torch.arange(self.attend_len, device=positions.device)
-        if slot_list == list(range(self.first, last + 1)):
-            self.rel: Tensor | None = None  # the batch is the range: rows are slots
-            mask = key_pos[None, :] <= positions[:, None]  # (B, attend_len)
-        else:
-            self.rel = slot_ids - self.first
-            # Slots in the range but not in the batch see only position 0 (finite, dropped).
-            range_pos = torch.zeros(num_range, dtype=positions.dtype, device=positions.device)
-            range_pos[self.rel] = positions
-            mask = key_pos[None, :] <= range_pos[:, None]  # (range, attend_len)
-        # One row alone sees every key up to its position: no mask (SDPA's cheaper path).
-        self.mask = None if num_rows == 1 else mask[:, None, None, :]
-        self.num_range, self.num_rows = num_range, num_rows
-        # (layers, range, kv_heads, attend_len, hd) views made once, not per layer.
-        in_range = cache.kv[:, :, self.first : last + 1, :, : self.attend_len]
-        self.keys, self.values = in_range[:, 0], in_range[:, 1]
-        self._scattered: Tensor | None = None
-        """(range, heads, 1, hd) queries at their slots' places, made once per forward: rows
-        of slots not in the batch stay zero for every layer."""
-
-    def __call__(self, layer_id: int, q: Tensor, kv: Tensor) -> Tensor:
-        _write_rows(self.cache, layer_id, self.slot_ids, self.positions, kv)
-        query = q[:, :, None].to(self.cache.kv.dtype)
-        if self.rel is not None:
-            if self._scattered is None:
-                self._scattered = query.new_zeros(self.num_range, *query.shape[1:])
-            self._scattered[self.rel] = query
-            query = self._scattered
-        attn = F.scaled_dot_product_attention(
-            query,
-            self.keys[layer_id],
-            self.values[layer_id],
-            attn_mask=self.mask,
-            enable_gqa=q.shape[1] != kv.shape[2],
-        )  # (rows or range, heads, 1, hd)
-        if self.rel is not None:
-            attn = attn[self.rel]
-        return attn.reshape(self.num_rows, -1)
 
 
 class GatherAttention:

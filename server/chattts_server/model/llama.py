@@ -26,7 +26,6 @@ from .attention import (
     GatherAttention,
     PackedAttention,
     PrefillAttention,
-    SlotRangeAttention,
 )
 from .kv_cache import SlotKVCache
 from .llama_layers import Layer, LlamaShape, q_kv, rms_norm
@@ -75,15 +74,9 @@ def _rope(config: LlamaConfig) -> tuple[Tensor, float]:
     return inv_freq, float(scaling)
 
 
-def _decode_attention(
-    cache: SlotKVCache, slot_ids: Tensor, positions: Tensor, slot_list: list[int]
-) -> Attention:
-    """Slots close together are read in place (`SlotRangeAttention`); only a range more than
-    twice the batch (slots far apart) gathers the rows' K/V (`GatherAttention`). `slot_list`:
-    the slot ids as Python ints for the views (one host read per step)."""
-    if max(slot_list) - min(slot_list) + 1 > 2 * len(slot_list):
-        return GatherAttention(cache, slot_ids, positions, int(positions.max()) + 1)
-    return SlotRangeAttention(cache, slot_ids, positions, slot_list)
+def _decode_attention(cache: SlotKVCache, slot_ids: Tensor, positions: Tensor) -> Attention:
+    """Each row's K/V gathered from its slot up to the batch's last position."""
+    return GatherAttention(cache, slot_ids, positions, int(positions.max()) + 1)
 
 
 class LlamaDecoder(nn.Module):
@@ -202,11 +195,9 @@ class LlamaDecoder(nn.Module):
         """One token for each row: ``embeds`` (B, D) at ``positions`` (B,) of ``slot_ids`` (B,).
 
         Slot ids must be distinct. Writes K/V at (slot, position) and attends to positions
-        0..position of the row's slot. Returns final-normed hidden states (B, D). Slots close
-        together are read in place (`SlotRangeAttention`); only a range more than twice the
-        batch (slots far apart) gathers the rows' K/V (`GatherAttention`).
+        0..position of the row's slot. Returns final-normed hidden states (B, D).
         """
-        attention = _decode_attention(cache, slot_ids, positions, slot_ids.tolist())
+        attention = _decode_attention(cache, slot_ids, positions)
         return self._forward(embeds, positions, attention, capture)
 
     def forward_batch(
@@ -238,9 +229,7 @@ class LlamaDecoder(nn.Module):
                 torch.arange(run.start_pos, run.start_pos + num_tokens, device=run.embeds.device)
             )
         if decode is not None:
-            attention = _decode_attention(
-                cache, decode.slot_ids, decode.positions, decode.slot_ids.tolist()
-            )
+            attention = _decode_attention(cache, decode.slot_ids, decode.positions)
             parts.append((len(decode.embeds), attention))
             embeds.append(decode.embeds)
             positions.append(decode.positions)

@@ -15,7 +15,6 @@ from safetensors.torch import load_file
 
 from ..config import ModelConfig
 from .chattts_config import build_vocos, chattts_config
-from .dev_assets import build_dev_assets
 from .errors import ModelLoadError
 from .shapes import ModelShapes, check_consistent, read_shapes
 from .verify import resolve_model_dir, verify_assets
@@ -42,15 +41,9 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
 
 
-def locate_model(config: ModelConfig) -> str:
-    """The model folder to load: verified weights, or the dev model built on first use."""
-    if config.model_dir is None:
-        log.warning(
-            "no --model-dir given: serving the RANDOM-WEIGHT '%s' dev model. Its audio is noise; "
-            "point --model-dir at real ChatTTS weights for speech.",
-            config.dev_model,
-        )
-        return str(build_dev_assets(config.dev_model, config.dev_model_cache))
+def verified_model_dir(config: ModelConfig) -> str:
+    """`--model-dir`, its files checked against ChatTTS's published sha256 map."""
+    assert config.model_dir is not None
     try:
         root = resolve_model_dir(config.model_dir)
     except (OSError, ValueError) as exc:

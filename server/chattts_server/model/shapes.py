@@ -1,6 +1,6 @@
 """Every size of a ChatTTS model, read from its asset files (safetensors headers and
 gpt/config.json), never from ChatTTS's hard-coded config, so the official weights and the
-random-weight dev assets (`dev_assets.py`, any size) are described the same way.
+random-weight dev assets (`devmodel/assets.py`, any size) are described the same way.
 """
 
 from __future__ import annotations

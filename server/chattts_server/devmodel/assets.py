@@ -20,8 +20,8 @@ from safetensors.torch import save_file
 
 from ..audio_constants import HOP_LENGTH, NUM_MELS, SAMPLE_RATE_HZ
 from ..config import DEV_MODEL_CACHE
-from .chattts_config import build_vocos, chattts_config
-from .shapes import (
+from ..model.chattts_config import build_vocos, chattts_config
+from ..model.shapes import (
     ConvStackShapes,
     DvaeShapes,
     EmbedShapes,
@@ -29,8 +29,8 @@ from .shapes import (
     ModelShapes,
     VocosShapes,
 )
-from .tokenizer_vocab import OFFICIAL_VOCAB_SIZE, build_tokenizer
-from .verify import OFFICIAL_FILES
+from ..model.verify import OFFICIAL_FILES
+from .tokenizer import OFFICIAL_VOCAB_SIZE, build_tokenizer
 
 if TYPE_CHECKING:
     from ChatTTS.model import DVAE
