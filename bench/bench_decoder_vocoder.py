@@ -223,6 +223,23 @@ def table(results: list[Result], streams: list[int]) -> str:
     return "\n".join(lines)
 
 
+def summary(results: list[Result], streams: list[int]) -> str:
+    """One line: the fastest candidate within the SNR budget at the largest batch timed, and
+    which candidates keep exact mode within the tests' tolerance."""
+    ran = [r for r in results if not r.skipped]
+    exact = ", ".join(r.candidate.name for r in ran if r.keeps_exact)
+    timed = [r for r in ran if r.within_budget and r.ms]
+    if not timed:
+        return f"RESULT: nothing timed; exact mode <= {EXACT_TOL:g}: {exact}"
+    n = max(streams)
+    best = min(timed, key=lambda r: r.ms[n])
+    return (
+        f"RESULT: fastest within {MIN_SNR_DB:g} dB at {n} streams: {best.candidate.name} "
+        f"{best.ms[n]:.3f} ms/token ({ran[0].ms[n] / best.ms[n]:.2f}x fp32); exact mode "
+        f"<= {EXACT_TOL:g}: {exact}"
+    )
+
+
 def _db(value: float) -> str:
     return ">= 120" if value >= 120 else f"{value:.1f}"
 
@@ -244,6 +261,7 @@ def run(args: argparse.Namespace) -> None:
     results, weights, exact = measure(args)
     text = table(results, args.streams)
     print(text)
+    print(summary(results, args.streams))
     if not args.repeats:
         return
     command = "python bench/bench_decoder_vocoder.py " + shlex.join(sys.argv[1:])

@@ -77,7 +77,8 @@ def main() -> int:
     args, serving_args = parser.parse_known_args()
     chosen = benchmarks()
     if args.only:
-        names = set(args.only.split(","))
+        # With or without ".py": bench_priority and bench_priority.py name the same script.
+        names = {n if n.endswith(".py") else f"{n}.py" for n in args.only.split(",") if n}
         unknown = names - {p.name for p in chosen}
         if unknown:
             parser.error(f"--only: no such benchmark {', '.join(sorted(unknown))}")

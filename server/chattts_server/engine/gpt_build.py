@@ -72,36 +72,25 @@ def build_gpt(
     heads: Heads,
 ) -> GPTModel:
     """The GPT that serves on `device`, finished: weights in their format, graphs captured,
-    alignment heads calibrated. `prompts` and `heads` make the probes."""
+    alignment heads calibrated (or read back). `prompts` and `heads` make the probes."""
     started = time.monotonic()
     digest = weights_digest(modules.gpt_state_dict)
-    store = WarmupCache(settings.gguf_folder, "alignment")
+    alignment = _AlignmentHeads(settings.gguf_folder, digest, modules)
     gpt: GPTModel
     if device.type == "cuda":
-        gpt = _cuda_gpt(modules, config, settings, device, dtype)
+        graphs = "cuda" if settings.cuda_graphs else "off"
+        gpt = capture_graphs(TorchGPT.build(modules, config, device, dtype, graphs))
+    elif (missing := llamacpp_unavailable()) is None:
+        gpt = _llamacpp_gpt(modules, config, settings, digest, prompts, alignment)
     else:
-        missing = llamacpp_unavailable()
-        if missing is None:
-            gpt = _llamacpp_gpt(modules, config, settings, digest, prompts, heads)
-        else:
-            log.warning("the GPT runs on torch fp32: %s", missing)
-            gpt = TorchGPT.build(modules, config, device, torch.float32, decode_graphs="off")
-    if not isinstance(gpt, LlamaCppGPT):  # llama.cpp calibrated before its tap was settled
-        gpt.alignment_heads = _alignment_heads(gpt, store, digest, config, prompts, heads, dtype)
+        log.warning("the GPT runs on torch fp32: %s", missing)
+        gpt = TorchGPT.build(modules, config, device, torch.float32, decode_graphs="off")
+    gpt.alignment_heads = alignment.settle(gpt, prompts, heads, config.max_tokens, dtype)
+    if isinstance(gpt, LlamaCppGPT):
+        gpt.set_attention_tap(bool(gpt.alignment_heads))  # no heads: no callback per node
     modules.gpt_state_dict.clear()  # torch holds its own copy; llama.cpp its GGUF
     log.info("GPT: %s, built in %.1f s", gpt.name, time.monotonic() - started)
     return gpt
-
-
-def _cuda_gpt(
-    modules: ChatTTSModules,
-    config: EngineConfig,
-    settings: GPTSettings,
-    device: torch.device,
-    dtype: torch.dtype,
-) -> TorchGPT:
-    graphs = "cuda" if settings.cuda_graphs else "off"
-    return capture_graphs(TorchGPT.build(modules, config, device, dtype, graphs))
 
 
 def capture_graphs(gpt: TorchGPT) -> TorchGPT:
@@ -121,7 +110,7 @@ def _llamacpp_gpt(
     settings: GPTSettings,
     digest: str,
     prompts: PromptBuilder,
-    heads: Heads,
+    alignment: _AlignmentHeads,
 ) -> LlamaCppGPT:
     files = GGUFCache(settings.gguf_folder, digest)
     shape = LlamaShape.from_config(modules.gpt_config)
@@ -131,32 +120,14 @@ def _llamacpp_gpt(
     def build(weight_format: str, tap: bool, files: GGUFCache = files) -> LlamaCppGPT:
         path = files.get(weight_format, modules.gpt_state_dict or None, shape, rope_theta, threads)
         max_batch = config.prefill_chunk_tokens + config.max_streams
-        return LlamaCppGPT(
-            path,
-            shape,
-            config.max_streams,
-            config.max_tokens,
-            max_batch,
-            threads,
-            weight_format,
-            attention_tap=tap,
-        )
+        slots, max_tokens = config.max_streams, config.max_tokens
+        return LlamaCppGPT(path, shape, slots, max_tokens, max_batch, threads, weight_format, tap)
 
     weight_format = settings.gguf_format
     if weight_format == "auto":
         weight_format = choose_gguf_format(modules, files, prompts, build)
-    store = WarmupCache(settings.gguf_folder, "alignment")
-    key = _alignment_key(digest, modules, f"llamacpp {weight_format}")
-    cached = _cached_heads(store, key)
-    gpt = build(weight_format, tap=cached is None or bool(cached))
-    if cached is None:
-        cached = calibrate_alignment_heads(
-            gpt, prompts, heads.greedy_code_embed, AUDIO_TOKENS_PER_S, config.max_tokens
-        )
-        store.store_json(key, [list(h) for h in cached])
-        gpt.set_attention_tap(bool(cached))
-    gpt.alignment_heads = cached
-    return gpt
+    known = alignment.known(f"llamacpp {weight_format}")
+    return build(weight_format, tap=known is None or bool(known))  # a tap to calibrate or read
 
 
 def choose_gguf_format(
@@ -222,47 +193,56 @@ def fp32_reference(modules: ChatTTSModules, probe: Tensor) -> Tensor:
     return decoder.prefill(0, probe, 0, cache)
 
 
-def _alignment_key(digest: str, modules: ChatTTSModules, served: str) -> dict[str, object]:
-    return {
-        "version": 2,
-        "gpt": digest,
-        "embed": weights_digest(modules.embed.state_dict()),
-        "served": served,
-        "calibration": CALIBRATION_TEXT,
-        "min_score": MIN_SCORE,
-    }
+class _AlignmentHeads:
+    """The alignment heads of the GPT that serves: calibrated once per weights and what runs
+    them (`engine/alignment.py`), kept in the GGUF folder; none where CUDA graphs replay the
+    decode step."""
 
+    def __init__(self, folder: Path, digest: str, modules: ChatTTSModules) -> None:
+        self.store = WarmupCache(folder, "alignment")
+        self.digest, self.embed = digest, weights_digest(modules.embed.state_dict())
+        self._known: dict[str, tuple[HeadId, ...] | None] = {}
 
-def _cached_heads(store: WarmupCache, key: dict[str, object]) -> tuple[HeadId, ...] | None:
-    cached = store.load_json(key)
-    if not isinstance(cached, list):
-        return None
-    heads = tuple((int(layer), int(head)) for layer, head in cached)
-    source = f"attention, heads {heads}" if heads else "estimate"
-    log.info("word timing: source %s (measured before: %s)", source, store.path_for(key))
-    return heads
+    def _key(self, served: str) -> dict[str, object]:
+        return {
+            "version": 2,
+            "gpt": self.digest,
+            "embed": self.embed,
+            "served": served,
+            "calibration": CALIBRATION_TEXT,
+            "min_score": MIN_SCORE,
+        }
 
+    def known(self, served: str) -> tuple[HeadId, ...] | None:
+        """The heads measured before for what serves, or None."""
+        if served not in self._known:
+            key = self._key(served)
+            cached = self.store.load_json(key)
+            heads = None
+            if isinstance(cached, list):
+                heads = tuple((int(layer), int(head)) for layer, head in cached)
+                source = f"attention, heads {heads}" if heads else "estimate"
+                where = self.store.path_for(key)
+                log.info("word timing: source %s (measured before: %s)", source, where)
+            self._known[served] = heads
+        return self._known[served]
 
-def _alignment_heads(
-    gpt: GPTModel,
-    store: WarmupCache,
-    digest: str,
-    config: EngineConfig,
-    prompts: PromptBuilder,
-    heads: Heads,
-    dtype: torch.dtype,
-) -> tuple[HeadId, ...]:
-    """Torch's alignment heads (none where CUDA graphs replay the decode step)."""
-    if gpt.decode_graphs == "cuda":
-        log.info("alignment heads: not calibrated (CUDA graphs replay the decode step)")
-        return ()
-    modules = prompts.m
-    key = _alignment_key(digest, modules, f"{gpt.name} {dtype}")
-    cached = _cached_heads(store, key)
-    if cached is not None:
-        return cached
-    found = calibrate_alignment_heads(
-        gpt, prompts, heads.greedy_code_embed, AUDIO_TOKENS_PER_S, config.max_tokens, dtype
-    )
-    store.store_json(key, [list(h) for h in found])
-    return found
+    def settle(
+        self,
+        gpt: GPTModel,
+        prompts: PromptBuilder,
+        heads: Heads,
+        max_tokens: int,
+        dtype: torch.dtype,
+    ) -> tuple[HeadId, ...]:
+        if gpt.decode_graphs == "cuda":
+            log.info("alignment heads: not calibrated (CUDA graphs replay the decode step)")
+            return ()
+        served = gpt.name if isinstance(gpt, LlamaCppGPT) else f"{gpt.name} {dtype}"
+        found = self.known(served)
+        if found is None:
+            found = calibrate_alignment_heads(
+                gpt, prompts, heads.greedy_code_embed, AUDIO_TOKENS_PER_S, max_tokens, dtype
+            )
+            self.store.store_json(self._key(served), [list(h) for h in found])
+        return found
