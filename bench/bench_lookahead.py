@@ -46,7 +46,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "client"), str(REPO / "server"), str(REPO / "tools")]
 
 from chattts_devtools.window_decoder import WindowDecoder  # noqa: E402
-from chattts_server.engine.chunking import BusyFirstChunk, ChunkSchedule  # noqa: E402
+from chattts_server.config import EngineConfig  # noqa: E402
+from chattts_server.engine.chunking import ChunkSchedule  # noqa: E402
 from chattts_server.engine.streaming_decode import StreamingDecoder  # noqa: E402
 from chattts_server.model.receptive_field import frames_to_tokens  # noqa: E402
 from chattts_server.model.vocos import VocosVocoder  # noqa: E402
@@ -218,8 +219,8 @@ def sweep(args: argparse.Namespace) -> tuple[list[Row], StreamingDecoder, ChunkS
 
 
 BUSY_HEAD_TOKENS = 16
-"""The busy table's local SNR: over the first this many tokens' samples, where the shorter first
-chunk's seam lies (a whole-stream SNR would dilute it)."""
+"""The first-chunk table's local SNR: over the first this many tokens' samples, where the
+shorter first chunk's seam lies (a whole-stream SNR would dilute it)."""
 
 
 def busy_table(
@@ -229,14 +230,19 @@ def busy_table(
     references: dict[str | None, np.ndarray],
     base: ChunkSchedule,
 ) -> str:
-    """What the server's shorter first chunk under load (`BusyFirstChunk`, the defaults) costs
-    in accuracy against the stream's own schedule, and the GPT steps it saves before the first
-    chunk can be decoded (each several times slower at batch 16 than at batch 1)."""
-    policy = BusyFirstChunk()
-    busy = policy.apply(base, batch=policy.min_batch)
-    # --busy-lookahead-tokens at the stream's own lookahead: only the first chunk shorter.
-    first_only = replace(policy, lookahead_tokens=base.lookahead_tokens)
-    shorter_first = first_only.apply(base, batch=policy.min_batch)
+    """What the server's first chunk (--first-chunk-tokens, --first-lookahead-tokens: the
+    defaults) costs in accuracy against a first chunk like the others, and the GPT steps it
+    saves before the first chunk can be decoded."""
+    server = ChunkSchedule.from_config(EngineConfig())
+    busy = replace(
+        base,
+        first_chunk_tokens=server.first_chunk_tokens,
+        first_lookahead_tokens=server.first_lookahead_tokens,
+    )
+    # Only the first chunk shorter, its lookahead the stream's own; and 8 + 8, the server's
+    # first chunk before issue 47.
+    shorter_first = replace(busy, first_lookahead_tokens=None)
+    before = replace(base, first_chunk_tokens=8, first_lookahead_tokens=None)
     head = BUSY_HEAD_TOKENS * sd.geometry.samples_per_token
     decoders = {None: sd} | {
         name: StreamingDecoder(dec, VocosVocoder(voc)) for name, (dec, voc) in others.items()
@@ -250,7 +256,7 @@ def busy_table(
         + " |",
         "|---|---|---|---|" + "---|" * len(decoders),
     ]
-    for config in (base, shorter_first, busy):
+    for config in (before, shorter_first, busy):
         cells = []
         for name, decoder in decoders.items():
             audio, ref = stream_once(decoder, hiddens, config)[0], references[name]
@@ -262,9 +268,10 @@ def busy_table(
             + " |"
         )
     return (
-        "## Shorter first chunk under load (`--busy-batch`)\n\n"
-        "A stream that starts while the decode batch is large gets a shorter first chunk and "
-        "lookahead (server defaults); later chunks keep the stream's own lookahead.\n\n"
+        "## The server's shorter first chunk (`--first-chunk-tokens`, "
+        "`--first-lookahead-tokens`)\n\n"
+        "A 4-token first chunk with a 4-token lookahead (the server's defaults); later chunks "
+        "keep the stream's own lookahead.\n\n"
         + "\n".join(lines)
     )
 

@@ -40,13 +40,13 @@ from torch import Tensor
 
 from chattts_server.config import EngineConfig
 from chattts_server.defaults import GGUF_FORMATS, MIN_SNR_DB
+from chattts_server.devmodel.assets import build_dev_assets
 from chattts_server.engine.gpt import GPTModel, TorchGPT
 from chattts_server.engine.gpt_build import QUALITY_PROBE, SMALLEST_FIRST, fp32_reference
 from chattts_server.engine.heads import Heads
 from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
 from chattts_server.engine.prompts import PromptBuilder
 from chattts_server.engine.utterance import VoiceKind, VoiceSpec
-from chattts_server.devmodel.assets import build_dev_assets
 from chattts_server.model.gguf_export import GGUFCache
 from chattts_server.model.llama import DecodeBatch, PromptRun
 from chattts_server.model.llama_layers import LlamaShape

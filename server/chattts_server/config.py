@@ -18,11 +18,9 @@ from .config_fields import check as _check
 from .config_fields import check_value as _check_value
 from .config_fields import option
 from .defaults import (
-    BUSY_BATCH,
-    BUSY_FIRST_CHUNK_TOKENS,
-    BUSY_LOOKAHEAD_TOKENS,
     CHUNK_TOKEN_BOUNDS,
     FIRST_CHUNK_TOKENS,
+    FIRST_LOOKAHEAD_TOKENS,
     GGUF_FORMATS,
     LOOKAHEAD_TOKENS,
     MAX_CHUNK_TOKENS,
@@ -144,22 +142,11 @@ class EngineConfig:
         "tokens generated past a chunk before it is decoded; a request may set its own",
         bounds=CHUNK_TOKEN_BOUNDS["lookahead_tokens"],
     )
-    busy_batch: int = option(
-        BUSY_BATCH,
-        "at a decode batch of this many streams, those still before their first chunk get a shorter one "
-        "(--busy-first-chunk-tokens, --busy-lookahead-tokens) for a sooner first audio; "
-        "0 = off; a request's own chunking fields win",
-        bounds=(0, 1024),
-    )
-    busy_first_chunk_tokens: int = option(
-        BUSY_FIRST_CHUNK_TOKENS,
-        "that shorter first chunk's tokens (--busy-batch)",
-        bounds=CHUNK_TOKEN_BOUNDS["first_chunk_tokens"],
-    )
-    busy_lookahead_tokens: int = option(
-        BUSY_LOOKAHEAD_TOKENS,
-        "lookahead of that first chunk (later chunks keep --lookahead-tokens)",
-        bounds=CHUNK_TOKEN_BOUNDS["lookahead_tokens"],
+    first_lookahead_tokens: int = option(
+        FIRST_LOOKAHEAD_TOKENS,
+        "the first chunk's lookahead (at most --lookahead-tokens): fewer steps to first audio; "
+        "a request that sets its own lookahead uses it for every chunk",
+        bounds=CHUNK_TOKEN_BOUNDS["first_lookahead_tokens"],
     )
     vocoder: str = option(
         "vocos",
@@ -178,6 +165,10 @@ class EngineConfig:
     def check(self) -> None:
         _check(self.max_new_tokens < self.max_tokens, "--max-new-tokens must be < --max-tokens")
         check_chunk_sizes(self.first_chunk_tokens, self.max_chunk_tokens, "--first-chunk-tokens")
+        _check(
+            self.first_lookahead_tokens <= self.lookahead_tokens,
+            "--first-lookahead-tokens must be <= --lookahead-tokens",
+        )
         _check(
             self.vocoder != "hifigan" or self.hifigan_checkpoint is not None,
             "--vocoder hifigan needs --hifigan-checkpoint",

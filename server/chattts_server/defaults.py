@@ -29,26 +29,25 @@ MIN_SNR_DB = 30.0
 """The quality budget: `--gguf-format auto` serves the smallest format whose hidden states on
 the loaded weights are within this SNR of fp32's (bench/bench_quality.py reports each)."""
 
-FIRST_CHUNK_TOKENS = 8
-"""New tokens in a stream's first audio chunk: small, for a short time to first audio."""
+FIRST_CHUNK_TOKENS = 4
+"""New tokens in a stream's first audio chunk (85 ms of audio): small, for a short time to first
+audio. Its first audio waits for the prompt's prefill and FIRST_CHUNK_TOKENS +
+FIRST_LOOKAHEAD_TOKENS - 1 decode steps (bench/bench_first_audio.py)."""
 MAX_CHUNK_TOKENS = 32
 """Cap on new tokens per chunk (chunks grow from the first up to it): bounds the per-chunk cost
 and the gap between chunks."""
 LOOKAHEAD_TOKENS = 8
 """Tokens past a chunk's end that must exist before it is decoded, latency against accuracy:
-8 gives >= 60 dB SNR against offline audio in bench/bench_lookahead.py for +171 ms to first
-audio."""
-BUSY_BATCH = 8
-"""Decode batch from which a stream's first chunk is shortened (`BusyFirstChunk`): at
-batch 8 and up a CPU decode step costs several times one at batch 1."""
-BUSY_FIRST_CHUNK_TOKENS = 4
-"""First-chunk tokens of a stream whose first chunk comes at or above BUSY_BATCH."""
-BUSY_LOOKAHEAD_TOKENS = 4
-"""That first chunk's lookahead (later chunks keep the stream's own)."""
+8 gives >= 60 dB SNR against offline audio in bench/bench_lookahead.py."""
+FIRST_LOOKAHEAD_TOKENS = 4
+"""The first chunk's lookahead: 4 steps sooner first audio than LOOKAHEAD_TOKENS, for a first
+seam decoded with less right context (crossfaded like every short-lookahead seam: 39.5 dB
+against offline over the first 16 tokens, 50.4 dB over a 200-token stream; bench_lookahead)."""
 CHUNK_TOKEN_BOUNDS = {
     "first_chunk_tokens": (1, 512),
     "max_chunk_tokens": (1, 1024),
     "lookahead_tokens": (0, 128),
+    "first_lookahead_tokens": (0, 128),
     "left_context_tokens": (0, 1024),
 }
 """Inclusive bounds of the chunk schedule, for the server's flags, one request's

@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from chattts_devtools.upstream import upstream_chat
-from chattts_server.model.chattts_config import chattts_config, speaker_stat
 from chattts_server.devmodel.assets import STAMP_FILE, build_dev_assets, variant_shapes
-from chattts_server.model.loader import load_chattts
-from chattts_server.model.shapes import check_consistent, read_shapes
 from chattts_server.devmodel.tokenizer import (
     CONTROL_TOKENS,
     OFFICIAL_VOCAB_SIZE,
     build_tokenizer,
 )
+from chattts_server.model.chattts_config import chattts_config, speaker_stat
+from chattts_server.model.loader import load_chattts
+from chattts_server.model.shapes import check_consistent, read_shapes
 from chattts_server.model.verify import (
     OFFICIAL_FILES,
     file_sha256,

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from chattts_devtools.window_decoder import WindowDecoder, WindowStream
-from chattts_server.engine.chunking import BusyFirstChunk, ChunkSchedule
+from chattts_server.engine.chunking import ChunkSchedule
 from chattts_server.engine.streaming_decode import DecodeStream, StreamingDecoder
 from chattts_server.model.hifigan import HiFiGANVocoder
 from chattts_server.model.vocoders import Vocoder
@@ -328,12 +328,15 @@ def test_stateful_short_lookahead_equals_window_path(
 
 
 @pytest.mark.parametrize("name", ["vocos", "hifigan"])
-def test_busy_first_chunk_keeps_length_no_clicks_and_equals_window_path(decoder, vocoders, name):
-    # A stream started under load (`BusyFirstChunk`): a shorter first chunk with a shorter
-    # lookahead than the chunks after it. Same length as offline, no step in the error at the
-    # seams, and the stateful path still computes what the window path re-decodes.
+def test_the_short_first_chunk_keeps_length_no_clicks_and_equals_window_path(
+    decoder, vocoders, name
+):
+    # The server's schedule (--first-chunk-tokens 4, --first-lookahead-tokens 4): a shorter
+    # first chunk with a shorter lookahead than the chunks after it. Same length as offline, no
+    # step in the error at the seams, and the stateful path still computes what the window
+    # path re-decodes.
     vocoder = vocoders[name]
-    config = BusyFirstChunk(8, 4, 4).apply(ChunkSchedule(lookahead_tokens=8), batch=16)
+    config = ChunkSchedule(first_chunk_tokens=4, lookahead_tokens=8, first_lookahead_tokens=4)
     assert (config.first_chunk_tokens, config.lookahead_of(0), config.lookahead_of(1)) == (4, 4, 8)
     hiddens = hidden_walk(120, seed=11)
     reference = offline(decoder, vocoder, hiddens)
@@ -347,24 +350,6 @@ def test_busy_first_chunk_keeps_length_no_clicks_and_equals_window_path(decoder,
         assert np.abs(np.diff(error[seam - 600 : seam + 600])).max() <= 0.15 * ref_step
     want = stream_all(WindowDecoder(decoder, vocoder), hiddens, config, (3, 1))
     assert np.abs(stream_all(sd, hiddens, config, (3, 1)) - want).max() <= EXACT_TOL
-
-
-def test_rescheduled_before_its_first_chunk_equals_opened_so(decoder) -> None:
-    sd = StreamingDecoder(decoder, VocosVocoder(tiny_vocos()))
-    busy = BusyFirstChunk(8, 4, 4).apply(ChunkSchedule(), batch=16)
-    hiddens = hidden_walk(60, seed=5)
-    stream = sd.open()
-    stream.push(hiddens[:6])
-    assert sd.step({0: stream}) == {}  # 6 < 8 + 8: no chunk yet
-    stream = sd.reschedule(stream, busy)
-    parts = list(sd.step({0: stream}).values())  # 4 + 4 > 6: still none
-    for t in range(6, 60):
-        stream.push(hiddens[t : t + 1])
-        parts += sd.step({0: stream}).values()
-    parts.append(sd.finish({0: stream})[0])
-    assert np.array_equal(np.concatenate(parts), stream_all(sd, hiddens, busy))
-    with pytest.raises(ValueError, match="before its first chunk"):
-        sd.reschedule(stream, busy)
 
 
 def test_a_short_first_lookahead_leaves_exact_mode(decoder) -> None:

@@ -42,12 +42,10 @@ FLAGS = {
     "--interactive-hold-tokens": 64,
     "--output-buffer-chunks": 8,
     "--no-warmup": False,
-    "--first-chunk-tokens": 8,  # None (the decoder's 8, 32, 8) until config held the defaults
+    "--first-chunk-tokens": 4,  # 8 until issue 47 (the busy first chunk's 4 under load)
     "--max-chunk-tokens": 32,
     "--lookahead-tokens": 8,
-    "--busy-batch": 8,
-    "--busy-first-chunk-tokens": 4,
-    "--busy-lookahead-tokens": 4,
+    "--first-lookahead-tokens": 4,  # --busy-batch 8 / --busy-*-tokens 4 until issue 47
     "--vocoder": "vocos",
     "--hifigan-checkpoint": None,
     "--cuda-graphs": "on",

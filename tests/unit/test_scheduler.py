@@ -5,7 +5,6 @@ of the contract."""
 import numpy as np
 import pytest
 
-from chattts_server.engine.chunking import BusyFirstChunk
 from chattts_server.engine.request import EngineRequest, RequestStatus
 from chattts_server.engine.scheduler import Scheduler
 from chattts_server.engine.step_io import FinishedAudio, ModelOutput, PreparedPrompt, Sampled
@@ -144,21 +143,6 @@ def test_the_runners_pass_state_goes_back_with_the_slot_and_is_held_by_no_one_af
     assert a.pass_state == "pass of a" and b.pass_state == "pass of b"
     (seat,) = s.schedule().new_slots
     assert (seat.request_id, seat.state) == ("a", "pass of a") and a.pass_state is None
-
-
-def test_streams_before_their_first_audio_get_the_short_first_chunk_at_a_large_batch():
-    s = Scheduler(
-        num_slots=4, max_tokens=100, prefill_chunk_tokens=64, busy_first_chunk=BusyFirstChunk(3)
-    )
-    reqs = [add(s, str(i)) for i in range(4)]
-    refine = add(s, "refine", final=False)  # waits: no slot; never counted
-    prefilled(s, *reqs)
-    reqs[0].first_audio_at = 1.0
-    plan = s.schedule()
-    assert plan.short_first_chunk == [1, 2, 3]  # 4 audio rows >= 3; slot 0 has spoken
-    plan = s.schedule(is_paused=lambda r: r in reqs[:2])
-    assert plan.short_first_chunk == []  # a batch of 2 is below the policy's 3
-    assert refine.status is RequestStatus.WAITING
 
 
 def test_decode_batch_holds_every_ready_unpaused_request_in_slot_order():

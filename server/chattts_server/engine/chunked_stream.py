@@ -202,10 +202,6 @@ class ChunkedStream:
             self._buf[:used] = self._buf[drop : drop + used].clone()
             self._buf_start = keep_from
 
-    def unplanned_hidden(self) -> Tensor:
-        """The hidden states no chunk has covered yet, (n, D) (all of them before the first)."""
-        return self._hidden(max(self._next_token, self._buf_start), self._num_tokens)
-
     def _hidden(self, ta: int, tb: int) -> Tensor:
         """Hidden states of tokens [ta, tb), a view of the buffer."""
         assert self._buf is not None

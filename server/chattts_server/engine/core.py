@@ -24,7 +24,6 @@ import numpy as np
 from ..config import EngineConfig
 from ..errors import EngineError, ExpiredError, InvalidRequestError
 from ..text.spans import Traced
-from .chunking import BusyFirstChunk
 from .events import UtteranceDone
 from .protocol import EngineStats, ModelInfo
 from .request import EngineRequest
@@ -81,7 +80,6 @@ class EngineCore:
         max_new_tokens: int,
         is_paused: Callable[[str], bool] = lambda request_id: False,
         interactive_hold_tokens: int = 0,
-        busy_first_chunk: BusyFirstChunk | None = None,
     ) -> None:
         self.runner = runner
         self.scheduler = Scheduler(
@@ -90,7 +88,6 @@ class EngineCore:
             prefill_chunk_tokens,
             max_new_tokens,
             interactive_hold_tokens,
-            busy_first_chunk,
         )
         self.is_paused = is_paused
         """Whether a request's reader is behind; its generation then skips steps."""
@@ -118,7 +115,6 @@ class EngineCore:
             max_new_tokens=config.max_new_tokens,
             is_paused=is_paused,
             interactive_hold_tokens=config.interactive_hold_tokens,
-            busy_first_chunk=BusyFirstChunk.from_config(config),
         )
 
     # -- requests in -----------------------------------------------------------------------

@@ -40,7 +40,7 @@ from ..model.vocos import VocosVocoder
 from ..text.attention_timing import ATTENTION
 from ..text.spans import Traced
 from ..text.timing import ESTIMATE
-from .chunking import BusyFirstChunk, ChunkSchedule
+from .chunking import ChunkSchedule
 from .gpt import GPTModel
 from .gpt_build import GPTSettings, build_gpt
 from .heads import Heads
@@ -112,8 +112,6 @@ class ModelRunner:
         )
         self.audio = build_streaming_decoder(modules, config, device)
         """Hidden states to PCM: the ChatTTS Decoder and the vocoder, chunked per stream."""
-        self.busy_first_chunk = BusyFirstChunk.from_config(config)
-        """The shorter first chunk the scheduler gives streams that start at a large batch."""
         self._slots: dict[int, PassState] = {}
         """The pass in each occupied slot, by slot id."""
 
@@ -228,7 +226,6 @@ class ModelRunner:
             self._code_step(code_rows, output)
         if text_rows:
             self._text_step(text_rows, output)
-        self._shorten_first_chunks(plan.short_first_chunk)
         self._decode_audio([r.slot_id for r in code_rows], output)
         return output
 
@@ -410,18 +407,6 @@ class ModelRunner:
                 state.text_tokens.append(token)
                 self.text_sampler.append([slot_id], tokens[i : i + 1, None], [counts[i]])
                 state.next_embed = self.heads.emb_text[token]
-
-    def _shorten_first_chunks(self, slot_ids: list[int]) -> None:
-        """The scheduler's choice (`SchedulerOutput.short_first_chunk`): these streams, if
-        they have decoded no chunk yet, take the busy first chunk (`BusyFirstChunk`)."""
-        for slot_id in slot_ids:
-            state = self._slots.get(slot_id)
-            stream = state.stream if state is not None else None
-            if state is None or stream is None or stream.num_chunks:
-                continue
-            config = self.busy_first_chunk.shorten(stream.config, state.params.chunking)
-            if config != stream.config:
-                state.stream = self.audio.reschedule(stream, config)
 
     def _decode_audio(self, slot_ids: list[int], output: ModelOutput) -> None:
         """Run the streaming decoder for every stream that has a chunk ready (batched)."""

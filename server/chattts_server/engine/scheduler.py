@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InvalidRequestError, RequestFailure
-from .chunking import BusyFirstChunk
 from .request import EngineRequest, RequestStatus
 from .step_io import (
     DecodeRow,
@@ -54,10 +53,8 @@ class Scheduler:
         prefill_chunk_tokens: int,
         max_new_tokens: int | None = None,
         interactive_hold_tokens: int = 0,
-        busy_first_chunk: BusyFirstChunk | None = None,
     ) -> None:
         self.num_slots = num_slots
-        self.busy_first_chunk = busy_first_chunk or BusyFirstChunk(min_batch=0)
         """From which batch streams still before their first audio get a shorter first chunk."""
         self.interactive_hold_tokens = interactive_hold_tokens
         """While an INTERACTIVE request has sent no audio and its pass has sampled fewer
@@ -130,7 +127,6 @@ class Scheduler:
             state, request.pass_state = request.pass_state, None  # the runner holds it now
             plan.new_slots.append(NewSlot(request.request_id, request.slot_id, state))
         self._plan_rows(plan, is_paused)
-        plan.short_first_chunk = self._short_first_chunks(plan)
         return plan
 
     def update_from_output(self, plan: SchedulerOutput, output: ModelOutput) -> StepDecisions:
@@ -243,17 +239,6 @@ class Scheduler:
             chunk = PrefillChunk(request.slot_id, request.num_prefilled, length, completes)
             plan.prefill.append(chunk)
             budget -= length
-
-    def _short_first_chunks(self, plan: SchedulerOutput) -> list[int]:
-        """At a large batch of audio-pass rows sampling this step, those still before their
-        first audio (`BusyFirstChunk`): decided per step, on the batch the step runs, so a
-        stream that started alone and was joined by a burst shortens too."""
-        sampling = [c.slot_id for c in plan.prefill if c.completes_prompt]
-        sampling += [r.slot_id for r in plan.decode]
-        audio = [s for s in sampling if self.running[s].final_pass]
-        if not self.busy_first_chunk.applies(len(audio)):
-            return []
-        return [s for s in audio if self.running[s].first_audio_at is None]
 
     def _first_audio_hold(self) -> Priority | None:
         """INTERACTIVE while such a request in a slot waits for its first audio (within

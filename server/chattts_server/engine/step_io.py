@@ -100,10 +100,6 @@ class SchedulerOutput:
     that completes its prompt samples the pass's first token."""
     decode: list[DecodeRow] = field(default_factory=list)
     """Slots that decode one token, in slot order (so a packed batch is a cache view)."""
-    short_first_chunk: list[int] = field(default_factory=list)
-    """Audio-pass slots that sample at a large batch this step before their first audio: each
-    one whose stream has decoded no chunk yet takes the shorter first chunk
-    (`chunking.BusyFirstChunk`)."""
 
     @property
     def has_model_work(self) -> bool:

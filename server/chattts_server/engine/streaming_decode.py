@@ -73,18 +73,6 @@ class StreamingDecoder(ChunkedDecoder[DecodeStream]):
         vocoder_state = self.vocoder.open_stream_state() if exact else None
         return DecodeStream(config, self.geometry, left, exact, vocoder_state)
 
-    def reschedule(self, stream: DecodeStream, config: ChunkSchedule) -> DecodeStream:
-        """`stream`, before its first chunk, under another schedule: a new stream holding the
-        same hidden states (nothing has reached the Decoder yet, so nothing else carries)."""
-        if stream.num_chunks:
-            raise ValueError("a stream can be rescheduled only before its first chunk")
-        rescheduled = self.open(config)
-        if stream.num_tokens:
-            rescheduled.push(stream.unplanned_hidden())
-        if stream.ended:
-            rescheduled.end()
-        return rescheduled
-
     # -- batched decode ----------------------------------------------------------------------
 
     def _decode(self, planned: list[tuple[DecodeStream, Chunk]]) -> list[tuple[np.ndarray, int]]:
