@@ -17,7 +17,8 @@ def pytest_report_header() -> list[str]:
 
     cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     model = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.M)
-    flags = set((re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.M) or [""])[-1].split())
+    flag_line = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.M)
+    flags = set(flag_line.group(1).split()) if flag_line else set()
     kinds = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8") if f in flags]
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     name = model.group(1) if model else "unknown CPU"
