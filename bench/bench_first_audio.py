@@ -32,11 +32,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / p) for p in ("client", "server", "tools")]
 
-PROMPT = (
-    "In four hundred meters at the roundabout take the second exit onto Main Street, "
-    "then keep left towards the airport."
-)
-"""A navigation prompt of 19 words."""
+PROMPTS = {
+    "en": (
+        "In four hundred meters at the roundabout take the second exit onto Main Street, "
+        "then keep left towards the airport."
+    ),
+    "zh": "前方四百米进入环岛，从第二个出口驶出进入主街，然后靠左行驶前往机场。",
+}
+"""A navigation prompt: 19 English words, or the same in 33 Chinese characters. The dev
+model's tokenizer knows few English words and spells the rest out letter by letter (87 tokens
+here, where ChatTTS's own vocabulary has most words whole); it has every Chinese character, one
+token each, as ChatTTS's does, so the Chinese prompt's length is what real weights would see."""
 TOKENS = 48
 """Audio tokens of each utterance, exactly: the random-weight model would otherwise stop at any
 step, and an early end code brings first audio forward (the flush)."""
@@ -75,7 +81,7 @@ def _timed(times: dict[str, float], key: str, fn: Callable[..., Any]) -> Callabl
     return wrapper
 
 
-def engine_first_audio(runner: Any, engine: Any, schedule: str) -> dict[str, float]:
+def engine_first_audio(runner: Any, engine: Any, schedule: str, text: str) -> dict[str, float]:
     """One request's first audio in the engine, its parts in seconds ('total' too)."""
     from chattts_server.engine.core import EngineCore
     from chattts_server.engine.utterance import ChunkingOptions, SamplingParams, UtteranceRequest
@@ -98,7 +104,7 @@ def engine_first_audio(runner: Any, engine: Any, schedule: str) -> dict[str, flo
         core = EngineCore.from_config(runner, engine)
         request = UtteranceRequest(
             "r0",
-            PROMPT,
+            text,
             sampling=SamplingParams(min_new_tokens=TOKENS, max_new_tokens=TOKENS),
             chunking=ChunkingOptions(first, None, lookahead),
         )
@@ -139,7 +145,7 @@ def server_first_audio(args: argparse.Namespace, repeats: int) -> list[float]:
         with TTSClient(srv.target) as client:
             for i in range(repeats + 1):
                 started = time.perf_counter()
-                stream = client.synthesize(PROMPT, config=config, timeout=120)
+                stream = client.synthesize(args.text, config=config, timeout=120)
                 first = None
                 for _ in stream:
                     if first is None:
@@ -163,13 +169,18 @@ def report(
         "# First audio of a navigation prompt, one caller",
         "",
         f"{args.model.capitalize()} dev model (random weights), CPU, default server flags, the "
-        f'19-word prompt "{PROMPT}". Medians of {args.repeats} runs; load average '
+        f'prompt "{args.text}". Medians of {args.repeats} runs; load average '
         f"{load:.2f} at the end. Command: `python {' '.join(sys.argv)}`",
         "",
         "In the engine, ms (a schedule is first-chunk / first-chunk lookahead tokens; the "
-        f"server's default is 4/4, 8/8 before issue 47; the prompt is {prompt_tokens} tokens: "
-        "the dev model's tokenizer spells English words it does not know letter by letter, "
-        "where ChatTTS's own vocabulary has most of them whole):",
+        f"server's default is 4/4, 8/8 before issue 47; the prompt is {prompt_tokens} tokens"
+        + (
+            ": the dev model's tokenizer spells English words it does not know letter by "
+            "letter, where ChatTTS's own vocabulary has most of them whole"
+            if args.language == "en"
+            else ", as ChatTTS's own vocabulary makes it: one token a character"
+        )
+        + "):",
         "",
         "| part | " + " | ".join(schedules) + " |",
         "|---" * (len(schedules) + 1) + "|",
@@ -206,20 +217,22 @@ def main() -> None:
     parser.add_argument("--schedules", default="4/4,8/8,4/8,4/2", help="the first is the default")
     parser.add_argument("--model", default="full", choices=["tiny", "full"])
     parser.add_argument("--cache", default=str(REPO / ".cache" / "dev-models"))
+    parser.add_argument("--language", default="en", choices=sorted(PROMPTS))
     parser.add_argument("--skip-server", action="store_true")
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--smoke", action="store_true", help="tiny model, 1 repeat, a temp folder")
     args = parser.parse_args()
     if args.smoke:
         args.model, args.repeats, args.out = "tiny", 1, tempfile.mkdtemp(prefix="first_audio-")
+    args.text = PROMPTS[args.language]
     runner, engine = _load(args)
     schedules = [s for s in args.schedules.split(",") if s]
     results: dict[str, list[dict[str, float]]] = {s: [] for s in schedules}
     for s in schedules:
-        engine_first_audio(runner, engine, s)  # each schedule's first run is not counted
+        engine_first_audio(runner, engine, s, args.text)  # each schedule's first run: not counted
     for _ in range(args.repeats):
         for s in schedules:  # in turn, so that the machine's load falls on each alike
-            results[s].append(engine_first_audio(runner, engine, s))
+            results[s].append(engine_first_audio(runner, engine, s, args.text))
             print(
                 f"  {s}: engine first audio {1e3 * results[s][-1]['total']:.1f} ms, "
                 f"load average {os.getloadavg()[0]:.2f}",
@@ -228,15 +241,17 @@ def main() -> None:
     from chattts_server.engine.utterance import VoiceSpec
 
     prompts = runner.prompts
-    prompt_tokens = prompts.code_prompt(prompts.normalize(PROMPT), VoiceSpec(), 5).embeds.shape[0]
+    normalized = prompts.normalize(args.text)
+    prompt_tokens = prompts.code_prompt(normalized, VoiceSpec(), 5).embeds.shape[0]
     del runner
     client = [] if args.skip_server else server_first_audio(args, args.repeats)
     text = report(args, results, client, prompt_tokens)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "first_audio.md").write_text(text)
+    name = "first_audio.md" if args.language == "en" else f"first_audio_{args.language}.md"
+    (out / name).write_text(text)
     print(text)
-    print(f"wrote {out / 'first_audio.md'}")
+    print(f"wrote {out / name}")
 
 
 if __name__ == "__main__":

@@ -271,8 +271,7 @@ def busy_table(
         "## The server's shorter first chunk (`--first-chunk-tokens`, "
         "`--first-lookahead-tokens`)\n\n"
         "A 4-token first chunk with a 4-token lookahead (the server's defaults); later chunks "
-        "keep the stream's own lookahead.\n\n"
-        + "\n".join(lines)
+        "keep the stream's own lookahead.\n\n" + "\n".join(lines)
     )
 
 

@@ -75,9 +75,9 @@ def decode_worker(variant: str, modes: list[str], smoke: bool) -> None:
     import torch
     from transformers import LlamaConfig, LlamaModel
 
-    from chattts_server.engine.thread_governor import ThreadGovernor
     from chattts_server.model.kv_cache import SlotKVCache
     from chattts_server.model.llama import LlamaDecoder, LlamaShape
+    from chattts_server.thread_governor import ThreadGovernor
 
     layers, hidden, heads, inter = (2, 128, 4, 256) if smoke else (20, 768, 12, 3072)
     config = LlamaConfig(

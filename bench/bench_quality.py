@@ -16,6 +16,12 @@ same weights: the full-size dev model (random weights at the official shapes) or
   the same step: how often sampling could differ. Free-running would tell less: after one
   differing code the two sequences part for good, and agreement after it measures nothing.
 - GGUF MiB: the file's size.
+- word timing: the same teacher-forced steps read the attention of 4 heads in 2 layers over
+  the prompt's text, as the server does for word timing (torch's capture; llama.cpp's eval
+  callback on `kq_soft_max`): how often each step's attended text token equals fp32's, and how
+  far the word boundaries it gives (text/attention_timing.py) lie from fp32's, in ms. Random
+  weights have no aligning head, so the boundaries themselves mean nothing here: only the
+  difference between the two forwards does.
 
 SNR is 10 log10(sum ref^2 / sum (x - ref)^2), dB. Random weights are not trained weights
 (trained ones have outlier channels that the block quantizers handle worse): re-run with
@@ -47,11 +53,15 @@ from chattts_server.engine.heads import Heads
 from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
 from chattts_server.engine.prompts import PromptBuilder
 from chattts_server.engine.utterance import VoiceKind, VoiceSpec
+from chattts_server.model.alignment_capture import CaptureRow
 from chattts_server.model.gguf_export import GGUFCache
 from chattts_server.model.llama import DecodeBatch, PromptRun
 from chattts_server.model.llama_layers import LlamaShape
 from chattts_server.model.loader import load_chattts
 from chattts_server.model.warmup_cache import snr_db, weights_digest
+from chattts_server.text.attention_timing import TokenAlignment, attention_timing
+from chattts_server.text.spans import Traced
+from chattts_server.text.words import spoken_words
 from chattts_server.threads import cpu_budget, plan_threads
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,16 +73,28 @@ NAVIGATION = (
 )
 
 
+TIMING_HEADS = ((3, 0), (3, 5), (7, 2), (7, 9))
+"""Stand-ins for alignment heads (random weights have none): 4 heads in 2 layers."""
+SAMPLES_PER_TOKEN = 512
+
+
 def teacher_forced(
-    gpt: GPTModel, heads: Heads, prompt: Tensor, steps: int, forced: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
+    gpt: GPTModel,
+    heads: Heads,
+    prompt: Tensor,
+    steps: int,
+    text: tuple[int, int],
+    forced: Tensor | None = None,
+) -> tuple[Tensor, Tensor, list[int]]:
     """Prefill `prompt` (L, D) in slot 0, then `steps` decode steps, each fed `forced`'s codes
-    (its own greedy codes where None): the hidden states (steps, D) the codes were read from
-    and the greedy codes (steps, num_vq)."""
+    (its own greedy codes where None): the hidden states (steps, D) the codes were read from,
+    the greedy codes (steps, num_vq), and per step the text token (of prompt positions `text`)
+    the TIMING_HEADS attend to most."""
     gpt.free_slot(0)
     last, _, _ = gpt.forward([PromptRun(0, prompt, 0)], None)
     hidden: Tensor | None = last[0][None]
-    hiddens, codes = [], []
+    hiddens, codes, path = [], [], []
+    alignment = (TIMING_HEADS, [CaptureRow(0, 0, *text)])
     for step in range(steps):
         assert hidden is not None
         greedy = heads.code_logits(hidden).argmax(-1)  # (1, num_vq)
@@ -81,9 +103,19 @@ def teacher_forced(
         feed = greedy if forced is None else forced[step][None]
         position = torch.tensor([len(prompt) + step])
         step_in = DecodeBatch(torch.tensor([0]), heads.code_embeds(feed), position)
-        _, hidden, _ = gpt.forward([], step_in)
+        _, hidden, capture = gpt.forward([], step_in, alignment)
+        assert capture is not None, "this forward reads no attention"
+        path.append(int(capture.row_weights(0).mean(0).argmax()))
     gpt.free_slot(0)
-    return torch.stack(hiddens), torch.stack(codes)
+    return torch.stack(hiddens), torch.stack(codes), path
+
+
+def word_bounds_ms(path: list[int], text: str, token_chars: tuple) -> list[float]:
+    """Each word's start and end, ms, as the server times words by `path`."""
+    alignment = TokenAlignment(tuple(path), token_chars)
+    words = spoken_words(Traced.source(text))
+    timing = attention_timing(words, alignment, len(path) * SAMPLES_PER_TOKEN, SAMPLES_PER_TOKEN)
+    return [s / 24.0 for w in timing.words for s in (w.start_sample, w.end_sample)]
 
 
 def main() -> None:
@@ -127,23 +159,32 @@ def main() -> None:
     files = GGUFCache(Path(args.gguf_folder), weights_digest(modules.gpt_state_dict))
     prompts, heads = PromptBuilder(modules, CPU), Heads.from_embed(modules.embed)
     probe = prompts.code_prompt(prompts.normalize(QUALITY_PROBE), VoiceSpec(), 5).embeds.float()
-    navigation = [
-        prompts.code_prompt(
-            prompts.normalize(text), VoiceSpec(VoiceKind.SEED, seed=i), 5
-        ).embeds.float()
-        for i, text in enumerate(NAVIGATION)
+    spoken = [prompts.normalize(text) for text in NAVIGATION]
+    built = [
+        prompts.code_prompt(text, VoiceSpec(VoiceKind.SEED, seed=i), 5)
+        for i, text in enumerate(spoken)
     ]
+    navigation = [p.embeds.float() for p in built]
+    texts = [p.text_tokens for p in built]
+    assert all(t is not None for t in texts)
     max_tokens = max(64, max(len(p) for p in [probe, *navigation]) + args.steps + 1)
     config = EngineConfig(max_streams=1, max_tokens=max_tokens)
     with torch.inference_mode():
         fp32 = TorchGPT.build(modules, config, CPU, torch.float32, decode_graphs="off")
         probe_ref = fp32_reference(modules, probe)
         prompt_refs = [fp32_reference(modules, p) for p in navigation]
-        decode_refs = [teacher_forced(fp32, heads, p, args.steps) for p in navigation]
+        decode_refs = [
+            teacher_forced(fp32, heads, p, args.steps, t.positions)  # type: ignore[union-attr]
+            for p, t in zip(navigation, texts, strict=True)
+        ]
+    ref_bounds = [
+        word_bounds_ms(path, text, t.token_chars)  # type: ignore[union-attr]
+        for (_, _, path), text, t in zip(decode_refs, spoken, texts, strict=True)
+    ]
 
     def measure(weight_format: str) -> dict[str, float]:
         path = files.get(weight_format, modules.gpt_state_dict, shape, rope_theta, threads)
-        gpt = LlamaCppGPT(path, shape, 1, max_tokens, max_tokens, threads, weight_format)
+        gpt = LlamaCppGPT(path, shape, 1, max_tokens, max_tokens, threads, weight_format, True)
         try:
             found = {
                 "probe": snr_db(probe_ref, gpt.hidden_states(0, probe)),
@@ -154,18 +195,31 @@ def main() -> None:
                 "MiB": path.stat().st_size / 2**20,
             }
             runs = [
-                teacher_forced(gpt, heads, p, args.steps, codes)
-                for p, (_, codes) in zip(navigation, decode_refs, strict=True)
+                teacher_forced(gpt, heads, p, args.steps, t.positions, codes)  # type: ignore[union-attr]
+                for p, t, (_, codes, _) in zip(navigation, texts, decode_refs, strict=True)
             ]
         finally:
             gpt.close()
         found["decode"] = snr_db(
-            torch.cat([h for h, _ in decode_refs]), torch.cat([h for h, _ in runs])
+            torch.cat([h for h, _, _ in decode_refs]), torch.cat([h for h, _, _ in runs])
         )
         agree = torch.cat(
-            [(c == ref).all(-1) for (_, c), (_, ref) in zip(runs, decode_refs, strict=True)]
+            [(c == ref).all(-1) for (_, c, _), (_, ref, _) in zip(runs, decode_refs, strict=True)]
         )
         found["agree"] = 100 * agree.float().mean().item()
+        same = [
+            a == b
+            for (_, _, p), (_, _, q) in zip(runs, decode_refs, strict=True)
+            for a, b in zip(p, q, strict=True)
+        ]
+        found["path"] = 100 * sum(same) / len(same)
+        moved = [
+            abs(a - b)
+            for (_, _, p), text, t, ref in zip(runs, spoken, texts, ref_bounds, strict=True)
+            for a, b in zip(word_bounds_ms(p, text, t.token_chars), ref, strict=True)  # type: ignore[union-attr]
+        ]
+        found["bound_mean_ms"] = sum(moved) / len(moved)
+        found["bound_max_ms"] = max(moved)
         print(
             f"{weight_format}: "
             + ", ".join(f"{k} {v:.1f}" for k, v in found.items())
@@ -197,22 +251,28 @@ def main() -> None:
         f"`python {' '.join([script, *sys.argv[1:]])}`",
         "",
         "| format | GGUF MiB | probe SNR dB | worst prompt SNR dB | decode SNR dB "
-        "| greedy codes = fp32 | within budget |",
-        "|---|---|---|---|---|---|---|",
+        "| greedy codes = fp32 | attended token = fp32 | word bounds vs fp32, mean / max ms "
+        "| within budget |",
+        "|---|---|---|---|---|---|---|---|---|",
         *(
             f"| {f}{' (auto)' if f == auto else ''} | {r['MiB']:.1f} | {r['probe']:.1f} "
-            f"| {r['prompts']:.1f} | {r['decode']:.1f} | {r['agree']:.1f}% "
+            f"| {r['prompts']:.1f} | {r['decode']:.1f} | {r['agree']:.1f}% | {r['path']:.1f}% "
+            f"| {r['bound_mean_ms']:.1f} / {r['bound_max_ms']:.1f} "
             f"| {'yes' if r['probe'] >= MIN_SNR_DB else 'no'} |"
             for f, r in rows.items()
         ),
         "",
         "Navigation prompts: " + " / ".join(f'"{t}"' for t in NAVIGATION),
+        "",
+        f"Word timing: heads {TIMING_HEADS} read as the server reads alignment heads; random "
+        "weights have none that align, so only the difference from fp32 means anything.",
     ]
     print("\n".join(lines))
     print(
         f"RESULT: auto {auto} (smallest within {MIN_SNR_DB:g} dB): probe SNR "
         f"{rows[auto]['probe']:.1f} dB, greedy codes = fp32 {rows[auto]['agree']:.1f}% over "
-        f"{num_steps} teacher-forced steps"
+        f"{num_steps} teacher-forced steps; word bounds {rows[auto]['bound_mean_ms']:.1f} ms "
+        "from fp32's on average"
     )
     if args.markdown:
         Path(args.markdown).write_text("\n".join(lines) + "\n")

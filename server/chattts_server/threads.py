@@ -18,7 +18,7 @@ replicas on a 2-core machine ran 40x slower than one alone. So:
   spin the waiting threads burn the CPU the late one needs: two such replicas ran 94-107x slower
   than one alone. Sleeping at once (``OMP_WAIT_POLICY=PASSIVE``) made a lone decode step 1.9x
   slower (waking an idle vCPU is slow); 10000 spins cover the gaps between regions of one step;
-- under sustained contention the engine's thread governor (engine/thread_governor.py) drops
+- under sustained contention the engine's thread governor (thread_governor.py) drops
   the pool towards 1 thread, which runs each region inline with no barrier at all, and climbs
   back when CPUs sit idle (``--adaptive-threads``).
 

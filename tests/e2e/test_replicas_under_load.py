@@ -4,7 +4,7 @@ them: two busy replicas each stay within 2.5x of one alone.
 
 Each sizes its pool to the CPUs it may see (all of them here, so together they run twice as many
 threads as CPUs), spins briefly before sleeping (threads.py's GOMP_SPINCOUNT default) and drops
-threads while they wait for CPUs (engine/thread_governor.py). Before, libgomp's default spin
+threads while they wait for CPUs (thread_governor.py). Before, libgomp's default spin
 made two such replicas 94-107x slower than one alone. A second case pins each replica to one
 CPU (its affinity mask, as Kubernetes' static CPU manager gives a CPU set).
 

@@ -52,13 +52,17 @@ SMOKE_SAYS = {
     # A format per row with its step against the floor; then auto's step without and with the tap.
     "bench_decode_step.py": (
         r"^\| Q8_0\b.* \| \d+\.\d \(\d+\.\dx\) \|(?s:.*)"
-        r"^RESULT: auto \w+: batch 1 step \d+\.\d ms, \d+\.\d ms with the word-timing tap"
+        r"^RESULT: auto [\w-]+: batch 1 step \d+\.\d ms, \d+\.\d ms with the word-timing tap"
     ),
     # Every format against fp32, then auto's pick with its SNR and code agreement.
     "bench_quality.py": (
         r"^\| F32 \| [\d.]+ \| \d+\.\d \|(?s:.*)"
-        r"^RESULT: auto \w+ \(smallest within \d+ dB\): probe SNR \d+\.\d dB, "
-        r"greedy codes = fp32 \d+\.\d% over \d+ teacher-forced steps"
+        r"^RESULT: auto [\w-]+ \(smallest within \d+ dB\): probe SNR \d+\.\d dB, "
+        r"greedy codes = fp32 \d+\.\d% over \d+ teacher-forced steps; word bounds \d+\.\d ms"
+    ),
+    # The engine's parts of first audio per schedule, then the client's through the server.
+    "bench_first_audio.py": (
+        r"^\| prefill \| \d+\.\d \|(?s:.*)^Through the server \(4/4, gRPC.*first audio \d+\.\d ms"
     ),
 }
 

@@ -1,4 +1,4 @@
-"""The thread governor's decisions (engine/thread_governor.py) on made-up windows: it drops
+"""The thread governor's decisions (thread_governor.py) on made-up windows: it drops
 threads when they wait for CPUs, climbs back only when CPUs sit idle and after a hold, backs
 off from climbs that were dropped again, and ignores time the engine was idle. Its real effect
 beside busy neighbours is tested end to end (tests/e2e/test_replicas_under_load.py)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from chattts_server.engine.thread_governor import (
+from chattts_server.thread_governor import (
     Policy,
     Sample,
     State,

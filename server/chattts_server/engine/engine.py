@@ -20,11 +20,11 @@ from typing import Any
 from ..config import EngineConfig, ModelConfig
 from ..errors import EngineError, EngineUnavailableError, InvalidRequestError
 from ..model.errors import ModelLoadError
+from ..thread_governor import ThreadGovernor, name_model_thread
 from .bridge import RequestHandle
 from .core import EngineCore, RequestOutput
 from .events import AudioChunk, EngineEvent, Spoken, UtteranceDone
 from .protocol import EngineStats, ModelInfo
-from .thread_governor import ThreadGovernor, name_model_thread
 from .utterance import UtteranceRequest
 
 log = logging.getLogger(__name__)
