@@ -143,7 +143,7 @@ def choose_gguf_format(
     probe = prompts.code_prompt(prompts.normalize(QUALITY_PROBE), VoiceSpec(), 5).embeds.float()
     store = WarmupCache(files.folder, "gguf-format")
     key = {
-        "version": 1,
+        "version": 2,  # 2: K cached in Q8_0
         "gpt": files.digest,
         "min_snr_db": MIN_SNR_DB,
         "candidates": list(SMALLEST_FIRST),
@@ -205,7 +205,7 @@ class _AlignmentHeads:
 
     def _key(self, served: str) -> dict[str, object]:
         return {
-            "version": 2,
+            "version": 3,  # 3: llama.cpp's K cached in Q8_0
             "gpt": self.digest,
             "embed": self.embed,
             "served": served,

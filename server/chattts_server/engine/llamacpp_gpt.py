@@ -19,7 +19,10 @@ Settings that hold on every CPU:
 - No extra buffer types (weight repacking, AMX): on an AMX Xeon the AMX buffer's matmul crashed
   the process in the first prefill of a Q8_0 model (a general protection fault in
   libggml-cpu), and on x86 they repack none of the formats we serve.
-- K/V in F16, but F32 for the F32 format (exact against torch fp32).
+- K in Q8_0 and V in F16 (V can be quantized only with flash attention), but both F32 for the
+  F32 format (exact against torch fp32). K in Q8_0 costs the hidden states 0.2 dB (32.0 ->
+  31.8 dB against fp32 on the dev model, Q8_0-mixed1) and takes a quarter off the cache's
+  memory (1.5 -> 1.1 GiB at 16 slots x 1536 positions), and the step at 16 streams reads less.
 """
 
 from __future__ import annotations
@@ -269,6 +272,8 @@ class LlamaCppGPT:
         params.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         if self.weight_format == "F32":  # the exact format: K/V in fp32 too
             params.type_k = params.type_v = lc.GGML_TYPE_F32
+        else:
+            params.type_k = lc.GGML_TYPE_Q8_0
         self._tap = AttentionTap(lc) if attention_tap else None
         if self._tap is not None:
             params.cb_eval = self._tap.callback
