@@ -320,7 +320,7 @@ def run_mode(
     )
     max_tokens = max(512, args.tokens + 256)
     server_args = [
-        *server_mode_args(mode), "--device", args.device,
+        *server_mode_args(mode), "--device", args.device, "--dtype", args.dtype,
         "--max-streams", str(args.max_streams),
         "--max-tokens", str(max_tokens), "--max-new-tokens", str(max_tokens - 128),
         "--max-queue", str(max(64, args.requests * 2)),
@@ -580,6 +580,12 @@ def main() -> None:
     )
     parser.add_argument("--max-streams", type=int, default=16)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="server device")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "float16", "bfloat16"],
+        help="the server's GPT dtype on CUDA (a CPU serves llama.cpp's GGUF format)",
+    )
     parser.add_argument("--model", default="full", choices=["tiny", "full"])
     parser.add_argument("--skip-upstream", action="store_true")
     parser.add_argument(

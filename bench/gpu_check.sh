@@ -100,11 +100,11 @@ PROJECT_PATH="$REPO/client:$REPO/server:$REPO/tools"
 # The benchmark's arguments: the GPU run's, or the dry run's small CPU one (same code path).
 bench_args() {  # DEVICE
   if [ "$1" = cuda ]; then
-    echo --device cuda --dtype float16 --modes none --model full --tokens 200 \
+    echo --device cuda --dtype float16 --modes default --model full --tokens 200 \
       --concurrency 1,16,64,128,256 --requests 1 --upstream-requests 2 --max-streams 256 \
       --server-arg=--max-queue=256 --server-timeout 100 --time-budget-s $((CAP_BENCH - 30))
   else
-    echo --device cpu --dtype float32 --modes none --model tiny --tokens 16 \
+    echo --device cpu --dtype float32 --modes default --model tiny --tokens 16 \
       --concurrency 1,2 --requests 1 --upstream-requests 1 --max-streams 2 \
       --server-timeout 100 --time-budget-s 60
   fi
