@@ -5,8 +5,8 @@ explicit) and a fixed pool (--adaptive-threads off). "on" is today's default: no
 thread environment (threads.py's spin default and the thread governor). Two parts, each
 interleaving off and on so that load from other processes hits both alike:
 
-1. Lone decode step: one worker process per lever (full ChatTTS GPT shapes, random weights,
-   batch 1, each --modes entry), asked in turn for --steps steps, --alternations times; the
+1. Lone decode step: one worker process per lever (the GPT's step on llama.cpp, full ChatTTS
+   GPT shapes, random weights, batch 1, each --modes entry a GGUF format), asked in turn for --steps steps, --alternations times; the
    median of each worker's medians and the fastest of them (the quietest moment: the best
    estimate of a lone step on a shared machine), each against "off". The "on" worker runs the
    governor after each step, as the engine does; --spin-counts adds workers at other
@@ -20,7 +20,7 @@ interleaving off and on so that load from other processes hits both alike:
    figure to hold the replica's against on a machine other jobs also load.
 
 Usage: python bench/bench_neighbours.py [--tokens 100] [--rounds 3] [--steps 40]
-       [--alternations 4] [--modes dense-onednn,int8] [--markdown bench/results/neighbours.md]
+       [--alternations 4] [--modes Q8_0-mixed1] [--markdown bench/results/neighbours.md]
        python bench/bench_neighbours.py --smoke   # tiny shapes, one round, writes nothing
 """
 
@@ -68,15 +68,18 @@ def _env(lever: str) -> dict[str, str]:
 
 
 def decode_worker(variant: str, modes: list[str], smoke: bool) -> None:
-    """Reads step counts on stdin, answers the median step ms of each mode as JSON."""
+    """Reads step counts on stdin, answers the median step ms of each GGUF format as JSON."""
     from chattts_server.threads import configure_threads
 
     configure_threads(None)
+    import tempfile
+
     import torch
     from transformers import LlamaConfig, LlamaModel
 
-    from chattts_server.model.kv_cache import SlotKVCache
-    from chattts_server.model.llama import LlamaDecoder, LlamaShape
+    from chattts_server.engine.llamacpp_gpt import LlamaCppGPT
+    from chattts_server.model.gguf_export import GGUFCache
+    from chattts_server.model.llama import DecodeBatch, LlamaShape, PromptRun
     from chattts_server.thread_governor import ThreadGovernor
 
     layers, hidden, heads, inter = (2, 128, 4, 256) if smoke else (20, 768, 12, 3072)
@@ -91,27 +94,37 @@ def decode_worker(variant: str, modes: list[str], smoke: bool) -> None:
     )
     torch.manual_seed(0)
     model = LlamaModel(config).eval()  # type: ignore[call-arg]
-    cpu = torch.device("cpu")
-    decoder = LlamaDecoder.from_state_dict(
-        config, model.state_dict(), cpu, torch.float32, modes=modes
-    )
+    shape, threads, context = LlamaShape.from_config(config), torch.get_num_threads(), 100
+    files = GGUFCache(Path(tempfile.mkdtemp(prefix="neighbours-gguf-")), "neighbours")
+    gpts = {
+        mode: LlamaCppGPT(
+            files.get(mode, model.state_dict(), shape, 10000.0, threads),
+            shape, 1, context + 2, context + 2, threads, mode,
+        )
+        for mode in modes
+    }  # fmt: skip
     del model
-    context = 100
-    cache = SlotKVCache(LlamaShape.from_config(config), 1, context + 2, cpu, torch.float32)
-    x = torch.randn(1, hidden)
-    slots, positions = torch.tensor([0]), torch.tensor([context])
-    governor = ThreadGovernor.for_torch() if variant == "on" else None
+    for gpt in gpts.values():
+        gpt.forward([PromptRun(0, torch.zeros(context, hidden), 0)], None)
+    step = DecodeBatch(torch.tensor([0]), torch.randn(1, hidden), torch.tensor([context]))
+
+    def set_threads(count: int) -> None:
+        for gpt in gpts.values():
+            gpt.set_threads(count)
+
+    governor = ThreadGovernor.for_torch(also=set_threads) if variant == "on" else None
     print(json.dumps({"ready": torch.get_num_threads()}), flush=True)
     with torch.inference_mode():
         for line in sys.stdin:
             steps = int(line)
             ms: dict[str, float] = {}
-            for mode in modes:
+            for mode, gpt in gpts.items():
                 times = []
                 for _ in range(steps):
                     t0 = time.perf_counter()
-                    decoder.decode(slots, x, positions, cache, mode=mode)
+                    gpt.forward([], step)
                     times.append((time.perf_counter() - t0) * 1e3)
+                    gpt._lc.llama_memory_seq_rm(gpt._memory, 0, context, -1)  # the same context
                     if governor is not None:
                         governor.after_step()
                 ms[mode] = statistics.median(times)
@@ -356,7 +369,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alone/beside rounds per lever")
     parser.add_argument("--steps", type=int, default=40, help="decode steps per ask (median)")
     parser.add_argument("--alternations", type=int, default=4, help="off/on asks per worker")
-    parser.add_argument("--modes", default="dense-onednn,int8", help="linear modes to time")
+    parser.add_argument("--modes", default="Q8_0-mixed1", help="GGUF formats to time")
     parser.add_argument(
         "--spin-counts", default="", help="also time the decode step at these GOMP_SPINCOUNTs"
     )
@@ -381,7 +394,7 @@ def main() -> None:
         return
     if args.smoke:
         args.tokens, args.rounds, args.steps, args.alternations = 12, 1, 3, 2
-        args.modes, args.markdown = "dense", ""
+        args.modes, args.markdown = "Q8_0", ""
     from chattts_server.devmodel.assets import build_dev_assets
 
     build_dev_assets(args.model, Path(args.cache))

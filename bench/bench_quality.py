@@ -73,8 +73,13 @@ NAVIGATION = (
 )
 
 
-TIMING_HEADS = ((3, 0), (3, 5), (7, 2), (7, 9))
-"""Stand-ins for alignment heads (random weights have none): 4 heads in 2 layers."""
+def timing_heads(shape: LlamaShape) -> tuple[tuple[int, int], ...]:
+    """Stand-ins for alignment heads (random weights have none): 4 heads in 2 layers, a
+    quarter and a third of the way up (layers 5 and 6 of 20; 0 of the tiny model's 2)."""
+    first, second = shape.num_layers // 4, shape.num_layers // 3
+    return ((first, 0), (first, shape.num_heads // 2), (second, 1), (second, shape.num_heads - 1))
+
+
 SAMPLES_PER_TOKEN = 512
 
 
@@ -89,12 +94,12 @@ def teacher_forced(
     """Prefill `prompt` (L, D) in slot 0, then `steps` decode steps, each fed `forced`'s codes
     (its own greedy codes where None): the hidden states (steps, D) the codes were read from,
     the greedy codes (steps, num_vq), and per step the text token (of prompt positions `text`)
-    the TIMING_HEADS attend to most."""
+    the `timing_heads` attend to most."""
     gpt.free_slot(0)
     last, _, _ = gpt.forward([PromptRun(0, prompt, 0)], None)
     hidden: Tensor | None = last[0][None]
     hiddens, codes, path = [], [], []
-    alignment = (TIMING_HEADS, [CaptureRow(0, 0, *text)])
+    alignment = (timing_heads(gpt.shape), [CaptureRow(0, 0, *text)])
     for step in range(steps):
         assert hidden is not None
         greedy = heads.code_logits(hidden).argmax(-1)  # (1, num_vq)
@@ -264,7 +269,7 @@ def main() -> None:
         "",
         "Navigation prompts: " + " / ".join(f'"{t}"' for t in NAVIGATION),
         "",
-        f"Word timing: heads {TIMING_HEADS} read as the server reads alignment heads; random "
+        f"Word timing: heads {timing_heads(shape)} read as the server reads alignment heads; random "
         "weights have none that align, so only the difference from fp32 means anything.",
     ]
     print("\n".join(lines))

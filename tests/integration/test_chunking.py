@@ -1,6 +1,7 @@
 """A caller sets its own chunk schedule (`SynthesisConfig.chunking`) through the generated gRPC
 client: a short first chunk for a navigation prompt, and INVALID_ARGUMENT naming the field for a
-schedule the server cannot follow. The server under test runs the default flags (8, 32, 8)."""
+schedule the server cannot follow. The server under test runs the default flags (4, 32, 8, and a
+first lookahead of 4)."""
 
 from __future__ import annotations
 
@@ -37,11 +38,11 @@ def _chunks(stub, chunking: tts_pb2.Chunking | None) -> list[tts_pb2.AudioChunk]
 def test_a_request_sets_a_short_first_chunk(stub):
     default = _chunks(stub, None)
     short = _chunks(stub, tts_pb2.Chunking(first_chunk_tokens=2, max_chunk_tokens=4))
-    # The server's first chunk holds its 8 tokens; the request's holds at most its 2.
-    assert default[0].num_samples > 4 * SAMPLES_PER_TOKEN
+    # The server's first chunk holds its 4 tokens; the request's holds at most its 2.
+    assert 2 * SAMPLES_PER_TOKEN < default[0].num_samples <= 4 * SAMPLES_PER_TOKEN
     assert 0 < short[0].num_samples <= 2 * SAMPLES_PER_TOKEN
     # Chunks of at most 4 tokens after it (the last flushes the lookahead's tail): many more
-    # of them than the server's 8, 16, ..., and the same audio length in all.
+    # of them than the server's 4, 8, 16, ..., and the same audio length in all.
     assert len(short) > 2 * len(default)
     assert max(c.num_samples for c in short[1:-1]) <= 4 * SAMPLES_PER_TOKEN
     assert sum(c.num_samples for c in short) == sum(c.num_samples for c in default)
@@ -53,9 +54,9 @@ def test_a_request_sets_a_short_first_chunk(stub):
         (tts_pb2.Chunking(first_chunk_tokens=0), "first_chunk_tokens"),
         (tts_pb2.Chunking(max_chunk_tokens=2000), "max_chunk_tokens"),
         (tts_pb2.Chunking(lookahead_tokens=129), "lookahead_tokens"),
-        # Longer than the server's cap of 32, and a cap below the server's first chunk of 8.
+        # Longer than the server's cap of 32, and a cap below the server's first chunk of 4.
         (tts_pb2.Chunking(first_chunk_tokens=40), "first_chunk_tokens"),
-        (tts_pb2.Chunking(max_chunk_tokens=4), "max_chunk_tokens"),
+        (tts_pb2.Chunking(max_chunk_tokens=2), "max_chunk_tokens"),
         (tts_pb2.Chunking(first_chunk_tokens=16, max_chunk_tokens=8), "first_chunk_tokens"),
     ],
 )

@@ -32,11 +32,10 @@ WATCH_ID, SPEAKING_ID, QUEUED_ID, RACED_ID, LATE_ID = 1, 3, 5, 7, 9
 FINAL = 2**31 - 1  # the first GOAWAY's last stream id: "no new streams, these may still come"
 
 
-def _synthesize(tokens: int) -> tts_pb2.SynthesizeRequest:
+def _synthesize(tokens: int, pace_lead_s: float | None = None) -> tts_pb2.SynthesizeRequest:
     sampling = tts_pb2.Sampling(seed=7, min_new_tokens=tokens, max_new_tokens=tokens)
-    return tts_pb2.SynthesizeRequest(
-        text="The drain lets this call finish.", config=tts_pb2.SynthesisConfig(sampling=sampling)
-    )
+    config = tts_pb2.SynthesisConfig(sampling=sampling, pace_lead_s=pace_lead_s)
+    return tts_pb2.SynthesizeRequest(text="The drain lets this call finish.", config=config)
 
 
 def _queued(metrics_port: int) -> bool:
@@ -56,7 +55,9 @@ def test_a_drain_seen_on_the_wire(tiny_model_dir):
         wait_serving(srv.target)
         conn = RawH2("127.0.0.1", srv.port)
         conn.grpc_request(WATCH_ID, WATCH, health_pb2.HealthCheckRequest())
-        conn.grpc_request(SPEAKING_ID, SYNTHESIZE, _synthesize(150))
+        # Paced as a real-time listener hears it, so it still speaks (3.2 s of audio) when the
+        # drain begins and the raced call arrives 1 s into it, however fast the model runs.
+        conn.grpc_request(SPEAKING_ID, SYNTHESIZE, _synthesize(150, pace_lead_s=0.5))
         events: list[Event] = []
         stream = conn.events()
         for event in stream:

@@ -89,9 +89,9 @@ def test_each_step_is_one_forward(runner_and_config, monkeypatch):
     rows_per_forward: list[int] = []
     real_forward = runner.gpt.llama._forward
 
-    def counted(x, positions, attention, mode, capture=None):
+    def counted(x, positions, attention, capture=None):
         rows_per_forward.append(len(x))
-        return real_forward(x, positions, attention, mode, capture)
+        return real_forward(x, positions, attention, capture)
 
     monkeypatch.setattr(runner.gpt.llama, "_forward", counted)
     core = EngineCore.from_config(runner, config)
