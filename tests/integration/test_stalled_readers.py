@@ -13,6 +13,7 @@ receive buffer.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -62,18 +63,25 @@ def _stalled(srv, method: str) -> float:
     return value or 0.0
 
 
-FREED_WITHIN_S = STALL_S + 6
-"""From the client's last read, the slot must be free within the stall timeout, plus the time
-the server takes to fill the transport's buffers (its writes only wait once they are full), plus
-the poll: 2.2-2.6 s measured on a quiet 2-core machine, 3.1-3.2 s with eight other jobs on it,
-4.7-6.0 s beside a fresh clone's build. A stream left to run would take far longer (LONG: 48 s
-of audio), so the bound still tells a stall cut from a stream that ran to its end."""
+FULL_AUDIO_S = 6 * LONG["max_new_tokens"] / 46.875
+"""What LONG_TEXT's stream would speak if it ran to its end (48 s)."""
+FREED_WAIT_S = 120
+"""How long to wait for the slot (a bound on waiting, not a figure under test: how soon the slot
+frees depends on how fast the server fills the transport's buffers, which a loaded machine
+slows)."""
 
 
-def _freed_within(srv, stopped_at: float) -> float:
-    """Seconds from the client's last read until the one slot is free (and the engine idle)."""
-    wait_until(lambda: engine_idle(srv), STALL_S + 10, "the stalled stream's slot to be freed")
-    return time.monotonic() - stopped_at
+def _freed_by_the_stall(srv, log, method: str) -> None:
+    """The one slot frees and the engine goes idle, and it was the stall that ended the stream:
+    it spoke less than half of what it would have run to (a stream left to run would end with
+    all of FULL_AUDIO_S spoken)."""
+    wait_until(lambda: engine_idle(srv), FREED_WAIT_S, "the stalled stream's slot to be freed")
+    ended = [
+        r.getMessage() for r in log.records if r.getMessage().startswith(f"stream method={method} ")
+    ]
+    assert ended, log.lines()
+    spoken = float(re.search(r"audio_s=(\d+\.\d+)", ended[-1]).group(1))  # type: ignore[union-attr]
+    assert spoken < FULL_AUDIO_S / 2, ended[-1]
 
 
 def _small_socket() -> socket.socket:
@@ -114,8 +122,8 @@ def test_grpc_stalled_reader_is_cut_and_its_slot_freed(srv, log):
         request = tts_pb2.SynthesizeRequest(text=LONG_TEXT, config=_grpc_config(LONG))
         call = tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(request, timeout=60, metadata=MD)
         assert next(call).HasField("audio")
-        stopped_at = time.monotonic()  # and reads nothing more
-        assert _freed_within(srv, stopped_at) < FREED_WITHIN_S
+        # and reads nothing more
+        _freed_by_the_stall(srv, log, "Synthesize")
         _short_synthesis_works(srv)
         with pytest.raises(grpc.RpcError) as info:
             for _ in call:  # reading again: what was sent, then the status that says why
@@ -145,8 +153,7 @@ def test_http_stalled_reader_gets_a_cut_body_and_its_slot_freed(srv, log):
         s.sendall(_post_head(_post_body(LONG, LONG_TEXT)))
         received = s.recv(4096)
         assert received.startswith(b"HTTP/1.1 200")
-        stopped_at = time.monotonic()
-        assert _freed_within(srv, stopped_at) < FREED_WITHIN_S
+        _freed_by_the_stall(srv, log, "HTTPSpeech")
         _short_synthesis_works(srv)
         s.settimeout(10)
         try:
@@ -169,8 +176,7 @@ def test_websocket_stalled_reader_gets_1008_and_its_slot_freed(srv, log):
         ws.send(json.dumps({"type": "config", **config}))
         ws.send(json.dumps({"type": "text", "text": LONG_TEXT, "flush": True}))
         assert isinstance(ws.recv(timeout=30), bytes)
-        stopped_at = time.monotonic()
-        assert _freed_within(srv, stopped_at) < FREED_WITHIN_S
+        _freed_by_the_stall(srv, log, "HTTPSpeechStream")
         with pytest.raises(ConnectionClosed):
             while True:
                 ws.recv(timeout=10)
