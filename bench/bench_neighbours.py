@@ -381,8 +381,8 @@ def main() -> None:
         "--server-arg",
         action="append",
         default=[],
-        help="a flag for both replicas, repeatable (e.g. --server-arg=--backend "
-        "--server-arg=llamacpp)",
+        help="a flag for both replicas, repeatable (e.g. --server-arg=--gguf-format "
+        "--server-arg=F16)",
     )
     parser.add_argument(
         "--smoke", action="store_true", help="tiny shapes, one round, few tokens, no markdown"

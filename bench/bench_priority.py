@@ -17,7 +17,7 @@ writes nothing.
 
 Usage: python bench/bench_priority.py [--bulk 16] [--reserved 2] [--prompts 10]
        [--prompt-interval-s 2] [--window-s 20] [--word-interval-ms 150]
-       [--dev-model tiny|full | --model-dir DIR] [--server-arg=--quantize=none ...]
+       [--dev-model tiny|full | --model-dir DIR] [--server-arg=--gguf-format=F16 ...]
        python bench/bench_priority.py --smoke    # 3 caption streams, 3 prompts, short windows
 """
 

@@ -160,8 +160,6 @@ class ModelRunner:
         # The heads serve from `heads` (weight-normed once); ChatTTS's own copies (72 MiB at
         # the official shapes, the text head's weight_v and weight_g) would only sit in memory.
         modules.embed.head_text = modules.embed.head_code = None
-        if device.type == "cpu":
-            dtype = torch.float32  # llama.cpp, or torch's fallback, reads fp32 embeddings
         return cls(modules, engine_config, gpt, device, dtype, prompts, heads)
 
     def set_gpt_threads(self, threads: int) -> None:
