@@ -42,26 +42,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from _gguf_weights import CPU, REPO, GGUFWeights, add_weight_arguments
 
 from chattts_server.config import EngineConfig
 from chattts_server.defaults import GGUF_FORMATS, MIN_SNR_DB
-from chattts_server.devmodel.assets import build_dev_assets
 from chattts_server.engine.gpt_build import QUALITY_PROBE, SMALLEST_FIRST, fp32_reference
 from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
 from chattts_server.engine.prompts import PromptBuilder
 from chattts_server.engine.utterance import VoiceSpec
 from chattts_server.model.alignment_capture import CaptureRow
-from chattts_server.model.gguf_export import GGUFCache
 from chattts_server.model.llama import DecodeBatch, PromptRun
 from chattts_server.model.llama_layers import LlamaShape
-from chattts_server.model.loader import load_chattts
-from chattts_server.model.warmup_cache import snr_db, weights_digest
-from chattts_server.threads import cpu_budget, plan_threads
+from chattts_server.model.warmup_cache import snr_db
 
-REPO = Path(__file__).resolve().parents[1]
 READ = "read"
 """The bandwidth probe's name among the contenders of a turn."""
-CPU = torch.device("cpu")
 
 
 @dataclass
@@ -169,24 +164,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="timed steps per figure")
     parser.add_argument("--prefill-tokens", type=int, default=40)
     parser.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        help="llama.cpp and torch threads (default: what the server would use: "
-        "OMP_NUM_THREADS or the CPU budget)",
-    )
-    parser.add_argument(
         "--probe-mib", type=int, default=512, help="bandwidth probe buffer (MiB, >> LLC)"
     )
-    parser.add_argument("--model-dir", default="", help="official assets (default: full dev)")
-    parser.add_argument(
-        "--cache", default=str(REPO / ".cache" / "dev-models"), help="dev model assets"
-    )
-    parser.add_argument(
-        "--gguf-folder",
-        default=str(REPO / ".cache" / "gguf"),
-        help="GGUF files, kept by the weights' digest for the next run",
-    )
+    add_weight_arguments(parser)
     parser.add_argument(
         "--markdown",
         default=str(REPO / "bench" / "results" / "decode_step.md"),
@@ -204,16 +184,9 @@ def main() -> None:
         print(f"nothing to time: {missing}")
         return
 
-    threads = plan_threads(args.threads or None, cpu_budget(), dict(os.environ)).intra_op
-    torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model_dir = Path(
-        args.model_dir or build_dev_assets("tiny" if args.smoke else "full", args.cache)
-    )
-    modules = load_chattts(model_dir, CPU, torch.float32)
-    shape = LlamaShape.from_config(modules.gpt_config)
-    rope_theta = float(getattr(modules.gpt_config, "rope_theta", 10000.0))
-    files = GGUFCache(Path(args.gguf_folder), weights_digest(modules.gpt_state_dict))
+    weights = GGUFWeights.load(args)
+    modules, shape, threads, files = weights.modules, weights.shape, weights.threads, weights.files
     batches = [int(b) for b in args.batches.split(",")]
     formats = [f for f in args.formats.split(",") if f]
     rows = positions(max(batches), args.context)
@@ -225,9 +198,15 @@ def main() -> None:
     max_batch_tokens = EngineConfig().prefill_chunk_tokens + max(batches)  # the server's
 
     def open_gpt(weight_format: str, tap: bool = False) -> LlamaCppGPT:
-        path = files.get(weight_format, modules.gpt_state_dict, shape, rope_theta, threads)
         return LlamaCppGPT(
-            path, shape, max(batches), max_tokens, max_batch_tokens, threads, weight_format, tap
+            weights.path(weight_format),
+            shape,
+            max(batches),
+            max_tokens,
+            max_batch_tokens,
+            threads,
+            weight_format,
+            tap,
         )
 
     served = {f: Format(f, open_gpt(f), files.path(f).stat().st_size) for f in formats}
@@ -297,7 +276,7 @@ def main() -> None:
         )
 
     header = (
-        f"Model: {'tiny dev (smoke)' if args.smoke else model_dir} ({shape.num_layers} layers, "
+        f"Model: {'tiny dev (smoke)' if args.smoke else weights.model_dir} ({shape.num_layers} layers, "
         f"hidden {shape.hidden_size}); context ~{args.context} positions per row (mixed), "
         f"{threads} threads, median of {args.steps} steps in turns, llama.cpp batch "
         f"{max_batch_tokens} tokens as the server's."

@@ -42,11 +42,11 @@ import sys
 from pathlib import Path
 
 import torch
+from _gguf_weights import CPU, REPO, GGUFWeights, add_weight_arguments
 from torch import Tensor
 
 from chattts_server.config import EngineConfig
 from chattts_server.defaults import GGUF_FORMATS, MIN_SNR_DB
-from chattts_server.devmodel.assets import build_dev_assets
 from chattts_server.engine.gpt import GPTModel, TorchGPT
 from chattts_server.engine.gpt_build import QUALITY_PROBE, SMALLEST_FIRST, fp32_reference
 from chattts_server.engine.heads import Heads
@@ -54,18 +54,13 @@ from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
 from chattts_server.engine.prompts import PromptBuilder
 from chattts_server.engine.utterance import VoiceKind, VoiceSpec
 from chattts_server.model.alignment_capture import CaptureRow
-from chattts_server.model.gguf_export import GGUFCache
 from chattts_server.model.llama import DecodeBatch, PromptRun
 from chattts_server.model.llama_layers import LlamaShape
-from chattts_server.model.loader import load_chattts
-from chattts_server.model.warmup_cache import snr_db, weights_digest
+from chattts_server.model.warmup_cache import snr_db
 from chattts_server.text.attention_timing import TokenAlignment, attention_timing
 from chattts_server.text.spans import Traced
 from chattts_server.text.words import spoken_words
-from chattts_server.threads import cpu_budget, plan_threads
 
-REPO = Path(__file__).resolve().parents[1]
-CPU = torch.device("cpu")
 NAVIGATION = (
     "In 300 metres, turn left onto Station Road.",
     "Keep right at the fork, then take the second exit at the roundabout.",
@@ -127,18 +122,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--formats", default=",".join(GGUF_FORMATS), help="GGUF formats")
     parser.add_argument("--steps", type=int, default=200, help="teacher-forced decode steps")
-    parser.add_argument(
-        "--threads", type=int, default=0, help="default: OMP_NUM_THREADS or the CPU budget"
-    )
-    parser.add_argument("--model-dir", default="", help="official assets (default: full dev)")
-    parser.add_argument(
-        "--cache", default=str(REPO / ".cache" / "dev-models"), help="dev model assets"
-    )
-    parser.add_argument(
-        "--gguf-folder",
-        default=str(REPO / ".cache" / "gguf"),
-        help="GGUF files, kept by the weights' digest for the next run",
-    )
+    add_weight_arguments(parser)
     parser.add_argument(
         "--markdown",
         default=str(REPO / "bench" / "results" / "quality.md"),
@@ -153,15 +137,8 @@ def main() -> None:
         print(f"nothing to measure: {missing}")
         return
 
-    threads = plan_threads(args.threads or None, cpu_budget(), dict(os.environ)).intra_op
-    torch.set_num_threads(threads)
-    model_dir = Path(
-        args.model_dir or build_dev_assets("tiny" if args.smoke else "full", args.cache)
-    )
-    modules = load_chattts(model_dir, CPU, torch.float32)
-    shape = LlamaShape.from_config(modules.gpt_config)
-    rope_theta = float(getattr(modules.gpt_config, "rope_theta", 10000.0))
-    files = GGUFCache(Path(args.gguf_folder), weights_digest(modules.gpt_state_dict))
+    weights = GGUFWeights.load(args)
+    modules, shape, threads = weights.modules, weights.shape, weights.threads
     prompts, heads = PromptBuilder(modules, CPU), Heads.from_embed(modules.embed)
     probe = prompts.code_prompt(prompts.normalize(QUALITY_PROBE), VoiceSpec(), 5).embeds.float()
     spoken = [prompts.normalize(text) for text in NAVIGATION]
@@ -188,7 +165,7 @@ def main() -> None:
     ]
 
     def measure(weight_format: str) -> dict[str, float]:
-        path = files.get(weight_format, modules.gpt_state_dict, shape, rope_theta, threads)
+        path = weights.path(weight_format)
         gpt = LlamaCppGPT(path, shape, 1, max_tokens, max_tokens, threads, weight_format, True)
         try:
             found = {
@@ -247,7 +224,7 @@ def main() -> None:
     lines = [
         "# Quality budget of the GPT's GGUF formats",
         "",
-        f"Model: {'tiny dev (smoke)' if args.smoke else model_dir} ({shape.num_layers} layers, "
+        f"Model: {'tiny dev (smoke)' if args.smoke else weights.model_dir} ({shape.num_layers} layers, "
         f"hidden {shape.hidden_size}); reference: torch fp32 (LlamaDecoder). Budget: probe "
         f"SNR >= {MIN_SNR_DB:g} dB; auto: the smallest format within it. Prompts: "
         f"{len(navigation)} navigation prompts, {args.steps} teacher-forced decode steps each "
