@@ -46,7 +46,11 @@ from _gguf_weights import CPU, REPO, GGUFWeights, add_weight_arguments
 
 from chattts_server.config import EngineConfig
 from chattts_server.defaults import GGUF_FORMATS, MIN_SNR_DB
-from chattts_server.engine.gpt_build import QUALITY_PROBE, SMALLEST_FIRST, fp32_reference
+from chattts_server.engine.gpt_build import (
+    QUALITY_PROBE,
+    fp32_reference,
+    smallest_within_budget,
+)
 from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
 from chattts_server.engine.prompts import PromptBuilder
 from chattts_server.engine.utterance import VoiceSpec
@@ -221,11 +225,7 @@ def main() -> None:
             gpt.close()
 
     snr = {f: hidden_snr(f) for f in formats}
-    for auto in SMALLEST_FIRST:  # as gpt_build.choose_gguf_format: F32 always passes
-        if auto not in snr:
-            snr[auto] = hidden_snr(auto)
-        if snr[auto] >= MIN_SNR_DB:
-            break
+    auto = smallest_within_budget(hidden_snr, snr)  # gpt_build.choose_gguf_format's rule
 
     prefill_ms = {
         f: statistics.median(ms)

@@ -48,7 +48,11 @@ from torch import Tensor
 from chattts_server.config import EngineConfig
 from chattts_server.defaults import GGUF_FORMATS, MIN_SNR_DB
 from chattts_server.engine.gpt import GPTModel, TorchGPT
-from chattts_server.engine.gpt_build import QUALITY_PROBE, SMALLEST_FIRST, fp32_reference
+from chattts_server.engine.gpt_build import (
+    QUALITY_PROBE,
+    fp32_reference,
+    smallest_within_budget,
+)
 from chattts_server.engine.heads import Heads
 from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
 from chattts_server.engine.prompts import PromptBuilder
@@ -213,11 +217,13 @@ def main() -> None:
     formats = [f for f in args.formats.split(",") if f]
     with torch.inference_mode():
         rows = {f: measure(f) for f in formats}
-        for auto in SMALLEST_FIRST:  # as gpt_build.choose_gguf_format: F32 always passes
-            if auto not in rows:
-                rows[auto] = measure(auto)
-            if rows[auto]["probe"] >= MIN_SNR_DB:
-                break
+
+        def probe_snr(weight_format: str) -> float:
+            rows[weight_format] = measure(weight_format)
+            return rows[weight_format]["probe"]
+
+        # gpt_build.choose_gguf_format's rule, measuring what --formats left out
+        auto = smallest_within_budget(probe_snr, {f: r["probe"] for f, r in rows.items()})
 
     num_steps = args.steps * len(navigation)
     script = Path(sys.argv[0]).resolve().relative_to(REPO).as_posix()
