@@ -58,7 +58,9 @@ def test_dry_run_does_everything_but_the_gpu(tmp_path: Path) -> None:
     assert names == ["gpu.md", "gpu_check.log", "gpu_memory_mib.txt", "serving.md", "serving.png"]
     serving = (out / "serving.md").read_text()
     table = serving.split("| run |", 1)[1]
-    assert table.index("| upstream stream |") < table.index("| ours default | 1 |")  # upstream first
+    assert table.index("| upstream stream |") < table.index(
+        "| ours default | 1 |"
+    )  # upstream first
     assert "| ours default | 2 |" in table
     assert re.search(r"\| GPT step \(decode \+ prefill\) \| \d+\.\d+ \| \d+\.\d+ \|", serving)
     report = (out / "gpu.md").read_text()
