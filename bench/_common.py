@@ -1,0 +1,328 @@
+"""What the benchmarks share: the client load loop, percentiles, the load-average line, results.
+
+Import it first (`from _common import ...`): it puts client/, server/ and tools/ on sys.path, so
+a benchmark runs as `python bench/<name>.py` from a checkout without an install.
+
+Calls, through the shipped client library (what users run, not raw stubs):
+- `Call`: one call as the client saw it: each audio chunk's arrival (s after the call started)
+  and duration, the gRPC status; `ttfa_s`, `audio_s`, `total_s`, `gap_free_s` (the earliest
+  playback start that never stalls), `rtf`.
+- `record(events, call)`: iterate an `AsyncEventStream` or `PushStream` into `call`;
+  `on_event(event, now)` sees every event (marks, word timings, utterance ends).
+- `synthesize(client, text, config)`: one `AsyncTTSClient.synthesize` call.
+- `push_words(client, words, config, interval_s, stop)`: one `PushStream`, a word every
+  `interval_s` on an absolute schedule (a caption or an LLM), until the words or `stop` run out.
+- `feed(stream, items, interval_s, stop)`: that schedule on a stream of your own, any streamed
+  item (text, `Flush`, `Mark`, `Segment`, `Replace`, `Clear`); `send(stream, item)`: one item.
+- `run_load(num_callers, num_calls, one)`: `num_calls` calls, `num_callers` at a time
+  (`one(i)` makes call i); a `Load`: the calls, wall seconds, audio seconds per wall second.
+
+Figures:
+- `pct(values, q)`: the q-th percentile (nan for no values).
+- `load_line()`: "load average 1.23 0.98 0.80 (16 CPUs)", to print beside every figure: the
+  machines are shared, and a figure without the load it was measured under cannot be read.
+- `command()`: the command line, for a results file to say how it was made.
+- `table(header, rows)`: a markdown table; `write_result(path, text)`: written whole (a run
+  killed mid-write keeps the previous file).
+- `proc_mib(pid, field)`: a /proc/<pid>/status figure (VmRSS, VmHWM) in MiB.
+
+Servers: `launch` (a `chattts-server` subprocess on a free loopback port) and `bench_server` /
+`add_bench_server_arguments` (--target, --dev-model, --model-dir, --device, --server-arg) come
+from chattts_devtools.launcher, re-exported here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".cache" / "dev-models"
+"""The dev-model cache the tests and benchmarks share."""
+for _path in ("tools", "server", "client"):
+    if str(REPO / _path) not in sys.path:
+        sys.path.insert(0, str(REPO / _path))
+
+import grpc  # noqa: E402
+import numpy as np  # noqa: E402
+
+from chattts_client import (  # noqa: E402
+    AsyncTTSClient,
+    AudioChunkEvent,
+    Event,
+    Flush,
+    Mark,
+    PushStream,
+    Replace,
+    Segment,
+    StreamItem,
+)
+from chattts_devtools.launcher import (  # noqa: E402
+    add_bench_server_arguments,
+    bench_server,
+    launch,
+)
+from chattts_proto.chattts.v1 import tts_pb2  # noqa: E402
+
+__all__ = [
+    "CACHE",
+    "REPO",
+    "Call",
+    "Load",
+    "add_bench_server_arguments",
+    "bench_server",
+    "command",
+    "feed",
+    "launch",
+    "load_line",
+    "pct",
+    "proc_mib",
+    "push_words",
+    "record",
+    "run_load",
+    "send",
+    "synthesize",
+    "table",
+    "write_result",
+]
+
+# -- figures ------------------------------------------------------------------------------------
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else float("nan")
+
+
+def load_line() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} ({len(os.sched_getaffinity(0))} CPUs)"
+
+
+def command() -> str:
+    return f"`python {' '.join(sys.argv)}`"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A markdown table; floats as given (format them first), None as '-'."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        lines.append("| " + " | ".join("-" if c is None else str(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+def write_result(path: Path | str, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def proc_mib(pid: int, field_name: str = "VmRSS") -> float:
+    """A /proc/<pid>/status memory field in MiB; nan once the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return float("nan")
+    line = next((ln for ln in text.splitlines() if ln.startswith(field_name + ":")), "")
+    return int(line.split()[1]) / 1024 if line else float("nan")
+
+
+# -- calls --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """One call as its client saw it; times in seconds after `started` (perf_counter)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    arrivals: list[float] = field(default_factory=list)  # each audio chunk's arrival
+    durations: list[float] = field(default_factory=list)  # each audio chunk's audio seconds
+    total_s: float = float("nan")  # to the end of the response stream
+    status: str = "OK"  # the gRPC status code's name, or the exception's type
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "OK"
+
+    @property
+    def ttfa_s(self) -> float | None:
+        return self.arrivals[0] if self.arrivals else None
+
+    @property
+    def audio_s(self) -> float:
+        return sum(self.durations)
+
+    @property
+    def rtf(self) -> float | None:
+        return self.total_s / self.audio_s if self.audio_s > 0 else None
+
+    @property
+    def gap_free_s(self) -> float:
+        """Earliest playback start (s after the call) that never runs out of audio: chunk i
+        arrives at arrivals[i] and is needed at start + sum(durations[:i])."""
+        before, worst = 0.0, 0.0
+        for arrival, duration in zip(self.arrivals, self.durations, strict=True):
+            worst = max(worst, arrival - before)
+            before += duration
+        return worst if self.arrivals else self.total_s
+
+
+OnEvent = Callable[[Event, float], None]
+
+
+async def record(events: AsyncIterator[Event], call: Call, on_event: OnEvent | None = None) -> Call:
+    """Iterate `events` into `call` until the stream ends or fails (the status says which)."""
+    try:
+        async for event in events:
+            now = time.perf_counter()
+            if isinstance(event, AudioChunkEvent):
+                call.arrivals.append(now - call.started)
+                call.durations.append(event.duration_s)
+            if on_event is not None:
+                on_event(event, now)
+    except grpc.aio.AioRpcError as exc:
+        call.status, call.detail = exc.code().name, exc.details() or ""
+    except (asyncio.TimeoutError, OSError, RuntimeError) as exc:
+        call.status, call.detail = type(exc).__name__, str(exc)
+    call.total_s = time.perf_counter() - call.started
+    return call
+
+
+async def synthesize(
+    client: AsyncTTSClient,
+    text: str,
+    config: tts_pb2.SynthesisConfig | None = None,
+    *,
+    timeout_s: float = 900,
+    on_event: OnEvent | None = None,
+) -> Call:
+    call = Call()
+    return await record(client.synthesize(text, config=config, timeout=timeout_s), call, on_event)
+
+
+async def feed(
+    stream: PushStream,
+    items: Iterable[StreamItem],
+    interval_s: float,
+    stop: asyncio.Event | None = None,
+    sent_at: list[float] | None = None,
+) -> None:
+    """Send `items` one every `interval_s` (0: all at once) on an absolute schedule, so the pace
+    does not drift with the loop's delays; stop early when `stop` is set; then end the input.
+    `sent_at` gets each item's perf_counter send time."""
+    t0 = time.perf_counter()
+    for i, item in enumerate(items):
+        delay_s = t0 + i * interval_s - time.perf_counter()
+        if stop is not None and stop.is_set():
+            break
+        if delay_s > 0:
+            if stop is None:
+                await asyncio.sleep(delay_s)
+            elif await _wait(stop, delay_s):
+                break
+        if stream.input_ended:
+            return
+        if sent_at is not None:
+            sent_at.append(time.perf_counter())
+        send(stream, item)
+    if not stream.input_ended:
+        stream.end_input()
+
+
+def send(stream: PushStream, item: StreamItem) -> None:
+    """Send one streamed-text item through the PushStream method of its kind."""
+    if isinstance(item, str):
+        stream.push(item)
+    elif isinstance(item, Flush):
+        stream.flush(item.text)
+    elif isinstance(item, Mark):
+        stream.mark(item.name, item.text)
+    elif isinstance(item, Segment):
+        stream.segment(item.name, item.text, item.expires_in_ms)
+    elif isinstance(item, Replace):
+        stream.replace(item.name, item.text, item.if_started, item.expires_in_ms)
+    else:
+        stream.clear(item.text)
+
+
+async def _wait(event: asyncio.Event, timeout_s: float) -> bool:
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
+async def push_words(
+    client: AsyncTTSClient,
+    words: Iterable[str],
+    config: tts_pb2.SynthesisConfig | None = None,
+    interval_s: float = 0.0,
+    *,
+    stop: asyncio.Event | None = None,
+    timeout_s: float = 900,
+    on_event: OnEvent | None = None,
+    sent_at: list[float] | None = None,
+) -> Call:
+    """One PushStream: each word (and a space) every `interval_s`, then half-close and read the
+    rest. The call's times run from its first word."""
+    stream = client.open_stream(config=config, timeout=timeout_s)
+    call = Call()
+    sender = asyncio.create_task(feed(stream, (w + " " for w in words), interval_s, stop, sent_at))
+    try:
+        await record(stream, call, on_event)
+    finally:
+        sender.cancel()
+    return call
+
+
+# -- load ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    """Calls made `num_callers` at a time."""
+
+    num_callers: int
+    calls: list[Call] = field(default_factory=list)
+    wall_s: float = float("nan")
+
+    @property
+    def ok(self) -> list[Call]:
+        return [c for c in self.calls if c.ok]
+
+    @property
+    def errors(self) -> int:
+        return len(self.calls) - len(self.ok)
+
+    @property
+    def throughput(self) -> float:
+        """Audio seconds received per wall second, all callers together."""
+        return sum(c.audio_s for c in self.ok) / self.wall_s if self.wall_s else float("nan")
+
+    def figure(self, name: str) -> list[float]:
+        """One figure (ttfa_s, gap_free_s, total_s, audio_s, rtf) of each call that has it."""
+        values = (getattr(c, name) for c in self.ok)
+        return [float(v) for v in values if v is not None]
+
+
+async def run_load(num_callers: int, num_calls: int, one: Callable[[int], Awaitable[Call]]) -> Load:
+    """`num_calls` calls, at most `num_callers` at once; `one(i)` makes call i."""
+    load = Load(num_callers)
+    gate = asyncio.Semaphore(max(1, num_callers))
+
+    async def slot(i: int) -> Call:
+        async with gate:
+            return await one(i)
+
+    started = time.perf_counter()
+    load.calls = list(await asyncio.gather(*(slot(i) for i in range(num_calls))))
+    load.wall_s = time.perf_counter() - started
+    return load
