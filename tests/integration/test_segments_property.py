@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 from chattts_proto.chattts.v1 import tts_pb2
 from chattts_server.api.events import AudioOut, SegmentEnded, SessionEvent, UtteranceEnded
-from chattts_server.api.segments import IfStarted, Outcome
-from chattts_server.api.text_reader import TextFragment
+from chattts_server.stream.reader import TextFragment
+from chattts_server.stream.segments import IfStarted, Outcome
 
 WORDS = ["go", "left", "now", "then", "stop", "here", "turn", "east"]
 NAMES = ["a", "b", "c"]

@@ -7,7 +7,6 @@ import numpy as np
 
 from chattts_proto.chattts.v1 import tts_pb2
 from chattts_server.api.events import to_pb
-from chattts_server.api.stream_items import Speak
 from chattts_server.api.timeline import word_timings
 from chattts_server.model.alignment_heads import (
     MIN_SCORE,
@@ -16,6 +15,7 @@ from chattts_server.model.alignment_heads import (
     monotonicity,
     score_heads,
 )
+from chattts_server.stream.items import Speak
 from chattts_server.text.attention_timing import (
     ATTENTION,
     TokenAlignment,

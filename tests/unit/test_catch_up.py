@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from chattts_server.api.catch_up import LagLimits, PlayoutClock
+from chattts_server.stream.catch_up import LagLimits, PlayoutClock
 
 
 def test_under_the_soft_limit_the_stream_speaks_at_its_own_speed() -> None:

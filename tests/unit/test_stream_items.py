@@ -12,13 +12,13 @@ import pytest
 
 from chattts_server.api.convert import AudioOptions, StreamSettings, Validator
 from chattts_server.api.events import AudioOut, MarkReached
-from chattts_server.api.session import Session
-from chattts_server.api.stream_items import MarkAt, Silence, Speak, check_mark_name
 from chattts_server.api.text_front_end import CallerText, MarkdownText
-from chattts_server.api.text_reader import EndOfText, TextFragment, read_text
 from chattts_server.api.timeline import own_text
 from chattts_server.api.voices import VoiceLibrary
 from chattts_server.errors import InvalidRequestError
+from chattts_server.stream.items import MarkAt, Silence, Speak, check_mark_name
+from chattts_server.stream.reader import EndOfText, TextFragment, read_text
+from chattts_server.stream.session import Session
 from chattts_server.text.release import ReleasePolicy
 from chattts_server.text.spans import Traced
 from model_info import TINY_MODEL_INFO

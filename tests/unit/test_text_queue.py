@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
-from chattts_server.api.segments import IfStarted, Outcome, State
-from chattts_server.api.stream_items import MarkAt, SegmentDone, Speak
 from chattts_server.api.text_front_end import MarkdownText
-from chattts_server.api.text_queue import TextFragment, TextQueue
 from chattts_server.errors import InvalidRequestError
+from chattts_server.stream.items import MarkAt, SegmentDone, Speak
+from chattts_server.stream.segments import IfStarted, Outcome, State
+from chattts_server.stream.text_queue import TextFragment, TextQueue
 from chattts_server.text.release import ReleasePolicy
 
 

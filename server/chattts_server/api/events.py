@@ -14,9 +14,9 @@ from typing import Any, TypeAlias, overload
 from chattts_proto.chattts.v1 import tts_pb2
 
 from ..engine.events import UtteranceDone
+from ..stream.segments import Outcome
 from ..text.spans import Span
 from .convert import ENCODING_VALUES
-from .segments import Outcome
 
 TIMING_SOURCES = {"estimate": tts_pb2.TIMING_ESTIMATE, "attention": tts_pb2.TIMING_MODEL_ATTENTION}
 """`WordTimingsOut.source` -> tts.proto TimingSource."""

@@ -20,13 +20,13 @@ from google.protobuf.message import DecodeError, Message
 from chattts_proto.chattts.v1 import tts_pb2
 
 from ..errors import InvalidRequestError
+from ..stream.reader import TextFragment
+from ..stream.segments import IfStarted
 from .auth import authorization_of
 from .convert import StreamSettings, Validator
 from .errors import ClientGoneError, ClientStalledError, abort_with, is_ours
 from .events import AudioOut, MarkReached, SegmentEnded, SessionEvent, UtteranceEnded, to_pb
-from .segments import IfStarted
 from .synthesis import Send, Synthesis
-from .text_reader import TextFragment
 
 _M = TypeVar("_M", bound=Message)
 _R = TypeVar("_R", bound=Message)

@@ -42,6 +42,9 @@ from ..engine.protocol import Engine, ModelInfo
 from ..engine.utterance import Priority
 from ..errors import InvalidRequestError
 from ..metrics import Metrics
+from ..stream.items import Speak, StreamItem
+from ..stream.reader import EndOfText, TextFragment, UtteranceQueue, front_end, read_text
+from ..stream.session import Session
 from ..text.lexicon import apply_lexicons
 from ..text.lexicon_library import LexiconLibrary
 from ..text.stream import utterances_traced
@@ -51,11 +54,8 @@ from .admission import NOT_READY, Admission, AdmissionRejected
 from .convert import StreamSettings, Validator
 from .errors import ClientGoneError, ClientStalledError, is_ours, status_name
 from .events import SessionEvent
-from .session import Session
 from .ssml_text import ssml_stream_items
-from .stream_items import Speak, StreamItem
 from .stream_record import StreamRecord
-from .text_reader import EndOfText, TextFragment, UtteranceQueue, front_end, read_text
 from .voices import VoiceLibrary
 
 log = logging.getLogger(__name__)

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..stream.items import Speak
 from ..text.attention_timing import TokenAlignment, attention_timing
 from ..text.duration import estimate_duration_s
 from ..text.spans import Traced
 from ..text.timing import estimate_timing
 from ..text.words import spoken_words
 from .events import TimedWord, WordTimingsOut
-from .stream_items import Speak
 
 
 def own_text(item: Speak) -> str:

@@ -72,14 +72,14 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketState
 
 from ...errors import InvalidRequestError
+from ...stream.reader import TextFragment
+from ...stream.segments import IfStarted
 from ..admission import NOT_READY, AdmissionRejected
 from ..client_json import check_json, load_json
 from ..convert import StreamSettings, Validator
 from ..errors import ClientGoneError, ClientStalledError, is_ours
 from ..events import AudioOut, SessionEvent, to_json
-from ..segments import IfStarted
 from ..synthesis import Synthesis
-from ..text_reader import TextFragment
 from ..voices import VoiceLibrary
 from .errors import HTTPFailure, http_failure
 from .openai_fields import openai_settings, synthesis_config

@@ -28,14 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from ..api.text_front_end import TextFrontEnd
 from ..errors import InvalidRequestError
 from ..text import control_tokens
+from .items import MarkAt, SegmentDone, Speak, StreamItem
 from .segments import IfStarted, Outcome, Segment, SegmentBook, State
-from .stream_items import MarkAt, SegmentDone, Speak, StreamItem
-from .text_front_end import TextFrontEnd
 
 if TYPE_CHECKING:
-    from .text_reader import EndOfText
+    from .reader import EndOfText
 
     UtteranceQueue = asyncio.Queue[StreamItem | BaseException | EndOfText]
 

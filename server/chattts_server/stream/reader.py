@@ -33,12 +33,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+from ..api.convert import StreamSettings, Validator
+from ..api.ssml_text import SsmlText
+from ..api.text_front_end import MarkdownText, TextFrontEnd
 from ..errors import InvalidRequestError
-from .convert import StreamSettings, Validator
+from .items import StreamItem, check_mark_name
 from .segments import check_expires_ms, check_segment_name
-from .ssml_text import SsmlText
-from .stream_items import StreamItem, check_mark_name
-from .text_front_end import MarkdownText, TextFrontEnd
 from .text_queue import TEXT_FIELD, SpeakingControl, TextFragment, TextQueue
 
 __all__ = ["EndOfText", "TextFragment", "UtteranceQueue", "front_end", "read_text"]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from chattts_proto.chattts.v1 import tts_pb2
 
 from ..errors import InvalidRequestError
-from .stream_items import check_mark_name
+from .items import check_mark_name
 
 MAX_EXPIRES_MS = 3_600_000
 """Longest `expires_in_ms` accepted (an hour)."""

@@ -30,6 +30,9 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import numpy as np
 
+from ..api.convert import StreamSettings
+from ..api.events import AudioOut, MarkReached, SegmentEnded, SessionEvent, UtteranceEnded
+from ..api.timeline import own_text, word_ends, word_timings
 from ..audio.containers import CONTAINER_ENCODINGS, make_container_encoder
 from ..audio.encoding import EncodedChunk, make_encoder
 from ..engine.events import AudioChunk, EngineEvent, Spoken, UtteranceDone
@@ -38,11 +41,8 @@ from ..engine.utterance import UtteranceRequest
 from ..errors import ExpiredError
 from ..text.spans import Traced
 from .catch_up import PlayoutClock
-from .convert import StreamSettings
-from .events import AudioOut, MarkReached, SegmentEnded, SessionEvent, UtteranceEnded
+from .items import MarkAt, SegmentDone, Silence, Speak, StreamItem
 from .segments import Outcome, Segment, State
-from .stream_items import MarkAt, SegmentDone, Silence, Speak, StreamItem
-from .timeline import own_text, word_ends, word_timings
 
 _OFFLOADED_ENCODINGS = ("OGG_OPUS", "MP3", "AAC", "FLAC")
 _SILENCE_CHUNK_S = 0.5
