@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     # Long-running CUDA serving allocates many differently sized activations: expandable
     # segments let the caching allocator grow blocks instead of fragmenting (read at CUDA init).
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    from .server import StartupError, TTSServer
+    from .server import TTSServer
+    from .startup import StartupError
 
     try:
         return asyncio.run(_serve(TTSServer(config)))

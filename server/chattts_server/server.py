@@ -15,8 +15,7 @@ from grpc_reflection.v1alpha import reflection
 from chattts_proto.chattts.v1 import tts_pb2
 
 from .api.admission import Admission
-from .api.auth import BearerTokenInterceptor, Tokens, load_tokens
-from .api.convert import MAX_REFERENCE_S
+from .api.auth import BearerTokenInterceptor
 from .api.health import HealthServicer
 from .api.servicer import TextToSpeechServicer, add_to_server
 from .api.synthesis import Synthesis
@@ -24,102 +23,21 @@ from .api.voices import VoiceLibrary
 from .config import ServerConfig
 from .engine.engine import ChatTTSEngine
 from .metrics import Metrics
-from .text.duration import slot_tokens_needed
-from .text.lexicon_library import LexiconFileError, LexiconLibrary
+from .startup import (
+    StartupError,
+    credentials,
+    grpc_options,
+    load_lexicons,
+    load_server_tokens,
+    reserve_port,
+    warn_if_slots_too_short,
+)
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = tts_pb2.DESCRIPTOR.services_by_name["TextToSpeech"].full_name
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-class StartupError(RuntimeError):
-    """The server cannot start (bad certificate path, unreadable token file, port in use)."""
-
-
-def _read(path: Any, what: str) -> bytes:
-    try:
-        return bytes(path.read_bytes())
-    except OSError as exc:
-        raise StartupError(f"cannot read {what} {path}: {exc.strerror}") from None
-
-
-def _grpc_options(config: ServerConfig) -> list[tuple[str, int]]:
-    n, limits = config.network, config.limits
-    options = [
-        ("grpc.max_receive_message_length", limits.max_receive_bytes),
-        ("grpc.max_send_message_length", limits.max_send_bytes),
-        ("grpc.keepalive_time_ms", int(n.keepalive_time_s * 1000)),
-        ("grpc.keepalive_timeout_ms", int(n.keepalive_timeout_s * 1000)),
-        ("grpc.keepalive_permit_without_calls", 1),
-        # chattts_client pings after 3 s without data (to find a dead peer within 5 s). A client
-        # pinging faster than this, more than max_ping_strikes times while we send nothing, gets
-        # GOAWAY too_many_pings. The margin is for a starved process: pings 3 s apart on the
-        # wire read together after a stall count as one strike each (with 2000 ms and 2
-        # strikes, such a GOAWAY left a quiet stream without keepalive on a loaded machine).
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", 1000),
-        ("grpc.http2.max_ping_strikes", 10),
-        ("grpc.so_reuseport", 0),
-    ]
-    if n.max_connection_age_s > 0:
-        options.append(("grpc.max_connection_age_ms", int(n.max_connection_age_s * 1000)))
-        options.append(
-            ("grpc.max_connection_age_grace_ms", int(n.max_connection_age_grace_s * 1000))
-        )
-    return options
-
-
-def _reserve(host: str, port: int) -> socket.socket:
-    """A socket bound to (host, port) that does not listen: the port is ours, connections to it
-    are refused."""
-    bare = host.strip("[]")
-    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((bare, port))
-    except OSError as exc:
-        sock.close()
-        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    return sock
-
-
-def _warn_if_slots_too_short(cfg: ServerConfig) -> None:
-    needed = slot_tokens_needed(cfg.engine.max_new_tokens, MAX_REFERENCE_S)
-    if cfg.engine.max_tokens < needed:
-        log.warning(
-            "--max-tokens %d is below the %d positions the longest utterance under "
-            "--max-new-tokens %d needs with a %g s reference voice: such utterances are cut "
-            "short (finish_reason max_tokens)",
-            cfg.engine.max_tokens,
-            needed,
-            cfg.engine.max_new_tokens,
-            MAX_REFERENCE_S,
-        )
-
-
-def _load_tokens(cfg: ServerConfig) -> Tokens | None:
-    """The accepted bearer tokens (--auth-token-file), or None when auth is off."""
-    if cfg.security.auth_token_file is None:
-        return None
-    try:
-        return load_tokens(cfg.security.auth_token_file)
-    except (OSError, ValueError) as exc:
-        raise StartupError(f"--auth-token-file: {exc}") from None
-
-
-def _load_lexicons(cfg: ServerConfig) -> LexiconLibrary:
-    """The --lexicon files, compiled; StartupError naming the file and line of a bad one."""
-    try:
-        library = LexiconLibrary.load(cfg.lexicon)
-    except LexiconFileError as exc:
-        raise StartupError(f"--lexicon {exc}") from None
-    for name in library.names:
-        lexicon = library.get(name)
-        assert lexicon is not None
-        log.info("lexicon %s: %d graphemes", name, lexicon.num_graphemes)
-    return library
 
 
 class TTSServer:
@@ -153,17 +71,16 @@ class TTSServer:
     async def start(self) -> int:
         """Bind and start serving (health NOT_SERVING); the engine loads in the background."""
         cfg = self.config
-        _warn_if_slots_too_short(cfg)
-        loop = asyncio.get_running_loop()
+        warn_if_slots_too_short(cfg)
         self._stopped = asyncio.Event()
         self.admission = Admission(
             cfg.engine.max_streams, cfg.admission.max_queue, cfg.admission.reserved_slots
         )
-        tokens = _load_tokens(cfg)
-        server_lexicons = _load_lexicons(cfg)
+        tokens = load_server_tokens(cfg)
+        server_lexicons = load_lexicons(cfg)
         interceptors = [] if tokens is None else [BearerTokenInterceptor(tokens)]
-        credentials = self._credentials()
-        self.server = grpc.aio.server(options=_grpc_options(cfg), interceptors=interceptors)
+        self._credentials_for_port = credentials(cfg.security)
+        self.server = grpc.aio.server(options=grpc_options(cfg), interceptors=interceptors)
         # One way in, one admission: gRPC and HTTP share them.
         self.synthesis = Synthesis(
             self.engine,
@@ -176,20 +93,32 @@ class TTSServer:
             server_lexicons,
         )
         await self._add_services(self.server, self.synthesis)
-        self._credentials_for_port = credentials
         if cfg.network.listen_when_ready:
             self._reserve_ports()
         else:
             await self._listen(cfg.network.port, cfg.network.http_port)
-        if cfg.network.metrics_port:
-            self.metrics.serve(cfg.network.metrics_port)
+        self._bind_metrics()
+        self._start_engine()
+        when = "once the model is ready" if cfg.network.listen_when_ready else "now"
+        log.info("port %d (listening %s), loading the model", self.port, when)
+        return self.port
+
+    def _bind_metrics(self) -> None:
+        """The gauges read the admission and the engine; --metrics-port serves them."""
+        if self.config.network.metrics_port:
+            self.metrics.serve(self.config.network.metrics_port)
         admission = self.admission
+        assert admission is not None
         self.metrics.bind(
             active=lambda: admission.active,
             queued=lambda: admission.waiting,
             slots_in_use=lambda: self.engine.stats().active_requests,
             slots_total=lambda: self.engine.stats().num_slots,
         )
+
+    def _start_engine(self) -> None:
+        """Load the model on the engine's thread; its news comes back to this loop."""
+        loop = asyncio.get_running_loop()
 
         def on_ready() -> None:
             loop.call_soon_threadsafe(self._on_engine_ready)
@@ -198,9 +127,6 @@ class TTSServer:
             loop.call_soon_threadsafe(self._on_engine_fatal, exc)
 
         self.engine.start(on_ready=on_ready, on_fatal=on_fatal)
-        when = "once the model is ready" if cfg.network.listen_when_ready else "now"
-        log.info("port %d (listening %s), loading the model", self.port, when)
-        return self.port
 
     async def _add_services(self, server: grpc.aio.Server, synthesis: Synthesis) -> None:
         """TextToSpeech, health (NOT_SERVING until the model is ready) and, unless turned off,
@@ -224,10 +150,10 @@ class TTSServer:
         """--listen-when-ready: hold the ports bound but not listening (connections to them are
         refused, so even a TCP health check sees a loading replica as down); port 0 resolves."""
         net = self.config.network
-        self._reserved = [_reserve(net.host, net.port)]
+        self._reserved = [reserve_port(net.host, net.port)]
         self.port = self._reserved[0].getsockname()[1]
         if net.http_port:
-            self._reserved.append(_reserve(net.host, net.http_port))
+            self._reserved.append(reserve_port(net.host, net.http_port))
             self.http_port = self._reserved[1].getsockname()[1]
 
     async def _listen(self, port: int, http_port: int) -> None:
@@ -282,17 +208,6 @@ class TTSServer:
             raise StartupError(str(exc)) from None
         scheme = "https" if cfg.security.tls_cert else "http"
         log.info("HTTP front door on %s port %d (playground at /)", scheme, self.http_port)
-
-    def _credentials(self) -> grpc.ServerCredentials | None:
-        sec = self.config.security
-        if sec.tls_cert is None or sec.tls_key is None:
-            return None
-        chain = _read(sec.tls_cert, "--tls-cert")
-        key = _read(sec.tls_key, "--tls-key")
-        client_ca = _read(sec.tls_client_ca, "--tls-client-ca") if sec.tls_client_ca else None
-        return grpc.ssl_server_credentials(
-            [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
-        )
 
     def _on_engine_ready(self) -> None:
         assert self.synthesis is not None and self.admission is not None
@@ -352,16 +267,7 @@ class TTSServer:
             self.admission.held if self.admission else 0,
             self.admission.waiting if self.admission else 0,
         )
-        if self.admission is not None:
-            self.admission.drain()
-        await self.health.drain()
-        if self.http is not None:
-            self.http.stop_listening()
-        for reserved in self._reserved:
-            reserved.close()
-        grpc_stopped = None
-        if self.server is not None and self._listening:
-            grpc_stopped = asyncio.ensure_future(self.server.stop(max(0.0, deadline - loop.time())))
+        grpc_stopped = await self._shut_doors(deadline)
         await self._wait_idle(deadline)
         if self.http is not None:
             linger_end = min(deadline, deadline - grace + self.config.admission.http_linger_s)
@@ -373,6 +279,20 @@ class TTSServer:
         await loop.run_in_executor(None, self.engine.stop)
         assert self._stopped is not None
         self._stopped.set()
+
+    async def _shut_doors(self, deadline: float) -> asyncio.Future[None] | None:
+        """Steps 1 and 2 of `drain`; the gRPC server's stop, which ends at `deadline`."""
+        if self.admission is not None:
+            self.admission.drain()
+        await self.health.drain()
+        if self.http is not None:
+            self.http.stop_listening()
+        for reserved in self._reserved:
+            reserved.close()
+        if self.server is None or not self._listening:
+            return None
+        timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+        return asyncio.ensure_future(self.server.stop(timeout))
 
     async def _wait_idle(self, deadline: float) -> None:
         """Until no stream is held, or `deadline` (loop time) passes."""
@@ -410,7 +330,7 @@ class TTSServer:
             if not self.config.lexicon or self.synthesis is None:
                 return
             try:
-                library = await asyncio.to_thread(_load_lexicons, self.config)
+                library = await asyncio.to_thread(load_lexicons, self.config)
             except StartupError as exc:
                 log.error("reload: %s; the lexicons loaded before are kept", exc)
                 return

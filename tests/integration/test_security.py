@@ -13,7 +13,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from chattts_server.config import SecurityConfig
-from chattts_server.server import StartupError, TTSServer
+from chattts_server.server import TTSServer
+from chattts_server.startup import StartupError
 from serverutil import DEV_MODEL_CACHE, REPO, InProcessServer, tiny_server_config, wait_serving
 
 

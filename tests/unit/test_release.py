@@ -177,7 +177,7 @@ def test_a_piece_and_its_prompt_fit_the_positions_sized_from_the_estimate():
 
 
 def test_default_slot_positions_fit_the_longest_piece_with_a_10_s_reference_voice():
-    from chattts_server.api.convert import MAX_REFERENCE_S
+    from chattts_server.api.voices import MAX_REFERENCE_S
     from chattts_server.config import EngineConfig
     from chattts_server.text.duration import slot_tokens_needed
 

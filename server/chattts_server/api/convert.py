@@ -10,8 +10,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from chattts_proto.chattts.v1 import tts_pb2
 
 from ..audio.encoding import PYAV_ENCODINGS, SUPPORTED_SAMPLE_RATES
@@ -22,16 +20,10 @@ from ..engine.utterance import (
     Priority,
     RefineOptions,
     SamplingParams,
-    VoiceKind,
     VoiceSpec,
 )
 from ..errors import InvalidRequestError
-from ..text import control_tokens
-from ..text.duration import max_segment_s
-from ..text.lexicon import Lexicons
-from ..text.lexicon_library import LexiconLibrary
-from ..text.release import ReleasePolicy
-from .catch_up import (
+from ..stream.catch_up import (
     DEFAULT_MAX_SPEED,
     MAX_LAG_S,
     MAX_PACE_LEAD_S,
@@ -39,8 +31,13 @@ from .catch_up import (
     MIN_PACE_LEAD_S,
     LagLimits,
 )
+from ..text import control_tokens
+from ..text.duration import max_segment_s
+from ..text.lexicon import Lexicons
+from ..text.lexicon_library import LexiconLibrary
+from ..text.release import ReleasePolicy
 from .lexicons import stream_lexicons
-from .voices import VoiceLibrary, decode_speaker_embedding
+from .voices import VoiceLibrary, voice_spec
 
 ENCODING_NAMES = {
     tts_pb2.AUDIO_ENCODING_UNSPECIFIED: "LINEAR16",
@@ -132,7 +129,7 @@ class Validator:
 
     def settings(self, config: tts_pb2.SynthesisConfig, prefix: str = "config") -> StreamSettings:
         return StreamSettings(
-            voice=self._voice(config.voice, f"{prefix}.voice")
+            voice=voice_spec(config.voice, f"{prefix}.voice", self.voices, self.model)
             if config.HasField("voice")
             else VoiceSpec(),
             speed=self._speed(config.prosody, f"{prefix}.prosody"),
@@ -234,33 +231,6 @@ class Validator:
             name, _, description = str(exc).partition(" ")
             raise InvalidRequestError(f"{prefix}.text_release.{name}", description) from None
         return policy
-
-    def _voice(self, voice: tts_pb2.Voice, path: str) -> VoiceSpec:
-        which = voice.WhichOneof("source")
-        if which is None:
-            return VoiceSpec()
-        if which == "seed":
-            return VoiceSpec(VoiceKind.SEED, seed=voice.seed)
-        if which == "speaker_embedding":
-            try:
-                values = decode_speaker_embedding(voice.speaker_embedding)
-            except ValueError as exc:
-                raise InvalidRequestError(f"{path}.speaker_embedding", str(exc)) from None
-            if values.size != self.model.speaker_dim:
-                raise InvalidRequestError(
-                    f"{path}.speaker_embedding",
-                    f"has {values.size} values; this model's speakers have {self.model.speaker_dim}",
-                )
-            return VoiceSpec(VoiceKind.EMBEDDING, embedding=voice.speaker_embedding)
-        if which == "reference":
-            return reference_voice(voice.reference, f"{path}.reference", self.model.sample_rate)
-        preset = self.voices.get(voice.preset)
-        if preset is None:
-            known = ", ".join(p.name for p in self.voices.list()) or "none"
-            raise InvalidRequestError(
-                f"{path}.preset", f"unknown voice {voice.preset[:64]!r} (known: {known})"
-            )
-        return preset.spec
 
     @staticmethod
     def _finite(value: float, path: str, low: float, high: float, low_open: bool = False) -> float:
@@ -372,57 +342,3 @@ class Validator:
             field_name,
             f"{asked} is not available on this server: {why} (available: {', '.join(self.encodings)})",
         )
-
-
-MAX_REFERENCE_BYTES = 960 * 1024
-MAX_REFERENCE_S = 10.0
-MAX_TRANSCRIPT_CHARS = 500
-
-
-def reference_voice(ref: tts_pb2.ReferenceVoice, path: str, rate: int) -> VoiceSpec:
-    """Decode and check a zero-shot reference clip: mono float32 at the model's rate."""
-    import hashlib
-    import io
-
-    import soundfile as sf
-    import soxr
-
-    if not ref.audio:
-        raise InvalidRequestError(f"{path}.audio", "must hold an audio file (WAV, FLAC or Ogg)")
-    if len(ref.audio) > MAX_REFERENCE_BYTES:
-        raise InvalidRequestError(
-            f"{path}.audio", f"is {len(ref.audio)} bytes; the limit is {MAX_REFERENCE_BYTES}"
-        )
-    transcript = ref.transcript.strip()
-    if not transcript or len(transcript) > MAX_TRANSCRIPT_CHARS:
-        raise InvalidRequestError(
-            f"{path}.transcript", f"must be 1 to {MAX_TRANSCRIPT_CHARS} characters"
-        )
-    try:
-        control_tokens.check(transcript)
-    except ValueError as exc:
-        raise InvalidRequestError(f"{path}.transcript", str(exc)) from None
-    try:
-        with sf.SoundFile(io.BytesIO(ref.audio)) as f:
-            if f.frames > MAX_REFERENCE_S * f.samplerate:
-                raise InvalidRequestError(f"{path}.audio", f"is longer than {MAX_REFERENCE_S:g} s")
-            audio = f.read(dtype="float32", always_2d=True)
-            source_rate = f.samplerate
-    except InvalidRequestError:
-        raise
-    except Exception:  # soundfile raises several types for undecodable bytes
-        raise InvalidRequestError(
-            f"{path}.audio", "is not a readable WAV, FLAC or Ogg file"
-        ) from None
-    mono = audio.mean(axis=1)
-    if source_rate != rate:
-        mono = soxr.resample(mono, source_rate, rate).astype(np.float32)
-    if mono.size < rate // 2 or not np.isfinite(mono).all():
-        raise InvalidRequestError(f"{path}.audio", "must hold at least 0.5 s of finite audio")
-    pcm = np.ascontiguousarray(mono, dtype=np.float32).tobytes()
-    return VoiceSpec(
-        VoiceKind.REFERENCE,
-        reference_pcm=pcm,
-        reference_id=hashlib.sha256(pcm).hexdigest()[:16],
-        transcript=transcript,
-    )
