@@ -14,6 +14,9 @@ Calls, through the shipped client library (what users run, not raw stubs):
   `interval_s` on an absolute schedule (a caption or an LLM), until the words or `stop` run out.
 - `feed(stream, items, interval_s, stop)`: that schedule on a stream of your own, any streamed
   item (text, `Flush`, `Mark`, `Segment`, `Replace`, `Clear`); `send(stream, item)`: one item.
+- `caption_backlog(client, num_streams, stop, interval_s, max_new_tokens)`: PRIORITY_BULK
+  caption streams (ASR words, no punctuation, a word every `interval_s`) until `stop`: the
+  backlog navigation prompts must cut through; `Call.audio_between` / `gaps_between` read them.
 - `run_load(num_callers, num_calls, one)`: `num_calls` calls, `num_callers` at a time
   (`one(i)` makes call i); a `Load`: the calls, wall seconds, audio seconds per wall second.
 
@@ -34,6 +37,7 @@ from chattts_devtools.launcher, re-exported here.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import sys
 import time
@@ -72,10 +76,12 @@ from chattts_proto.chattts.v1 import tts_pb2  # noqa: E402
 __all__ = [
     "CACHE",
     "REPO",
+    "CAPTION",
     "Call",
     "Load",
     "add_bench_server_arguments",
     "bench_server",
+    "caption_backlog",
     "command",
     "feed",
     "launch",
@@ -172,6 +178,19 @@ class Call:
             worst = max(worst, arrival - before)
             before += duration
         return worst if self.arrivals else self.total_s
+
+    def audio_between(self, start: float, end: float) -> float:
+        """Audio seconds that arrived in [start, end) (perf_counter times)."""
+        return sum(
+            d
+            for a, d in zip(self.arrivals, self.durations, strict=True)
+            if start <= self.started + a < end
+        )
+
+    def gaps_between(self, start: float, end: float) -> list[float]:
+        """Seconds between consecutive chunks that arrived in [start, end)."""
+        times = [a for a in self.arrivals if start <= self.started + a < end]
+        return [b - a for a, b in zip(times, times[1:], strict=False)]
 
 
 OnEvent = Callable[[Event, float], None]
@@ -281,6 +300,39 @@ async def push_words(
     finally:
         sender.cancel()
     return call
+
+
+CAPTION_TEXT = (
+    "so what we are seeing here is that the traffic on the ring road is building up again "
+    "and if you are heading into the city this evening you should expect delays of around "
+    "twenty minutes near the bridge where the right lane is still closed for repairs"
+)
+"""Live captions: ASR words without punctuation."""
+CAPTION = CAPTION_TEXT.split()
+
+
+async def caption_backlog(
+    client: AsyncTTSClient,
+    num_streams: int,
+    stop: asyncio.Event,
+    interval_s: float,
+    max_new_tokens: int = 200,
+    timeout_s: float = 600,
+) -> list[Call]:
+    """`num_streams` PRIORITY_BULK caption streams, a word every `interval_s` each (stream i
+    starts at word 7i), until `stop`; then each half-closes and reads the rest."""
+
+    def one(i: int) -> Awaitable[Call]:
+        config = tts_pb2.SynthesisConfig(
+            priority=tts_pb2.PRIORITY_BULK,
+            sampling=tts_pb2.Sampling(seed=i, max_new_tokens=max_new_tokens),
+            # No punctuation: release every few words, as live captions need.
+            text_release=tts_pb2.TextReleasePolicy(first_words=4, max_words=12, idle_ms=600),
+        )
+        words = (CAPTION[(7 * i + k) % len(CAPTION)] for k in itertools.count())
+        return push_words(client, words, config, interval_s, stop=stop, timeout_s=timeout_s)
+
+    return list(await asyncio.gather(*(one(i) for i in range(num_streams))))
 
 
 # -- load ---------------------------------------------------------------------------------------
