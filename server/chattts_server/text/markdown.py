@@ -34,24 +34,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from markdown_it import MarkdownIt
-
+from .markdown_inline import MD, pieces, render, render_row
 from .script import CJK
 from .spans import EMPTY, Span, SpanMap, Traced
 
-MAX_OPEN_CHARS = 160
-"""Longest run held back behind an opener that has not closed (then it is a literal)."""
-
-_MD = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 # A line decides its block kind at its first character that cannot be block markup.
 _CONTENT_CHAR = re.compile(r"[^\s#>*+\-=_|:~`.)\d]")
 _FENCE = re.compile(r"(`{3,}|~{3,})")
 _TABLE_RULE = re.compile(r"^[\s|:\-]*$")
 _CLOSING_HASHES = re.compile(r"\s+#+\s*$")
 _SENTENCE_END = re.compile(r"[.!?;。！？；…:：]$")
-_CJK_PUNCT = "。！？；，、：…“”‘’「」『』（）《》【】"
 _HELD_SENTENCE_END = re.compile(r"[.!?;。！？；…][\"')\]”’」』）*_`]*$")
-_CELL_SEPARATOR = re.compile(r"(?<!\\)\|")
 _NEWLINE = Traced.inserted("\n")
 
 
@@ -162,22 +155,8 @@ class MarkdownReader:
         line = self._line
         stripped = line.raw.lstrip()
         fence = _FENCE.match(stripped)
-        if self._fence is not None:
-            # Inside a code block: a closing fence is a line of the opening run's character,
-            # at least as long, and nothing else.
-            if final or fence:
-                line.kind = "skip"
-                if (
-                    fence
-                    and stripped.strip().startswith(self._fence)
-                    and not stripped.strip(self._fence[0])
-                ):
-                    self._fence = None
-            return
-        if fence:
-            if final or _CONTENT_CHAR.search(stripped[fence.end() :]) or len(stripped) > 3:
-                line.kind = "skip"
-                self._fence = fence.group()
+        if self._fence is not None or fence:
+            self._decide_fenced(stripped, fence, final)
             return
         if not final and not _CONTENT_CHAR.search(stripped):
             return  # "1.", "-", "##", "|": the kind is not known yet
@@ -189,9 +168,34 @@ class MarkdownReader:
         if stripped.startswith("|"):
             line.kind, line.start = "table", len(line.raw) - len(stripped)
             return
+        self._decide_block(stripped)
+
+    def _decide_fenced(self, stripped: str, fence: re.Match[str] | None, final: bool) -> None:
+        """A line in a fenced code block, or one that may open it."""
+        line = self._line
+        if self._fence is not None:
+            # Inside a code block: a closing fence is a line of the opening run's character,
+            # at least as long, and nothing else.
+            if final or fence:
+                line.kind = "skip"
+                if (
+                    fence
+                    and stripped.strip().startswith(self._fence)
+                    and not stripped.strip(self._fence[0])
+                ):
+                    self._fence = None
+        elif fence and (
+            final or _CONTENT_CHAR.search(stripped[fence.end() :]) or len(stripped) > 3
+        ):
+            line.kind = "skip"
+            self._fence = fence.group()
+
+    def _decide_block(self, stripped: str) -> None:
+        """The line's kind and where its inline content starts, as markdown-it parses it."""
+        line = self._line
         # Indentation is list nesting or continuation in LLM replies, not indented code.
         offset = len(line.raw) - len(stripped)
-        tokens = _MD.parse(stripped)
+        tokens = MD.parse(stripped)
         inline = next((t for t in tokens if t.type == "inline"), None)
         content = inline.content if inline is not None else ""
         types = {t.type for t in tokens}
@@ -229,189 +233,18 @@ class MarkdownReader:
         if line.kind == "heading" and final:
             body = body.sub(_CLOSING_HASHES, "")
         if line.kind == "table":
-            text = _render_row(body)
+            text = render_row(body)
             line.done = len(line.raw)
         else:
             before = line.raw[line.done - 1] if line.done else " "
             rendered, at = [], 0
-            for piece in _pieces(body.text, final, before):
-                rendered.append(_render(body[at : at + len(piece)]))
+            for piece in pieces(body.text, final, before):
+                rendered.append(render(body[at : at + len(piece)]))
                 at += len(piece)
             text = Traced.concat(rendered)
             line.done += at
         line.spoken.append(text.text)
         return text
-
-
-def _pieces(text: str, final: bool, before: str) -> list[str]:
-    """`text` cut at its safe points (see the module docstring); without `final`, what follows
-    the last safe point is held back. `before` is the character before text."""
-    cuts = _safe_points(text, before)
-    if final and (not cuts or cuts[-1] != len(text)):
-        cuts.append(len(text))
-    pieces, start = [], 0
-    for cut in cuts:
-        pieces.append(text[start:cut])
-        start = cut
-    return pieces
-
-
-def _safe_points(text: str, before_text: str = " ") -> list[int]:
-    """Offsets after which no inline construct is open; a small scanner of CommonMark's openers
-    (it may hold back more than needed, never less: the parser then decides what they were)."""
-    points: list[int] = []
-    stack: list[tuple[str, int]] = []  # (opener, offset)
-    i, n = 0, len(text)
-    while i < n:
-        while stack and i - stack[0][1] > MAX_OPEN_CHARS:
-            stack.pop(0)  # never closed: a literal character
-        c = text[i]
-        top = stack[-1][0] if stack else ""
-        if c == "\\":
-            i += 2
-            continue
-        if top.startswith("`"):
-            run = _run(text, i, "`") if c == "`" else 0
-            if run == len(top):
-                stack.pop()
-            i += max(run, 1)
-            continue
-        if c in "`*_~":
-            run = _run(text, i, c)
-            if i + run >= n:
-                break  # a marker at the end may still grow or open
-            before = text[i - 1] if i else before_text
-            after = text[i + run]
-            if c == "`":
-                stack.append(("`" * run, i))
-            elif c == "_" and before.isalnum() and after.isalnum():
-                pass  # snake_case
-            elif not before.isspace() and any(o[0] == c for o, _ in stack):
-                while stack and stack[-1][0][0] != c:
-                    stack.pop()
-                stack.pop()
-            elif not after.isspace():
-                stack.append((c, i))
-            i += run
-            continue
-        if c == "[":
-            stack.append(("[", i))
-        elif c == "]" and any(o == "[" for o, _ in stack):
-            while stack[-1][0] != "[":
-                stack.pop()
-            stack.pop()
-            if i + 1 >= n:
-                break  # "](" may follow
-            if text[i + 1] == "(":
-                stack.append(("(", i))
-                i += 1
-        elif c == ")" and top == "(":
-            stack.pop()
-        elif c == "<" and i + 1 < n and text[i + 1].isalpha():
-            stack.append(("<", i))
-        elif c == ">" and top == "<":
-            stack.pop()
-        if not stack and (c.isspace() or CJK.match(c) or c in _CJK_PUNCT):
-            points.append(i + 1)
-        i += 1
-    return points
-
-
-def _run(text: str, i: int, c: str) -> int:
-    j = i
-    while j < len(text) and text[j] == c:
-        j += 1
-    return j - i
-
-
-def _render(piece: Traced) -> Traced:
-    """One piece of a line's inline content, rendered to the words it reads as, each traced to
-    where it stands in the piece."""
-    if not piece.text.strip():
-        return piece
-    tokens = _MD.parseInline(piece.text)
-    src = piece.text
-    out: list[Traced] = []
-    at = 0  # how far into the piece the rendering has got
-    for token in tokens[0].children or []:
-        if token.type in ("text", "code_inline", "image"):
-            if token.type == "image":
-                at = _past(src, "![", at)
-            words, at = _find(piece, token.content, at)  # an image reads its alt text
-            out.append(words)
-            if token.type == "image":
-                at = _past_destination(src, at)
-        elif token.type in ("softbreak", "hardbreak"):
-            out.append(Traced.inserted(" "))
-        elif token.type == "link_open" and token.markup not in ("autolink", "linkify"):
-            at = _past(src, "[", at)
-        elif token.type == "link_close" and token.markup not in ("autolink", "linkify"):
-            at = _past_destination(src, at)  # the URL is not read
-        elif token.type == "html_inline":
-            at = _past(src, token.content, at)
-        # anything else is a marker: not read, and the next find skips over it
-    return Traced.concat(out)
-
-
-def _past(src: str, text: str, at: int) -> int:
-    found = src.find(text, at)
-    return at if found < 0 else found + len(text)
-
-
-def _find(piece: Traced, words: str, at: int) -> tuple[Traced, int]:
-    """`words` as rendered from the piece from `at` on, and where the piece goes on after it.
-    Usually they stand there as they are; an entity or an escape is found character by
-    character, and a character not there (`&copy;` read as ©) maps to none."""
-    found = piece.text.find(words, at)
-    if found >= 0:
-        return piece[found : found + len(words)], found + len(words)
-    ranges: list[Span | None] = []
-    for c in words:
-        found = piece.text.find(c, at)
-        ranges.append(None if found < 0 else piece.spans.ranges[found])
-        at = at if found < 0 else found + 1
-    return Traced(words, SpanMap(tuple(ranges))), at
-
-
-def _past_destination(src: str, at: int) -> int:
-    """Past a link's or an image's `](destination "title")`, which is not read."""
-    start = src.find("](", at)
-    if start < 0:
-        return at
-    depth, quote, i = 1, "", start + 2
-    while i < len(src):
-        c = src[i]
-        if c == "\\":
-            i += 1
-        elif quote:
-            quote = "" if c == quote else quote
-        elif c in "\"'" and src[i - 1].isspace():
-            quote = c  # a title
-        elif c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return at
-
-
-def _render_row(row: Traced) -> Traced:
-    row = row.strip()
-    start, end = 0, len(row)
-    while start < end and row.text[start] == "|":
-        start += 1
-    while end > start and row.text[end - 1] == "|":
-        end -= 1
-    inner = row[start:end]
-    cells, at = [], 0
-    for m in _CELL_SEPARATOR.finditer(inner.text):
-        cells.append(inner[at : m.start()])
-        at = m.end()
-    cells.append(inner[at:])
-    rendered = (_render(c.strip()).strip() for c in cells)
-    return Traced.join(", ", (r for r in rendered if r))
 
 
 def strip_markdown(text: str) -> str:
