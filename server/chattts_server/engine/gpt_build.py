@@ -132,16 +132,15 @@ def _llamacpp_gpt(
     return build(weight_format, tap=known is None or bool(known))  # a tap to calibrate or read
 
 
+_BuildGPT = Callable[[str, bool, GGUFCache], LlamaCppGPT]
+"""(format, with an attention tap, the folder of files) -> the GPT on llama.cpp."""
+
+
 def choose_gguf_format(
-    modules: ChatTTSModules,
-    files: GGUFCache,
-    prompts: PromptBuilder,
-    build,  # type: ignore[no-untyped-def]  # (format, tap, files) -> LlamaCppGPT
+    modules: ChatTTSModules, files: GGUFCache, prompts: PromptBuilder, build: _BuildGPT
 ) -> str:
     """The smallest format whose hidden states on the quality probe are within `MIN_SNR_DB` of
-    fp32's (our torch forward on the loaded weights), kept per weights digest beside `files`.
-    The candidates are written in a folder of this process's own, and only the chosen file
-    moves into `files`: replicas sharing the folder never see a file that is not served."""
+    fp32's (our torch forward on the loaded weights), kept per weights digest beside `files`."""
     probe = prompts.code_prompt(prompts.normalize(QUALITY_PROBE), VoiceSpec(), 5).embeds.float()
     store = WarmupCache(files.folder, "gguf-format")
     key = {
@@ -160,8 +159,29 @@ def choose_gguf_format(
             store.path_for(key),
         )
         return str(cached["format"])
-    reference = fp32_reference(modules, probe)
     snr: dict[str, float] = {}
+    chosen = _measure_formats(modules, files, probe, build, snr)
+    store.store_json(key, {"format": chosen, "snr_db": snr})
+    log.info(
+        "GGUF format %s: the smallest within %g dB of fp32 (hidden-state SNR %s)",
+        chosen,
+        MIN_SNR_DB,
+        ", ".join(f"{f} {db:.1f} dB" for f, db in snr.items()),
+    )
+    return chosen
+
+
+def _measure_formats(
+    modules: ChatTTSModules,
+    files: GGUFCache,
+    probe: Tensor,
+    build: _BuildGPT,
+    snr: dict[str, float],
+) -> str:
+    """`smallest_within_budget`, measured (into `snr`). The candidates are written in a folder
+    of this process's own, and only the chosen file moves into `files`: replicas sharing the
+    folder never see a file that is not served."""
+    reference = fp32_reference(modules, probe)
     files.folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=files.folder, prefix=".candidates-") as scratch:
         candidates = GGUFCache(Path(scratch), files.digest)
@@ -175,13 +195,6 @@ def choose_gguf_format(
 
         chosen = smallest_within_budget(measure, snr)
         os.replace(candidates.path(chosen), files.path(chosen))
-    store.store_json(key, {"format": chosen, "snr_db": snr})
-    log.info(
-        "GGUF format %s: the smallest within %g dB of fp32 (hidden-state SNR %s)",
-        chosen,
-        MIN_SNR_DB,
-        ", ".join(f"{f} {db:.1f} dB" for f, db in snr.items()),
-    )
     return chosen
 
 

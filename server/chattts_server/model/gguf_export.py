@@ -22,6 +22,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -76,32 +77,12 @@ def write_gguf(
 
     if weight_format not in WRITTEN_HERE:
         raise ValueError(f"write_gguf writes {WRITTEN_HERE}, not {weight_format}")
+    writer = gguf.GGUFWriter(str(path), "llama")
+    _write_header(writer, shape, rope_theta, weight_format)
+    writer.add_tensor("token_embd.weight", np.zeros((1, shape.hidden_size), dtype=np.float32))
+    writer.add_tensor("output_norm.weight", _f32(state_dict["norm.weight"]))
     base, _, mixed = weight_format.partition("-mixed")
     exact_layers = int(mixed or 0)
-    qtype = getattr(gguf.GGMLQuantizationType, base)
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_block_count(shape.num_layers)
-    writer.add_context_length(shape.max_positions)
-    writer.add_embedding_length(shape.hidden_size)
-    writer.add_feed_forward_length(shape.intermediate_size)
-    writer.add_head_count(shape.num_heads)
-    writer.add_head_count_kv(shape.num_kv_heads)
-    writer.add_key_length(shape.head_dim)
-    writer.add_value_length(shape.head_dim)
-    writer.add_rope_dimension_count(shape.head_dim)
-    writer.add_rope_freq_base(rope_theta)
-    writer.add_layer_norm_rms_eps(shape.rms_norm_eps)
-    writer.add_file_type(
-        gguf.LlamaFileType[f"MOSTLY_{base}"]
-        if weight_format != "F32"
-        else gguf.LlamaFileType.ALL_F32
-    )
-    f16 = gguf.GGMLQuantizationType.F16
-    writer.add_tokenizer_model("no_vocab")
-    writer.add_vocab_size(1)
-    hidden = shape.hidden_size
-    writer.add_tensor("token_embd.weight", np.zeros((1, hidden), dtype=np.float32))
-    writer.add_tensor("output_norm.weight", _f32(state_dict["norm.weight"]))
     for i in range(shape.num_layers):
         for ours, theirs in _LAYER_TENSORS.items():
             tensor = _f32(state_dict[f"layers.{i}.{ours}"])
@@ -113,13 +94,38 @@ def write_gguf(
             if tensor.ndim == 1 or weight_format == "F32":
                 writer.add_tensor(name, tensor)
             else:
-                layer_type = f16 if i < exact_layers else qtype
-                data = gguf.quants.quantize(tensor, layer_type)
-                writer.add_tensor(name, data, raw_dtype=layer_type)
+                layer_type = getattr(gguf.GGMLQuantizationType, "F16" if i < exact_layers else base)
+                writer.add_tensor(
+                    name, gguf.quants.quantize(tensor, layer_type), raw_dtype=layer_type
+                )
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def _write_header(writer: Any, shape: LlamaShape, rope_theta: float, weight_format: str) -> None:
+    """The Llama architecture's keys, and a tokenizer of one dummy token (no vocabulary)."""
+    import gguf
+
+    writer.add_block_count(shape.num_layers)
+    writer.add_context_length(shape.max_positions)
+    writer.add_embedding_length(shape.hidden_size)
+    writer.add_feed_forward_length(shape.intermediate_size)
+    writer.add_head_count(shape.num_heads)
+    writer.add_head_count_kv(shape.num_kv_heads)
+    writer.add_key_length(shape.head_dim)
+    writer.add_value_length(shape.head_dim)
+    writer.add_rope_dimension_count(shape.head_dim)
+    writer.add_rope_freq_base(rope_theta)
+    writer.add_layer_norm_rms_eps(shape.rms_norm_eps)
+    base = weight_format.partition("-mixed")[0]
+    file_type = (
+        gguf.LlamaFileType.ALL_F32 if base == "F32" else gguf.LlamaFileType[f"MOSTLY_{base}"]
+    )
+    writer.add_file_type(file_type)
+    writer.add_tokenizer_model("no_vocab")
+    writer.add_vocab_size(1)
 
 
 def _f32(tensor: torch.Tensor) -> np.ndarray:
