@@ -24,8 +24,6 @@ from ..audio_constants import FRAMES_PER_TOKEN
 from ..config import EngineConfig, ModelConfig
 from ..devmodel import dev_model_dir
 from ..errors import EngineError, InvalidRequestError
-from ..model.alignment_capture import AttentionWeights, CaptureRow
-from ..model.alignment_heads import HeadId
 from ..model.hifigan import HiFiGANVocoder
 from ..model.llama import DecodeBatch, PromptRun
 from ..model.loader import (
@@ -37,9 +35,9 @@ from ..model.loader import (
 )
 from ..model.vocoders import Vocoder
 from ..model.vocos import VocosVocoder
-from ..text.attention_timing import ATTENTION
 from ..text.spans import Traced
-from ..text.timing import ESTIMATE
+from ..timing.alignment import attended_tokens, timing_source, utterance_alignment
+from ..timing.types import CaptureRequest, CaptureRow, HeadId
 from .chunking import ChunkSchedule
 from .gpt import GPTModel
 from .gpt_build import GPTSettings, build_gpt
@@ -52,6 +50,7 @@ from .slot_sampler import SlotSampler
 from .step_io import FinishedAudio, ModelOutput, PreparedPrompt, Sampled, SchedulerOutput
 from .streaming_decode import StreamingDecoder
 from .utterance import UtteranceRequest
+from .warmup import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +138,7 @@ class ModelRunner:
             backend=self.gpt.name,
             decode_graphs=self.gpt.decode_graphs,
             decode_graphs_error=self.gpt.graphs_error,
-            timing_source=ATTENTION if self.alignment_heads else ESTIMATE,
+            timing_source=timing_source(self.alignment_heads),
         )
 
     @classmethod
@@ -169,8 +168,6 @@ class ModelRunner:
 
     def warmup(self, batch_size: int) -> None:
         """Every code path once (`engine/warmup.py`)."""
-        from .warmup import warm_up
-
         warm_up(self, batch_size)
 
     # -- per request -------------------------------------------------------------------------
@@ -250,7 +247,7 @@ class ModelRunner:
                 text=state.spoken.text,
                 codes=np.asarray(state.codes, dtype=np.int64).reshape(-1, self.num_vq),
                 spoken=state.spoken,
-                alignment=state.token_alignment(),
+                alignment=utterance_alignment(state.alignment, len(state.codes), state.prompt_text),
             )
             for slot_id, state in states.items()
         }
@@ -307,7 +304,8 @@ class ModelRunner:
             prompts, decode, self._alignment_rows(plan)
         )
         if capture is not None:
-            self._keep_alignment(plan, capture)
+            for row, token in attended_tokens(capture):
+                self._slots[plan.decode[row].slot_id].alignment.append(token)
         rows = [
             _Row(chunk.slot_id, 0, last)
             for chunk, last in zip(plan.prefill, prompt_last, strict=True)
@@ -320,9 +318,7 @@ class ModelRunner:
             ]
         return rows
 
-    def _alignment_rows(
-        self, plan: SchedulerOutput
-    ) -> tuple[tuple[HeadId, ...], list[CaptureRow]] | None:
+    def _alignment_rows(self, plan: SchedulerOutput) -> CaptureRequest | None:
         """With alignment heads, the decode rows of audio passes whose stream wants word timing,
         over their text; else None (the forward computes nothing extra)."""
         if not self.alignment_heads:
@@ -334,13 +330,6 @@ class ModelRunner:
             if wanted and state.prompt_text is not None:
                 rows.append(CaptureRow(i, r.slot_id, *state.prompt_text.positions))
         return (self.alignment_heads, rows) if rows else None
-
-    def _keep_alignment(self, plan: SchedulerOutput, capture: AttentionWeights) -> None:
-        """Each captured row's text token: the argmax of its heads' weights averaged."""
-        rows = [r.row for r in capture.rows]
-        weights = torch.stack([capture.row_weights(r).mean(0) for r in rows])
-        for r, token in zip(rows, weights.argmax(dim=1).tolist(), strict=True):
-            self._slots[plan.decode[r].slot_id].alignment.append(int(token))
 
     def _decode_batch(self, plan: SchedulerOutput) -> DecodeBatch:
         embeds = []

@@ -8,22 +8,33 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from ..model.llama import DecodeBatch, PromptRun
-from .gpt import decode_batch_sizes
+from .gpt import GPTModel, decode_batch_sizes
+from .heads import Heads
+from .prompts import PromptBuilder
+from .streaming_decode import StreamingDecoder
 from .utterance import VoiceSpec
-
-if TYPE_CHECKING:
-    from .runner import ModelRunner
 
 log = logging.getLogger(__name__)
 
 
+class Warmable(Protocol):
+    """What warm-up runs: `engine/runner.ModelRunner`'s parts."""
+
+    prompts: PromptBuilder
+    gpt: GPTModel
+    heads: Heads
+    audio: StreamingDecoder
+    device: torch.device
+    dtype: torch.dtype
+
+
 @torch.inference_mode()
-def warm_up(runner: ModelRunner, batch_size: int) -> None:
+def warm_up(runner: Warmable, batch_size: int) -> None:
     """The prompt builder, a prefill, a decode step at each batch size the scheduler will use
     (powers of two up to `batch_size`, and `batch_size`) with the heads, and the streaming
     Decoder + vocoder."""
