@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 PYTEST := $(BIN)/python -m pytest --durations=20
 
-.PHONY: install install-python lock llama-build-args browser ffmpeg proxy run test proto lint bench bench-quick clean
+.PHONY: install install-python lock llama-build-args browser ffmpeg proxy run test proto lint bench clean
 
 install: $(STAMP)
 

@@ -66,36 +66,10 @@ from chattts_client import (  # noqa: E402
     Segment,
     StreamItem,
 )
-from chattts_devtools.launcher import (  # noqa: E402
-    add_bench_server_arguments,
-    bench_server,
-    launch,
-)
+from chattts_devtools.launcher import add_bench_server_arguments as add_bench_server_arguments  # noqa: E402
+from chattts_devtools.launcher import bench_server as bench_server  # noqa: E402
+from chattts_devtools.launcher import launch as launch  # noqa: E402
 from chattts_proto.chattts.v1 import tts_pb2  # noqa: E402
-
-__all__ = [
-    "CACHE",
-    "REPO",
-    "CAPTION",
-    "Call",
-    "Load",
-    "add_bench_server_arguments",
-    "bench_server",
-    "caption_backlog",
-    "command",
-    "feed",
-    "launch",
-    "load_line",
-    "pct",
-    "proc_mib",
-    "push_words",
-    "record",
-    "run_load",
-    "send",
-    "synthesize",
-    "table",
-    "write_result",
-]
 
 # -- figures ------------------------------------------------------------------------------------
 

@@ -23,31 +23,16 @@ Usage: python bench/bench_replicas.py [--setups haproxy,plain,operator,direct] [
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / d) for d in ("client", "server", "tools")]
+from _common import CACHE, load_line
 
-from chattts_devtools.replica_load import Load, Outcome, judge_kill, p95  # noqa: E402
-from chattts_devtools.replicas import (  # noqa: E402
-    CONFIGS,
-    REPLICA_ARGS,
-    HAProxy,
-    Replicas,
-    haproxy_missing,
-)
+from chattts_devtools.replica_load import Load, Outcome, judge_kill, p95
+from chattts_devtools.replicas import CONFIGS, REPLICA_ARGS, HAProxy, Replicas, haproxy_missing
 
-CACHE = REPO / ".cache" / "dev-models"
 SETTLE_S = 1.5
 """Load before and after each event, so calls in flight meet it."""
 HTTP_KINDS = ("post", "websocket")
-
-
-def _load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _ms(value: float | None) -> str:
@@ -161,7 +146,7 @@ def main() -> None:
         setups = [s for s in setups if s == "direct"]
     if args.smoke:
         setups, args.callers, args.min_calls, args.max_rounds = setups[:1], 4, 0, 1
-    print(f"load average before: {_load_avg()}")
+    print(f"before: {load_line()}")
     with Replicas(2 if args.smoke else 3, CACHE, REPLICA_ARGS) as replicas:
         replicas.start()
         proxies = {s: HAProxy(CONFIGS[s], replicas) for s in setups if s in CONFIGS}
@@ -174,7 +159,7 @@ def main() -> None:
             results = {name: load.stop() for name, load in loads.items()}
             print(
                 f"rolling restarts: {rounds} rounds of {len(replicas.members)} replicas in "
-                f"{time.monotonic() - started:.0f} s, load average {_load_avg()}"
+                f"{time.monotonic() - started:.0f} s, {load_line()}"
             )
             print("\n".join(restart_rows(results)), flush=True)
             loads = start_loads(setups, replicas, proxies, args.callers)
@@ -185,7 +170,7 @@ def main() -> None:
                 proxy.stop()
     print(
         f"{len(replicas.members)} replicas ({' '.join(REPLICA_ARGS)}), {args.callers} callers "
-        f"per setup; load average after: {_load_avg()}"
+        f"per setup; after: {load_line()}"
     )
 
 

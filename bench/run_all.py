@@ -1,12 +1,12 @@
 """`make bench`: every benchmark (bench/bench_*.py), one after another, each in its own process.
 
-bench_serving.py (upstream vs our server) runs first, then bench_decode_step.py (the decode step
-on llama.cpp per GGUF format against its memory floor), bench_lookahead.py and any other
-bench_*.py. Results land in bench/results/.
+bench_serving.py (upstream vs our server, first audio, start-up, priority) runs first, then
+bench_decode_step.py (the decode step on llama.cpp per GGUF format against its memory floor),
+bench_lookahead.py and any other bench_*.py. Results land in bench/results/.
 
     python bench/run_all.py [ARGS for bench_serving.py]   e.g. --tokens 100 --requests 4
     python bench/run_all.py --smoke   # each benchmark in its smoke mode; writes nothing here
-    python bench/run_all.py --smoke --only bench_priority.py,bench_soak.py   # just those
+    python bench/run_all.py --smoke --only bench_serving.py,bench_replicas   # just those
 
 Extra arguments per benchmark come from BENCH_<NAME>_ARGS, NAME being the file name without
 `bench_` in capitals: BENCH_DECODE_STEP_ARGS (default "--steps 5"), BENCH_LOOKAHEAD_ARGS (e.g.
@@ -44,40 +44,26 @@ def env_args(script: Path) -> list[str]:
 
 def run(cmd: list[str]) -> int:
     print("$ " + " ".join(cmd), flush=True)
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            [
-                *(str(REPO / d) for d in ("client", "server", "tools")),
-                os.environ.get("PYTHONPATH", ""),
-            ]
-        ),
-    }
+    paths = [
+        *(str(REPO / d) for d in ("client", "server", "tools")),
+        os.environ.get("PYTHONPATH", ""),
+    ]
     started = time.monotonic()
-    rc = subprocess.call(cmd, cwd=REPO, env=env)
+    rc = subprocess.call(cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)})
     print(f"-> rc {rc} in {time.monotonic() - started:.0f} s\n", flush=True)
     return rc
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        epilog="Unknown arguments go to bench_serving.py.",
-    )
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="run each benchmark with --smoke (tiny model, seconds each, output to temp dirs)",
-    )
-    parser.add_argument(
-        "--only",
-        default="",
-        help="comma-separated bench_*.py names to run (default: all); the tests run each apart",
-    )
+    # fmt: off
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="Unknown arguments go to bench_serving.py.")
+    parser.add_argument("--smoke", action="store_true", help="run each benchmark with --smoke (tiny model, seconds each, output to temp dirs)")
+    parser.add_argument("--only", default="", help="comma-separated bench_*.py names to run (default: all); the tests run each apart")
+    # fmt: on
     args, serving_args = parser.parse_known_args()
     chosen = benchmarks()
     if args.only:
-        # With or without ".py": bench_priority and bench_priority.py name the same script.
+        # With or without ".py": bench_serving and bench_serving.py name the same script.
         names = {n if n.endswith(".py") else f"{n}.py" for n in args.only.split(",") if n}
         unknown = names - {p.name for p in chosen}
         if unknown:

@@ -4,9 +4,9 @@
     python bench/soak.py --smoke   # 24 streams of 4 tokens: checks the script, measures nothing
 
 Starts `chattts-server` (tiny model, --max-streams 16 --max-queue 64, metrics on) as a subprocess,
-drives it with grpc.aio clients, and reports the server's active slots and streams (Prometheus
-endpoint), open fds, threads and RSS (/proc/<pid>) before and after, and error counts by status.
-Exits 1 if slots or streams stay above zero or fds grow by more than a few.
+drives it through `AsyncTTSClient`, and reports the server's active slots and streams
+(Prometheus endpoint), open fds, threads and RSS (/proc/<pid>) before and after, and the calls'
+statuses. Exits 1 if slots or streams stay above zero or fds grow by more than a few.
 """
 
 from __future__ import annotations
@@ -22,73 +22,62 @@ import time
 import urllib.request
 from pathlib import Path
 
-import grpc
+from _common import CACHE, Call, launch, load_line, proc_mib, run_load
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "client"), str(REPO / "server"), str(REPO / "tools")]
+from chattts_client import AsyncTTSClient
+from chattts_proto.chattts.v1 import tts_pb2
 
-from chattts_devtools.launcher import launch  # noqa: E402
-from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc  # noqa: E402
-
-CACHE = REPO / ".cache" / "dev-models"
+GAUGES = ("chattts_kv_slots_in_use", "chattts_active_streams", "chattts_queued_streams")
 
 
 def proc_figures(pid: int) -> dict[str, float]:
     status = Path(f"/proc/{pid}/status").read_text()
-    rss_kib = int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
-    threads = int(re.search(r"Threads:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+    threads = re.search(r"Threads:\s+(\d+)", status)
     return {
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
-        "threads": threads,
-        "rss_mib": rss_kib / 1024,
+        "threads": int(threads.group(1)) if threads else float("nan"),
+        "rss_mib": proc_mib(pid),
     }
 
 
 def metrics(port: int) -> dict[str, float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out = {}
-    for name in ("chattts_kv_slots_in_use", "chattts_active_streams", "chattts_queued_streams"):
-        m = re.search(rf"^{name} (\S+)$", text, re.M)
-        out[name] = float(m.group(1)) if m else float("nan")
-    return out
+    found = {name: re.search(rf"^{name} (\S+)$", text, re.M) for name in GAUGES}
+    return {name: float(m.group(1)) if m else float("nan") for name, m in found.items()}
 
 
-async def one_stream(stub, i: int, tokens: int, cancel: bool, codes: collections.Counter) -> None:
-    cfg = tts_pb2.SynthesisConfig(
+async def one_stream(client: AsyncTTSClient, i: int, tokens: int, cancel: bool) -> Call:
+    """One stream; cancelled by the client after its first event when `cancel`."""
+    config = tts_pb2.SynthesisConfig(
         voice=tts_pb2.Voice(seed=1000 + i % 7),
         sampling=tts_pb2.Sampling(seed=i, min_new_tokens=tokens, max_new_tokens=tokens),
     )
-    call = stub.Synthesize(
-        tts_pb2.SynthesizeRequest(text=f"Soak stream {i}.", config=cfg), timeout=120
-    )
+    stream = client.synthesize(f"Soak stream {i}.", config=config, timeout=120)
+    call = Call()
     try:
-        async for _ in call:
+        async for _ in stream:
             if cancel:
-                call.cancel()
+                stream.cancel()
                 break
-        code = await call.code()
-        codes[code.name] += 1
+        call.status = (await stream.call.code()).name
     except asyncio.CancelledError:
-        codes["CANCELLED(client)"] += 1
-    except grpc.aio.AioRpcError as exc:
-        codes[exc.code().name] += 1
+        call.status = "CANCELLED(client)"
+    except Exception as exc:  # noqa: BLE001 - grpc.aio.AioRpcError and the like, counted
+        code = getattr(exc, "code", None)
+        call.status = code().name if callable(code) else type(exc).__name__
+    return call
 
 
 async def drive(
     target: str, streams: int, concurrency: int, cancel_fraction: float, tokens: int
-) -> collections.Counter:
-    codes: collections.Counter = collections.Counter()
+) -> collections.Counter[str]:
     rng = random.Random(0)
-    sem = asyncio.Semaphore(concurrency)
-    async with grpc.aio.insecure_channel(target) as channel:
-        stub = tts_pb2_grpc.TextToSpeechStub(channel)
-
-        async def task(i: int) -> None:
-            async with sem:
-                await one_stream(stub, i, tokens, rng.random() < cancel_fraction, codes)
-
-        await asyncio.gather(*(task(i) for i in range(streams)))
-    return codes
+    cancels = [rng.random() < cancel_fraction for _ in range(streams)]
+    async with AsyncTTSClient(target) as client:
+        load = await run_load(
+            concurrency, streams, lambda i: one_stream(client, i, tokens, cancels[i])
+        )
+    return collections.Counter(call.status for call in load.calls)
 
 
 def settle(port: int, timeout_s: float = 10.0) -> dict[str, float]:
@@ -121,16 +110,11 @@ def main() -> int:
     if a.smoke:
         a.streams, a.concurrency, a.tokens = 24, 8, 4
         server_args.append("--no-warmup")
-
-    from chattts_server.devmodel.assets import build_dev_assets
-
-    build_dev_assets("tiny", a.cache)
-    with launch(server_args, dev_model="tiny", cache=a.cache, metrics=True, cwd=REPO) as srv:
+    with launch(server_args, dev_model="tiny", cache=a.cache, metrics=True) as srv:
         srv.wait_serving()
         # A few streams first so lazily created threads and buffers exist before the baseline.
         asyncio.run(drive(srv.target, 16, 16, 0.0, a.tokens))
-        m_before = settle(srv.metrics_port)
-        before = proc_figures(srv.pid)
+        m_before, before = settle(srv.metrics_port), proc_figures(srv.pid)
         started = time.monotonic()
         codes = asyncio.run(
             drive(srv.target, a.streams, a.concurrency, a.cancel_fraction, a.tokens)
@@ -139,16 +123,13 @@ def main() -> int:
         m_after = settle(srv.metrics_port)  # cancelled streams free their slots asynchronously
         after = proc_figures(srv.pid)
         rc = srv.stop(timeout_s=60)
-
-    print(
-        f"streams={a.streams} concurrency={a.concurrency} cancel_fraction={a.cancel_fraction} tokens={a.tokens}"
-    )
+    print(f"streams={a.streams} concurrency={a.concurrency} cancel_fraction={a.cancel_fraction} "
+          f"tokens={a.tokens}; {load_line()}")  # fmt: skip
     print(f"wall_s={wall:.1f} streams_per_s={a.streams / wall:.1f}")
     print("status codes:", dict(sorted(codes.items())))
     for key in before:
-        print(
-            f"server {key}: before={before[key]:.1f} after={after[key]:.1f} delta={after[key] - before[key]:+.1f}"
-        )
+        delta = after[key] - before[key]
+        print(f"server {key}: before={before[key]:.1f} after={after[key]:.1f} delta={delta:+.1f}")
     for key in m_before:
         print(f"{key}: before={m_before[key]:g} after={m_after[key]:g}")
     print(f"server exit code after SIGTERM: {rc}")

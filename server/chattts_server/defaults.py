@@ -32,7 +32,7 @@ the loaded weights are within this SNR of fp32's (bench/bench_quality.py reports
 FIRST_CHUNK_TOKENS = 4
 """New tokens in a stream's first audio chunk (85 ms of audio): small, for a short time to first
 audio. Its first audio waits for the prompt's prefill and FIRST_CHUNK_TOKENS +
-FIRST_LOOKAHEAD_TOKENS - 1 decode steps (bench/bench_first_audio.py)."""
+FIRST_LOOKAHEAD_TOKENS - 1 decode steps (bench/bench_serving.py --parts first-audio)."""
 MAX_CHUNK_TOKENS = 32
 """Cap on new tokens per chunk (chunks grow from the first up to it): bounds the per-chunk cost
 and the gap between chunks."""

@@ -1,6 +1,6 @@
 """The first chunk's size and lookahead set when a stream's first audio comes, alone or at a
 full batch: counted in engine steps on the tiny model, so the check does not depend on the
-machine's speed (bench/bench_first_audio.py measures the milliseconds)."""
+machine's speed (bench/bench_serving.py --parts first-audio measures the milliseconds)."""
 
 from __future__ import annotations
 
