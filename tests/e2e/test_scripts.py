@@ -33,9 +33,6 @@ SMOKE_SAYS = {
     # The serving-load timing (stateful vs window path), then the results file.
     "bench_lookahead.py": r"^stateful / window = \d+\.\d+$(?s:.*)^wrote .*lookahead\.md",
     "run_all.py": r"^0 of \d+ benchmarks failed",
-    "bench_pipecat_turns.py": r"^RESULT: turn end after last audio median \d+\.\d ms",
-    # Prompts' first audio idle and under the caption backlog, and what the backlog lost.
-    "bench_priority.py": r"^RESULT: prompts' first-audio p95 loaded / idle = \d+\.\d+ .*lost",
     # Time to first audio, then captions fed faster than the voice, without and with max_lag_s.
     "bench_captions.py": (
         r"^RESULT: time to first audio median \d+\.\d+ s(?s:.*)"
@@ -47,8 +44,6 @@ SMOKE_SAYS = {
         r"^RESULT: 10 prompts: \d+ late, \d+ replaced, \d+ cut, \d+ expired, \d+ not spoken, "
         r"0 without SegmentEnd; first audio p50 \d+\.\d+ s"
     ),
-    # Matching cost per utterance at the largest lexicon against a small one.
-    "bench_lexicon.py": r"^RESULT: \d+ / \d+ lexemes = \d+\.\d+x per utterance$",
     # A format per row with its step against the floor; then auto's step without and with the tap.
     "bench_decode_step.py": (
         r"^\| Q8_0\b.* \| \d+\.\d \(\d+\.\dx\) \|(?s:.*)"
@@ -60,9 +55,14 @@ SMOKE_SAYS = {
         r"^RESULT: auto [\w-]+ \(smallest within \d+ dB\): probe SNR \d+\.\d dB, "
         r"greedy codes = fp32 \d+\.\d% over \d+ teacher-forced steps; word bounds \d+\.\d ms"
     ),
-    # The engine's parts of first audio per schedule, then the client's through the server.
-    "bench_first_audio.py": (
-        r"^\| prefill \| \d+\.\d \|(?s:.*)^Through the server \(4/4, gRPC.*first audio \d+\.\d ms"
+    # Every part: the levels' report; the engine's parts of first audio per schedule, then the
+    # client's through the server; cold start and restart; prompts' first audio idle and under
+    # the caption backlog, and what the backlog lost.
+    "bench_serving.py": (
+        r"^wrote .*serving\.md(?s:.*)"
+        r"^\| prefill \| \d+\.\d \|(?s:.*)^Through the server \(4/4, gRPC.*first audio \d+\.\d ms(?s:.*)"
+        r"^RESULT: engine ready cold \d+\.\d s, restart \d+\.\d s(?s:.*)"
+        r"^RESULT: prompts' first-audio p95 loaded / idle = \d+\.\d+ .*lost"
     ),
 }
 

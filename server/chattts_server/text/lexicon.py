@@ -28,7 +28,7 @@ longest match first, which is what is done:
 Cost does not grow with a lexicon's size: each lexicon is one dict of its graphemes (to the
 alias) and of every proper prefix of them (to ""); at each character of the text a set lookup
 says whether any grapheme starts with it, and only there a walk of lookups stops at the first
-string that starts no grapheme (bench/bench_lexicon.py measures it at 10 to 50,000 lexemes).
+string that starts no grapheme (docs/retired-benchmarks.md: measured at 10 to 50,000 lexemes).
 """
 
 from __future__ import annotations
