@@ -6,6 +6,7 @@ Each server builds its own registry, so tests can run several servers in one pro
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -18,19 +19,14 @@ _RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 
 class Metrics:
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self.ttfa = Histogram(
-            "chattts_time_to_first_audio_seconds",
-            "Stream start to first audio chunk sent",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.registry = r = CollectorRegistry()
+        latency = partial(Histogram, buckets=_LATENCY_BUCKETS, registry=r)
+        counter, gauge = partial(Counter, registry=r), partial(Gauge, registry=r)
+        self.ttfa = latency(
+            "chattts_time_to_first_audio_seconds", "Stream start to first audio chunk sent"
         )
-        self.chunk_gap = Histogram(
-            "chattts_inter_chunk_gap_seconds",
-            "Time between consecutive audio chunks of a stream",
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+        self.chunk_gap = latency(
+            "chattts_inter_chunk_gap_seconds", "Time between consecutive audio chunks of a stream"
         )
         self.rtf = Histogram(
             "chattts_real_time_factor",
@@ -38,41 +34,33 @@ class Metrics:
             buckets=_RTF_BUCKETS,
             registry=r,
         )
-        self.ttfa_by_priority = Histogram(
+        self.ttfa_by_priority = latency(
             "chattts_time_to_first_audio_by_priority_seconds",
             "Stream start to first audio chunk sent, by the stream's priority class",
             ["priority"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
         )
-        self.streams_by_priority = Counter(
+        self.streams_by_priority = counter(
             "chattts_streams_by_priority_total",
             "Streams finished, by priority class and status",
             ["priority", "status"],
-            registry=r,
         )
-        self.audio_seconds = Counter("chattts_audio_seconds_total", "Audio generated", registry=r)
-        self.tokens = Counter("chattts_audio_tokens_total", "Audio tokens generated", registry=r)
-        self.started = Counter(
+        self.audio_seconds = counter("chattts_audio_seconds_total", "Audio generated")
+        self.tokens = counter("chattts_audio_tokens_total", "Audio tokens generated")
+        self.started = counter(
             "chattts_streams_started_total",
             "Streams admitted (past validation and the queue), by method",
             ["method"],
-            registry=r,
         )
-        self.streams = Counter(
-            "chattts_streams_total",
-            "Streams finished, by method and status",
-            ["method", "status"],
-            registry=r,
+        self.streams = counter(
+            "chattts_streams_total", "Streams finished, by method and status", ["method", "status"]
         )
-        self.rejections = Counter(
-            "chattts_rejected_streams_total", "Streams refused at admission", ["reason"], registry=r
+        self.rejections = counter(
+            "chattts_rejected_streams_total", "Streams refused at admission", ["reason"]
         )
-        self.stalled_streams = Counter(
+        self.stalled_streams = counter(
             "chattts_stalled_streams_total",
             "Streams cancelled because their client took no audio for --stall-timeout-s",
             ["method"],
-            registry=r,
         )
         self.lag = Histogram(
             "chattts_utterance_lag_seconds",
@@ -81,35 +69,26 @@ class Metrics:
             buckets=_LAG_BUCKETS,
             registry=r,
         )
-        self.utterances = Counter(
+        self.utterances = counter(
             "chattts_utterances_total",
             "Utterances ended, by finish_reason (eos, max_tokens, cleared, cut, replaced, "
             "expired, skipped)",
             ["finish_reason"],
-            registry=r,
         )
-        self.segments = Counter(
+        self.segments = counter(
             "chattts_segments_total",
             "Named segments (TextInput.segment, each replace) ended, by outcome (spoken, "
             "replaced, cut, expired, not_spoken)",
             ["outcome"],
-            registry=r,
         )
-        self.active_streams = Gauge(
-            "chattts_active_streams", "Streams admitted and running", registry=r
-        )
-        self.queued_streams = Gauge(
-            "chattts_queued_streams", "Streams waiting for admission", registry=r
-        )
-        self.slots_in_use = Gauge(
-            "chattts_kv_slots_in_use", "KV-cache slots held by requests", registry=r
-        )
-        self.slots_total = Gauge("chattts_kv_slots_total", "KV-cache slots allocated", registry=r)
-        self.gpt_backend = Gauge(
+        self.active_streams = gauge("chattts_active_streams", "Streams admitted and running")
+        self.queued_streams = gauge("chattts_queued_streams", "Streams waiting for admission")
+        self.slots_in_use = gauge("chattts_kv_slots_in_use", "KV-cache slots held by requests")
+        self.slots_total = gauge("chattts_kv_slots_total", "KV-cache slots allocated")
+        self.gpt_backend = gauge(
             "chattts_gpt_backend",
             "1 for what runs the GPT's layers ('llamacpp Q8_0', 'torch') and its word timing",
             ["backend", "timing_source"],
-            registry=r,
         )
 
     def bind(

@@ -24,22 +24,9 @@ CONTAINER_ENCODINGS = ("WAV", "MP3", "AAC", "FLAC")
 # The largest value of a RIFF/WAV length field: what streamed WAVs (ffmpeg's, OpenAI's) put in
 # the RIFF and data sizes when the length is not known yet. Readers take "up to the end".
 _WAV_UNKNOWN_SIZE = 0xFFFFFFFF
-# MPEG-4 sampling-frequency indices (ISO 14496-3, 1.6.3.4), for the ADTS header.
-_ADTS_RATE_INDEX = {
-    96000: 0,
-    88200: 1,
-    64000: 2,
-    48000: 3,
-    44100: 4,
-    32000: 5,
-    24000: 6,
-    22050: 7,
-    16000: 8,
-    12000: 9,
-    11025: 10,
-    8000: 11,
-    7350: 12,
-}
+_ADTS_RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000)
+_ADTS_RATE_INDEX = {rate: i for i, rate in enumerate((*_ADTS_RATES, 7350))}
+"""MPEG-4 sampling-frequency indices (ISO 14496-3, 1.6.3.4), for the ADTS header."""
 
 
 def wav_header(sample_rate_hz: int, num_data_bytes: int = _WAV_UNKNOWN_SIZE) -> bytes:

@@ -72,23 +72,10 @@ class RequestOutput:
 
 class EngineCore:
     def __init__(
-        self,
-        runner: Runner,
-        num_slots: int,
-        max_tokens: int,
-        prefill_chunk_tokens: int,
-        max_new_tokens: int,
-        is_paused: Callable[[str], bool] = lambda request_id: False,
-        interactive_hold_tokens: int = 0,
+        self, runner: Runner, scheduler: Scheduler, is_paused: Callable[[str], bool]
     ) -> None:
         self.runner = runner
-        self.scheduler = Scheduler(
-            num_slots,
-            max_tokens,
-            prefill_chunk_tokens,
-            max_new_tokens,
-            interactive_hold_tokens,
-        )
+        self.scheduler = scheduler
         self.is_paused = is_paused
         """Whether a request's reader is behind; its generation then skips steps."""
         self.consecutive_failures = 0
@@ -107,15 +94,15 @@ class EngineCore:
         config: EngineConfig,
         is_paused: Callable[[str], bool] = lambda request_id: False,
     ) -> EngineCore:
-        return cls(
-            runner,
-            num_slots=config.max_streams,
-            max_tokens=config.max_tokens,
-            prefill_chunk_tokens=config.prefill_chunk_tokens,
-            max_new_tokens=config.max_new_tokens,
-            is_paused=is_paused,
-            interactive_hold_tokens=config.interactive_hold_tokens,
+        c = config
+        scheduler = Scheduler(
+            c.max_streams,
+            c.max_tokens,
+            c.prefill_chunk_tokens,
+            c.max_new_tokens,
+            c.interactive_hold_tokens,
         )
+        return cls(runner, scheduler, is_paused)
 
     # -- requests in -----------------------------------------------------------------------
 

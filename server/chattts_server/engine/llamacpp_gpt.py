@@ -220,11 +220,6 @@ class LlamaCppGPT:
             raise RuntimeError("llama.cpp could not create a context")
         self._memory = lc.llama_get_memory(self._ctx)
 
-    @property
-    def supports_alignment(self) -> bool:
-        """Attention weights can be read: the context was made with a tap."""
-        return self._tap is not None
-
     def set_attention_tap(self, enabled: bool) -> None:
         """Remake the context with or without the tap (warm-up only: every slot is dropped)."""
         if enabled != (self._tap is not None):

@@ -55,7 +55,6 @@ class Scheduler:
         interactive_hold_tokens: int = 0,
     ) -> None:
         self.num_slots = num_slots
-        """From which batch streams still before their first audio get a shorter first chunk."""
         self.interactive_hold_tokens = interactive_hold_tokens
         """While an INTERACTIVE request has sent no audio and its pass has sampled fewer
         tokens than this, less urgent requests skip decode steps (0: never)."""

@@ -85,10 +85,6 @@ class DecodeGraphs:
         self._pool: Any = None  # the graphs' shared memory pool, from the first capture
         self.num_replays = 0
 
-    @property
-    def max_size(self) -> int:
-        return self.sizes[-1]
-
     def padded_size(self, num_rows: int) -> int:
         """The captured batch size a batch of `num_rows` runs at."""
         return _bucket(self.sizes, num_rows, "batch size")

@@ -112,9 +112,6 @@ class Layer(nn.Module):
         self.gate_up = proj(["mlp.gate_proj", "mlp.up_proj"])
         self.down = proj(["mlp.down_proj"])
 
-    def projections(self) -> list[Projection]:
-        return [self.qkv, self.o, self.gate_up, self.down]
-
     def mlp(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(rms_norm(x, self.post_norm, self.eps))
         return self.down(F.silu(gate) * up)[0]

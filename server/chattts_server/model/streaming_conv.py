@@ -83,8 +83,6 @@ class StackState:
     """One stream's position in a stack: the input frames each stage still needs."""
 
     history: list[Tensor]  # per stage (<= 2p, C_in) in (T, C) layout, oldest first
-    frames_in: int = 0  # input frames committed so far
-    frames_out: int = 0  # output frames committed so far
 
 
 @dataclass
@@ -161,6 +159,4 @@ class StreamingStack:
                 prov.append(x[start + num_com : start + num_out])
                 start += num_out
         for item, c, q in zip(items, com, prov, strict=True):
-            item.state.frames_in += len(item.frames)
-            item.state.frames_out += len(c)
             item.committed, item.provisional = c, q

@@ -76,15 +76,10 @@ def check(text: str) -> None:
         raise ValueError(f"contains the ChatTTS structural token {token}; allowed: {allowed}")
 
 
-def split_controls(text: str) -> list[tuple[str, bool]]:
-    """Text cut into (piece, is_control) pairs. Allowed controls are their own pieces; forbidden
-    tokens are dropped (the API has rejected them already; this is the engine's last guard);
-    other bracketed text stays in the text pieces."""
-    return [(text[start:end], is_control) for start, end, is_control in control_pieces(text)]
-
-
 def control_pieces(text: str) -> list[tuple[int, int, bool]]:
-    """`split_controls` as (start, end, is_control) offsets into text."""
+    """Text cut into (start, end, is_control) pieces. Allowed controls are their own pieces;
+    forbidden tokens are dropped (the API has rejected them already; this is the engine's last
+    guard); other bracketed text stays in the text pieces."""
     pieces: list[tuple[int, int, bool]] = []
     start = 0
     for m in BRACKETED.finditer(text):

@@ -106,15 +106,10 @@ def _cut_points(text: str, pattern: re.Pattern[str]) -> list[int]:
     ]
 
 
-def split_by_duration(text: str, max_s: float, speed: int = 5) -> list[str]:
-    """Cut text into pieces each estimated at most max_s long: at clause stops where possible,
-    else between words, else (Chinese without stops) between characters. Text that fits is
-    returned whole. Pieces are stripped; none is empty."""
-    return [text[start:end] for start, end in duration_pieces(text, max_s, speed)]
-
-
 def duration_pieces(text: str, max_s: float, speed: int = 5) -> list[tuple[int, int]]:
-    """`split_by_duration` as (start, end) offsets into text."""
+    """Text cut into (start, end) pieces each estimated at most max_s long: at clause stops
+    where possible, else between words, else (Chinese without stops) between characters. Text
+    that fits is one piece. Pieces are stripped; none is empty."""
     pieces: list[tuple[int, int]] = []
     start, end = _stripped(text, 0, len(text))
     while start < end and estimate_duration_s(text[start:end], speed) > max_s:

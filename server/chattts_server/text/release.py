@@ -15,7 +15,7 @@ The stream's first utterance is released sooner, so speech starts early: at the 
 boundary, or once `first_words` words are buffered. Later ones are longer, which sounds more
 natural. A CJK character counts as a word. Every released utterance is then cut at clause
 boundaries into pieces whose estimated speech fits the per-utterance token cap
-(`duration.split_by_duration`), so no utterance ends mid-word at the cap.
+(`duration.duration_pieces`), so no utterance ends mid-word at the cap.
 
 Inline control tokens (`[uv_break]`) are never split, a period inside one is no sentence end,
 "3." at the end of the buffer waits: it may become "3.5", and so does a title's period ("toward
@@ -188,7 +188,7 @@ class TextReleaser:
         return self._pieces(text)
 
     def _pieces(self, text: Traced) -> list[Traced]:
-        """text cut to fit the duration budget (`duration.split_by_duration`)."""
+        """text cut to fit the duration budget (`duration.duration_pieces`)."""
         p = self.policy
         return [text[a:b] for a, b in duration_pieces(text.text, p.max_segment_s, p.speed)]
 

@@ -29,22 +29,9 @@ from ...errors import InvalidRequestError
 from ..convert import StreamSettings, Validator
 from ..voices import VoiceLibrary
 
-# Fixed speakers for OpenAI's built-in voice names (ChatTTS speaker seeds).
-OPENAI_VOICE_SEEDS = {
-    "alloy": 1001,
-    "ash": 1002,
-    "ballad": 1003,
-    "coral": 1004,
-    "echo": 1005,
-    "fable": 1006,
-    "onyx": 1007,
-    "nova": 1008,
-    "sage": 1009,
-    "shimmer": 1010,
-    "verse": 1011,
-    "marin": 1012,
-    "cedar": 1013,
-}
+_OPENAI_VOICES = "alloy ash ballad coral echo fable onyx nova sage shimmer verse marin cedar"
+OPENAI_VOICE_SEEDS = {name: 1001 + i for i, name in enumerate(_OPENAI_VOICES.split())}
+"""Fixed speakers for OpenAI's built-in voice names (ChatTTS speaker seeds 1001, 1002, ...)."""
 
 # response_format -> (encoding name for Session, Content-Type)
 FORMAT_ENCODINGS = {
