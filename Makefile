@@ -77,7 +77,6 @@ $(STAMP): pyproject.toml uv.lock | $(UV)
 	$(SYNC) --extra llamacpp $(LLAMA_BUILD) || { \
 	  echo "make install: llama-cpp-python did not build; the server will serve --backend torch"; \
 	  $(SYNC); }
-	$(BIN)/python bench/gpu_wheel_pins.py --check
 	@[ -f $(GGML_AVX2)/libggml-cpu.so.0 ] || bash tools/build_ggml_avx2.sh $(UV_CACHE_DIR) \
 	  $(LLAMA_CPP_VERSION) $(GGML_AVX2) || echo "make install: no AVX2-only llama.cpp backend;" \
 	  "tests/model/test_cpu_kinds.py will be skipped"

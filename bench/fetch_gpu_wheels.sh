@@ -4,22 +4,18 @@
 # CPython 3.12 on manylinux x86-64. A package that publishes only an sdist (ChatTTS, encodec,
 # docopt) gets a pure-Python wheel built from it here. Wheels already present are kept (no
 # network then); wheels for anything not in the list are deleted, so only one version of each
-# travels. Fails, saving what it fetched so far, when a pin differs from what the CPU venv runs
-# or a package cannot be fetched.
+# travels. Fails before fetching when a pin differs from uv.lock (bench/gpu_wheel_pins.py
+# --check), and, saving what it fetched so far, when a package cannot be fetched.
 #
-# Usage (repo root):  bash bench/fetch_gpu_wheels.sh [--python-version 3.12] [--dest .whl]
-#                                                     [--list bench/gpu_wheels.txt]
-#   --python-version 3.11 --dest .cache/gpu-wheels-cp311 fetches the same pins for the CPU
-#   venv's Python (bench/gpu_check.sh --dry-run runs the server from those).
-# PIP_PYTHON (default .venv/bin/python, else python3) runs pip and holds the versions pinned.
+# Usage (repo root):  bash bench/fetch_gpu_wheels.sh [--dest .whl] [--list bench/gpu_wheels.txt]
+#   --list bench/gpu_dry_run_stand_ins.txt --dest DIR fetches the dry run's stand-ins.
+# PIP_PYTHON (default .venv/bin/python, else python3) runs pip and the pin check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYVER=3.12
 DEST=.whl
 LIST=bench/gpu_wheels.txt
 while (($#)); do
   case "$1" in
-    --python-version) PYVER=$2; shift 2 ;;
     --dest) DEST=$2; shift 2 ;;
     --list) LIST=$2; shift 2 ;;
     --help | -h) sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -33,25 +29,7 @@ if [ "$DEST" = .whl ]; then
   grep -qx '/.whl/' "$exclude" 2>/dev/null || echo '/.whl/' >>"$exclude"
 fi
 mkdir -p "$DEST"
-
-# The pins must be what the CPU venv runs: that is the code every CPU test has passed with.
-"$PIP_PYTHON" - "$LIST" <<'PYEOF'
-import importlib.metadata as md, sys
-bad = []
-for line in open(sys.argv[1]):
-    line = line.split("#", 1)[0].split()
-    if not line:
-        continue
-    name, version = line[0].split("==")
-    try:
-        have = md.version(name)
-    except md.PackageNotFoundError:
-        have = "not installed"
-    if have != version:
-        bad.append(f"{name}=={version} (this venv: {have})")
-if bad:
-    sys.exit("bench/gpu_wheels.txt differs from the CPU venv: " + ", ".join(bad))
-PYEOF
+"$PIP_PYTHON" bench/gpu_wheel_pins.py --check >/dev/null
 
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
            --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
@@ -66,19 +44,13 @@ while read -r spec _modules kind; do
   have=("$DEST"/${stem}*.whl)
   if ((${#have[@]} == 0)); then
     if [ "${kind:-}" = sdist ]; then
-      built=(.cache/gpu-sdist-wheels/${stem}*.whl)  # built once, shared by both Python versions
-      if ((${#built[@]} == 0)); then
-        "$PIP_PYTHON" -m pip wheel -q --no-deps -w .cache/gpu-sdist-wheels "$spec" 2>&1 | quiet
-        built=(.cache/gpu-sdist-wheels/${stem}*.whl)
-      fi
-      ((${#built[@]})) || { echo "fetch_gpu_wheels.sh: no wheel built from the sdist of $spec" >&2; exit 1; }
-      cp "${built[@]}" "$DEST"/
+      "$PIP_PYTHON" -m pip wheel -q --no-deps -w "$DEST" "$spec" 2>&1 | quiet
     else
-      "$PIP_PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
+      "$PIP_PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
         --implementation cp "${PLATFORMS[@]}" -d "$DEST" "$spec" 2>&1 | quiet
     fi
     have=("$DEST"/${stem}*.whl)
-    ((${#have[@]})) || { echo "fetch_gpu_wheels.sh: could not fetch $spec for Python $PYVER" >&2; exit 1; }
+    ((${#have[@]})) || { echo "fetch_gpu_wheels.sh: could not fetch $spec" >&2; exit 1; }
     fetched=$((fetched + 1))
   fi
   ((${#have[@]} == 1)) || { echo "fetch_gpu_wheels.sh: several wheels for $spec: ${have[*]}" >&2; exit 1; }
@@ -92,4 +64,4 @@ for wheel in "$DEST"/*; do
     rm -rf "$wheel"
   fi
 done
-echo "$DEST: ${#keep[@]} wheels for Python $PYVER ($fetched fetched now), $(du -sh "$DEST" | cut -f1)"
+echo "$DEST: ${#keep[@]} wheels for Python 3.12 ($fetched fetched now), $(du -sh "$DEST" | cut -f1)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One-shot check on a CUDA machine (the lent H200: Python 3.12, torch 2.11, no network), sized
+# One-shot check on a CUDA machine (the lent GPU: Python 3.12, torch 2.11, no network), sized
 # to run in BUDGET_S (300 s) so that 15 minutes of device time hold a run and a rerun: install
 # the carried wheels (.whl/, from bench/fetch_gpu_wheels.sh) and check every import within
 # seconds, then the CUDA tests one file at a time (fp16 vs fp32, graphs vs eager, parity with
@@ -10,14 +10,16 @@
 # every load level), gpu_memory_mib.txt. Commit gpu.md and serving.png as bench/results/gpu.*.
 #
 # Usage (repo root):
-#   bash bench/gpu_check.sh --dry-run   here, on the CPU: everything that needs no GPU, as there
+#   bash bench/gpu_check.sh --dry-run   here, on the CPU: what needs no GPU, in under a minute
 #   device run: command="OUT=$OUT bash bench/gpu_check.sh", carry=[".whl"], timeout_s=330
 #   bash bench/gpu_check.sh --help | --smoke (syntax only)
-# --dry-run: fetch the wheels (pinned to the CPU venv), fail if the tree plus .whl/ is over
-# 60 MiB, install them with the same command for Python 3.12 and import each, then run the
-# server and the benchmark (tiny model, CPU) from the same pins installed for the venv's Python
-# in an environment that holds only the GPU image's packages (bench/gpu_image.txt), and apply
-# the budget and $OUT checks. Env: OUT, BUDGET_S, PYTHON (GPU: python3), PYTHON312 (dry run).
+# --dry-run: fetch the wheels (their pins checked against uv.lock first), fail if the tree plus
+# .whl/ is over 60 MiB, install them with the GPU run's command for this machine's Python 3.12
+# and import each; then the venv's Python, seeing only the packages the GPU machine will have
+# (the image's, bench/gpu_image.txt, and the carried ones), imports the project and the
+# benchmark, collects the CUDA test files and checks that the server goes without PyAV; then
+# the budget and $OUT checks. No step of the dry run has a time limit: a loaded machine is
+# slower, never failed. Env: OUT, BUDGET_S, PYTHON (GPU: python3), PYTHON312 (dry run).
 set -uo pipefail
 MODE=gpu
 case "${1:-}" in
@@ -37,7 +39,7 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
 REPORT=$OUT/gpu.md
 
-# -- the budget: every step's cap, which together must fit BUDGET_S ----------------------------
+# -- the GPU run's budget: every step's cap, which together must fit BUDGET_S ------------------
 MAX_BUDGET_S=300  # 15 min of device time = 2 x (machine start ~2 min + this + transfers)
 BUDGET_S=${BUDGET_S:-$MAX_BUDGET_S}
 CAP_INSTALL=30 CAP_IMPORTS=30 CAP_TEST=35 CAP_BENCH=130
@@ -72,19 +74,23 @@ check_budget || exit 1
 
 # -- steps --------------------------------------------------------------------------------------
 DEADLINE=$((SECONDS + BUDGET_S))
-# step NAME CAP CMD...: runs CMD with min(CAP, time left) as its timeout, its output inline in
-# the log; one line in gpu.md when it ends.
+# step NAME CAP CMD...: runs CMD, its output inline in the log, and adds a line to gpu.md when
+# it ends. The GPU run gives it min(CAP, time left) as its timeout; the dry run none.
 step() {
   local name=$1 cap=$2 left rc t0=$SECONDS
   shift 2
   left=$((DEADLINE - SECONDS))
-  if ((left < 10)); then
+  if [ "$MODE" = dry ]; then
+    echo "== $name: $*"
+    "$@"
+  elif ((left < 10)); then
     echo "== $name: SKIPPED (out of time)"; echo "- $name: skipped, out of time" >>"$REPORT"
     return 124
+  else
+    ((cap > left)) && cap=$left
+    echo "== $name (timeout ${cap}s): $*"
+    timeout -k 5 "$cap" "$@"
   fi
-  ((cap > left)) && cap=$left
-  echo "== $name (timeout ${cap}s): $*"
-  timeout -k 5 "$cap" "$@"
   rc=$?
   echo "== $name: rc=$rc in $((SECONDS - t0)) s"
   echo "- $name: rc=$rc in $((SECONDS - t0)) s$( ((rc == 124)) && echo ' (timed out)')" >>"$REPORT"
@@ -97,32 +103,20 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 PROJECT_PATH="$REPO/client:$REPO/server:$REPO/tools"
 
-# The benchmark's arguments: the GPU run's, or the dry run's small CPU one (same code path).
-bench_args() {  # DEVICE
-  if [ "$1" = cuda ]; then
-    echo --device cuda --dtype float16 --modes default --model full --tokens 200 \
-      --concurrency 1,16,64,128,256 --requests 1 --upstream-requests 2 --max-streams 256 \
-      --server-arg=--max-queue=256 --server-timeout 100 --time-budget-s $((CAP_BENCH - 30))
-  else
-    echo --device cpu --dtype float32 --modes default --model tiny --tokens 16 \
-      --concurrency 1,2 --requests 1 --upstream-requests 1 --max-streams 2 \
-      --server-timeout 100 --time-budget-s 60
-  fi
-}
-run_bench() {  # PYTHON DEVICE
-  local logs=$TMP/bench-logs rc
+run_bench() {  # PYTHON
+  local logs=$TMP/bench-logs rc peak
   (while sleep 1; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; done) \
     >"$OUT/gpu_memory_mib.txt" 2>/dev/null &
   local sampler=$!
-  # shellcheck disable=SC2046 # bench_args is a word list
-  step bench_serving "$CAP_BENCH" "$1" bench/bench_serving.py $(bench_args "$2") --out "$OUT" --logs "$logs"
+  step bench_serving "$CAP_BENCH" "$1" bench/bench_serving.py --device cuda --dtype float16 \
+    --modes default --model full --tokens 200 --concurrency 1,16,64,128,256 --requests 1 \
+    --upstream-requests 2 --max-streams 256 --server-arg=--max-queue=256 --server-timeout 100 \
+    --time-budget-s $((CAP_BENCH - 30)) --out "$OUT" --logs "$logs"
   rc=$?
   kill "$sampler" 2>/dev/null
   for log in "$logs"/server-*.log; do
     [ -f "$log" ] && { echo "== tail of $(basename "$log")"; tail -n 60 "$log"; }
   done
-  SERVER_LOGS=("$logs"/server-*.log)
-  local peak
   peak=$(sort -n "$OUT/gpu_memory_mib.txt" 2>/dev/null | tail -1)
   echo "- peak GPU memory in use while benchmarking: ${peak:-n/a} MiB" >>"$REPORT"
   [ -f "$OUT/serving.md" ] && { echo; cat "$OUT/serving.md"; } >>"$REPORT"
@@ -157,7 +151,7 @@ if [ "$MODE" = gpu ]; then
       stop "packages missing and no .whl/: run bench/fetch_gpu_wheels.sh where pip works, carry .whl"
   fi
   # The benchmark's full-size random weights, built on the CPU cores while the tests use the GPU.
-  timeout 120 $PY -c "from chattts_server.model.dev_assets import build_dev_assets as b; print('full dev model:', b('full', '.cache/dev-models'))" &
+  timeout 120 $PY -c "from chattts_server.devmodel.assets import build_dev_assets as b; print('full dev model:', b('full', '.cache/dev-models'))" &
   assets=$!
   # Each test file on its own, so a failure (say an fp16 near-tie) hides no other file.
   for f in "${TEST_FILES[@]}"; do
@@ -165,9 +159,9 @@ if [ "$MODE" = gpu ]; then
     CHATTTS_TEST_DEVICE=cuda step "$name" "$CAP_TEST" $PY -m pytest -v -p no:cacheprovider -rs "$f" || failed=1
   done
   wait "$assets" || echo "building the full dev model failed; bench_serving will try again"
-  run_bench "$PY" cuda || failed=1
+  run_bench "$PY" || failed=1
 else
-  # -- the dry run: what the GPU run does, minus the GPU ------------------------------------------
+  # -- the dry run: what the GPU run does, minus the GPU and the long steps ------------------------
   VENV_PY=$REPO/.venv/bin/python
   [ -x "$VENV_PY" ] || { echo "no .venv: run make install first"; exit 1; }
   PY312=${PYTHON312:-}
@@ -177,9 +171,8 @@ else
   done
   [ -n "$PY312" ] || { echo "DRY RUN FAILED: no Python 3.12 on this machine (set PYTHON312)"; exit 1; }
   echo "Python 3.12 (as on the GPU machine): $PY312; the CPU venv: $($VENV_PY --version)"
-  CP311=.cache/gpu-wheels-cp311 STANDINS=.cache/gpu-dry-stand-ins-cp312
-  step fetch 600 bash -c "bash bench/fetch_gpu_wheels.sh && bash bench/fetch_gpu_wheels.sh --python-version 3.11 --dest $CP311 && bash bench/fetch_gpu_wheels.sh --list bench/gpu_dry_run_stand_ins.txt --dest $STANDINS" || exit 1
-  DEADLINE=$((SECONDS + BUDGET_S))  # downloads are here only; the budget is for the rest
+  STANDINS=.cache/gpu-dry-stand-ins-cp312
+  step fetch 0 bash -c "bash bench/fetch_gpu_wheels.sh && bash bench/fetch_gpu_wheels.sh --list bench/gpu_dry_run_stand_ins.txt --dest $STANDINS" || exit 1
 
   # What travels: tracked and untracked-but-not-ignored files, plus the carried .whl/.
   tree_bytes=$(git ls-files -co --exclude-standard -z | xargs -0 -r stat -c %s -- 2>/dev/null | awk '{s += $1} END {print s + 0}')
@@ -190,27 +183,17 @@ else
   ((carry_mib <= MAX_CARRY_MIB)) || { echo "SIZE CHECK FAILED: ${carry_mib} MiB would travel"; exit 1; }
 
   # Python 3.12, as on the GPU machine: the same install, then every carried import that does
-  # not need torch (numpy & co. stand in for the image's behind the carried wheels).
+  # not need torch (the stand-ins, behind the carried wheels, are the image's numpy & co.).
   step install "$CAP_INSTALL" "$PY312" "${PIP_INSTALL[@]}" --target "$TMP/site312" .whl/*.whl || exit 1
   "$PY312" "${PIP_INSTALL[@]}" --target "$TMP/stand-ins312" "$STANDINS"/*.whl || exit 1
   PYTHONPATH="$TMP/site312:$PROJECT_PATH:$TMP/stand-ins312" \
     step imports_py312 "$CAP_IMPORTS" "$PY312" bench/_gpu_imports.py --target "$TMP/site312" --outside-image || exit 1
 
-  # The venv's Python with only the image's packages (linked from the venv) and the same pins
-  # installed from their cp311 wheels: every import, the test files' collection, the server.
-  SIM=$TMP/image-py311
-  "$("$VENV_PY" -c 'import sys; print(sys._base_executable)')" -m venv --without-pip "$SIM" || exit 1
-  "$VENV_PY" bench/_gpu_image_view.py "$("$SIM/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" || exit 1
-  "$VENV_PY" "${PIP_INSTALL[@]}" --target "$TMP/site311" "$CP311"/*.whl || exit 1
-  export PYTHONPATH="$TMP/site311:$PROJECT_PATH"
-  step imports_py311 "$CAP_IMPORTS" "$SIM/bin/python" bench/_gpu_imports.py --target "$TMP/site311" || exit 1
-  step collect_tests "$CAP_TEST" "$SIM/bin/python" -m pytest -q --collect-only -p no:cacheprovider "${TEST_FILES[@]}" || failed=1
-  run_bench "$SIM/bin/python" cpu || failed=1
-  if grep -q "OGG_OPUS is off: it needs PyAV" "${SERVER_LOGS[@]}" /dev/null; then
-    echo "- the server ran without PyAV (OGG_OPUS off), as it will on the GPU machine" >>"$REPORT"
-  else
-    echo "DRY RUN FAILED: the server's log does not say OGG_OPUS is off without PyAV"; failed=1
-  fi
+  # The venv's Python, its site-packages only what the GPU machine will have (linked from the
+  # venv, whose versions are the pins): every import, the test files' collection, no PyAV.
+  "$VENV_PY" bench/_gpu_imports.py --link-image-view "$TMP/image" || exit 1
+  PYTHONPATH="$PROJECT_PATH" step imports_image "$CAP_IMPORTS" "$VENV_PY" -S bench/_gpu_imports.py \
+    --image-view "$TMP/image" --collect "${TEST_FILES[@]}" || failed=1
 fi
 
 check_budget || failed=1

@@ -1,10 +1,11 @@
 """The GPU check's wheel lists take their versions from uv.lock.
 
-bench/gpu_wheels.txt is carried to the GPU machine (Python 3.12) and installed for the CPU
-venv's Python by the dry run (bench/gpu_check.sh --dry-run), so each of its packages must lock
-to one version for both. bench/gpu_dry_run_stand_ins.txt is pinned to what the CPU venv runs.
+bench/gpu_wheels.txt is carried to the GPU machine (Python 3.12) and imported from the CPU
+venv by the dry run (bench/gpu_check.sh --dry-run), so each of its packages must lock to one
+version for both. bench/gpu_dry_run_stand_ins.txt is pinned to what the CPU venv runs.
 `--write` rewrites the lists' versions from the lock (`make lock` runs it), `--check` fails
-naming every pin that differs (`make install` runs it). Run it with the venv's Python version.
+naming every pin that differs (bench/fetch_gpu_wheels.sh runs it first; tests/e2e/test_lock.py
+too). Run it with the venv's Python version.
 
 Usage (repo root):  python bench/gpu_wheel_pins.py --check | --write
                     [--lock uv.lock] [--list FILE] [--uv .cache/uv-tool/bin/uv]
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", type=Path, help="one list (as gpu_wheels.txt); default: both")
     parser.add_argument("--uv", default=str(REPO / ".cache" / "uv-tool" / "bin" / "uv"))
     args = parser.parse_args(argv)
+    if not Path(args.uv).exists():
+        parser.error(f"no uv at {args.uv} (make install puts it there)")
     lists = {args.list: (VENV_PYTHON, GPU_PYTHON)} if args.list else LISTS
     failed = False
     for listing, pythons in lists.items():

@@ -2,11 +2,11 @@
 
 The dry run fetches the carried wheels (reusing .whl/ and .cache/ when present; PyPI on a fresh
 clone), fails if they and the tree are over 60 MiB, installs them offline for Python 3.12 and
-imports each, then runs the import check, the CUDA test files' collection and the serving
-benchmark (tiny model, CPU, upstream first) from the same pins installed for the venv's Python
-in an environment holding only the GPU image's packages, without PyAV; then the script's own
-budget and $OUT checks. Any wheel that cannot be fetched, package that cannot import or file
-over the limits fails it.
+imports each; then the venv's Python, seeing only the packages the GPU machine will have,
+imports the project and the benchmark, collects the CUDA test files and finds OGG_OPUS off
+without PyAV; then the script's own budget and $OUT checks. Any wheel that cannot be fetched,
+package that cannot import or file over the limits fails it. It has no time limit of its own
+(a loaded machine makes it slower, not failed); under a minute on 2 idle cores.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu_check.sh"
 
 
-def _run(args: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess:
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    """No timeout of its own: pytest's (300 s, or the test's mark) only guards against a hang."""
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OUT", "BUDGET_S")}
     return subprocess.run(
         args,
@@ -32,44 +33,34 @@ def _run(args: list[str], env: dict[str, str], timeout_s: float) -> subprocess.C
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=timeout_s,
     )
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(660)  # the script gets 600 s (below), not pytest's default 300
+@pytest.mark.timeout(1800)  # a hang guard only: a fresh clone downloads the wheels first
 def test_dry_run_does_everything_but_the_gpu(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = _run(["bash", str(SCRIPT), "--dry-run"], {"OUT": str(out)}, timeout_s=600)
+    done = _run(["bash", str(SCRIPT), "--dry-run"], {"OUT": str(out)})
     log = done.stdout
     assert done.returncode == 0, log[-6000:]
     assert "== done: dry run ok" in log
-    # The wheels for 3.12 install and import; the 3.11 image stand-in imports everything.
+    assert "(timeout" not in log  # no step of the dry run has a time limit
+    # The wheels for 3.12 install and import; the image view imports everything.
     assert re.search(r"what travels: .* = (\d+) MiB \(at most 60\)", log)
     assert "== install: rc=0" in log
     assert re.search(r"import check ok in [\d.]+ s \(\d+ deferred", log)
-    assert "import check ok" in log.split("== imports_py311", 1)[1]
-    assert "(0 deferred" in log.split("== imports_py311", 1)[1].split("== imports_py311:")[0]
-    assert "PyAV (av) not installed" in log
-    assert "== collect_tests: rc=0" in log
-    assert "== bench_serving: rc=0" in log
-    # Exactly the files a GPU run leaves, well under the 8 that come back.
+    image = log.split("== imports_image", 1)[1]
+    assert "(0 deferred" in image and "ok       bench_serving" in image
+    assert re.search(r"^\d+ tests collected", image, re.M)
+    assert "PyAV (av) not installed: the server refuses OGG_OPUS" in image
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert names == ["gpu.md", "gpu_check.log", "gpu_memory_mib.txt", "serving.md", "serving.png"]
-    serving = (out / "serving.md").read_text()
-    table = serving.split("| run |", 1)[1]
-    assert table.index("| upstream stream |") < table.index(
-        "| ours default | 1 |"
-    )  # upstream first
-    assert "| ours default | 2 |" in table
-    assert re.search(r"\| GPT step \(decode \+ prefill\) \| \d+\.\d+ \| \d+\.\d+ \|", serving)
+    assert names == ["gpu.md", "gpu_check.log"]
     report = (out / "gpu.md").read_text()
-    assert "- the server ran without PyAV (OGG_OPUS off)" in report
-    assert "- dry run ok" in report
+    assert "- imports_image: rc=0" in report and "- dry run ok" in report
 
 
 def test_a_budget_over_five_minutes_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    done = _run(["bash", str(SCRIPT), "--dry-run"], {"OUT": str(tmp_path), "BUDGET_S": "400"}, 30)
+    done = _run(["bash", str(SCRIPT), "--dry-run"], {"OUT": str(tmp_path), "BUDGET_S": "400"})
     assert done.returncode == 1, done.stdout
     assert "BUDGET CHECK FAILED" in done.stdout
     assert "== fetch" not in done.stdout
@@ -77,7 +68,7 @@ def test_a_budget_over_five_minutes_is_refused_before_anything_runs(tmp_path: Pa
 
 def test_the_import_check_fails_fast_when_carried_packages_are_missing() -> None:
     # -S: no site-packages at all, so no carried package is installed.
-    done = _run([sys.executable, "-S", str(REPO / "bench" / "_gpu_imports.py")], {}, 60)
+    done = _run([sys.executable, "-S", str(REPO / "bench" / "_gpu_imports.py")], {})
     assert done.returncode == 1, done.stdout
     assert "FAILED   transformers==4.57.6: not installed" in done.stdout
     assert "IMPORT CHECK FAILED" in done.stdout
@@ -123,7 +114,7 @@ def test_a_gpu_run_stops_within_seconds_when_an_import_fails(tmp_path: Path) -> 
         pytest.skip("no Python 3.12 here")
     if not list((REPO / ".whl").glob("*.whl")):
         pytest.skip("no .whl/ yet (the dry run above fetches it)")
-    done = _run(["bash", str(SCRIPT)], {"OUT": str(tmp_path), "PYTHON": python}, timeout_s=120)
+    done = _run(["bash", str(SCRIPT)], {"OUT": str(tmp_path), "PYTHON": python})
     assert done.returncode == 1, done.stdout[-3000:]
     assert "== install: rc=0" in done.stdout
     assert "IMPORT CHECK FAILED" in done.stdout and "import torch: No module named" in done.stdout
