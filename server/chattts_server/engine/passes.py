@@ -16,6 +16,7 @@ import torch
 from ..text.attention_timing import TokenAlignment
 from ..text.spans import Traced
 from .prompts import PromptText
+from .step_io import PreparedPrompt
 from .streaming_decode import DecodeStream
 from .utterance import REFINE_SAMPLING, SamplingParams, UtteranceRequest
 
@@ -69,3 +70,12 @@ class PassState:
         path = [self.alignment[0], *self.alignment][: len(self.codes)]
         path += [path[-1]] * (len(self.codes) - len(path))
         return TokenAlignment(tuple(path), self.prompt_text.token_chars)
+
+    def prepared(self) -> PreparedPrompt:
+        """The current pass as the scheduler budgets it (the state rides along, opaque)."""
+        final = self.phase is Phase.CODES
+        s = self.sampling
+        spoken = self.spoken if final else None
+        return PreparedPrompt(
+            int(self.prompt.shape[0]), s.max_new_tokens, s.min_new_tokens, final, spoken, self
+        )

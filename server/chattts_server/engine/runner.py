@@ -146,10 +146,8 @@ class ModelRunner:
         device = pick_device(model_config.device)
         dtype = pick_dtype(model_config.dtype, device)
         started = time.monotonic()
-        if model_config.model_dir is None:
-            model_dir = dev_model_dir(model_config)
-        else:
-            model_dir = verified_model_dir(model_config)
+        dev = model_config.model_dir is None
+        model_dir = dev_model_dir(model_config) if dev else verified_model_dir(model_config)
         modules = load_chattts(model_dir, device, dtype)
         elapsed_s = time.monotonic() - started
         log.info("loaded ChatTTS from %s on %s/%s in %.1f s", model_dir, device, dtype, elapsed_s)
@@ -189,20 +187,7 @@ class ModelRunner:
             params, phase, prompt.embeds.to(self.dtype), spoken, pass_sampling(params, phase)
         )
         state.prompt_text = prompt.text_tokens
-        return self._prepared(state)
-
-    @staticmethod
-    def _prepared(state: PassState) -> PreparedPrompt:
-        s = state.sampling
-        final = state.phase is Phase.CODES
-        return PreparedPrompt(
-            int(state.prompt.shape[0]),
-            s.max_new_tokens,
-            s.min_new_tokens,
-            final=final,
-            spoken=state.spoken if final else None,
-            state=state,
-        )
+        return state.prepared()
 
     # -- one engine step ---------------------------------------------------------------------
 
@@ -273,7 +258,7 @@ class ModelRunner:
         state.prompt_text = prompt.text_tokens
         state.sampling = pass_sampling(p, Phase.CODES)
         self._seat(slot_id, state)
-        output.prepared[slot_id] = self._prepared(state)
+        output.prepared[slot_id] = state.prepared()
 
     def _seat(self, slot_id: int, state: PassState) -> None:
         """A pass takes its slot: the slot's sampler row, and for the audio pass the stream
