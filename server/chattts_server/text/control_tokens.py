@@ -19,22 +19,12 @@ WORD_CONTROLS = ("[uv_break]", "[v_break]", "[lbreak]", "[laugh]")
 LEVEL_CONTROLS = {"break": 7, "oral": 9, "laugh": 2, "speed": 9}
 """`[name_N]` controls and their highest level N."""
 
-STRUCTURAL = frozenset(
-    (
-        "[Stts]",
-        "[Ptts]",
-        "[spk_emb]",
-        "[empty_spk]",
-        "[Sbreak]",
-        "[Pbreak]",
-        "[Ebreak]",
-        "[PAD]",
-        "[UNK]",
-        "[CLS]",
-        "[SEP]",
-        "[MASK]",
-    )
-)
+# fmt: off
+STRUCTURAL = frozenset((
+    "[Stts]", "[Ptts]", "[spk_emb]", "[empty_spk]", "[Sbreak]", "[Pbreak]", "[Ebreak]", "[PAD]",
+    "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+))
+# fmt: on
 
 # A bracketed run without spaces: candidates for a control token.
 BRACKETED = re.compile(r"\[[^\[\]\s]{1,32}\]")

@@ -25,12 +25,7 @@ LATIN_CHARS_PER_S = 12.0
 DIGIT_S = {"zh": 0.3, "en": 0.3}
 """A digit before normalization (a year, a distance) becomes words: 1-2 syllables in Chinese,
 about 4 letters in English."""
-PAUSE_S = {
-    "[uv_break]": 0.4,
-    "[v_break]": 0.4,
-    "[lbreak]": 0.8,
-    "[laugh]": 1.0,
-}
+PAUSE_S = {"[uv_break]": 0.4, "[v_break]": 0.4, "[lbreak]": 0.8, "[laugh]": 1.0}
 """Pauses and sounds that the control tokens add."""
 PUNCTUATION_PAUSE_S = 0.25
 """A comma, period or other stop."""

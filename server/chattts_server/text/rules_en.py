@@ -48,17 +48,13 @@ _CURRENCIES = {
     "€": ("euro", "euros", "cent", "cents"),
     "¥": ("yen", "yen", "", ""),
 }
+# fmt: off
 _SCALES = {
-    "k": "thousand",
-    "thousand": "thousand",
-    "m": "million",
-    "mn": "million",
-    "million": "million",
-    "b": "billion",
-    "bn": "billion",
-    "billion": "billion",
+    "k": "thousand", "thousand": "thousand", "m": "million", "mn": "million",
+    "million": "million", "b": "billion", "bn": "billion", "billion": "billion",
     "trillion": "trillion",
 }
+# fmt: on
 _CURRENCY = re.compile(
     rf"(?<![\w])(?P<sym>[$£€¥])\s?(?P<int>{_NUM})(?:[.,](?P<frac>\d{{1,2}})(?!\d))?"
     r"(?:\s?(?P<scale>k|mn|m|bn|b|thousand|million|billion|trillion)\b)?"
@@ -197,22 +193,13 @@ def _road(m: re.Match[str]) -> str:
 # -- street words ---------------------------------------------------------------------------
 # "St." is Street after a street's name ("Main St.", "5th St") and Saint before a name
 # ("St. Louis", "toward St. Mary's"); "Dr." likewise Drive or Doctor. The rest have one reading.
+# fmt: off
 _STREET_WORDS = {
-    "Ave": "Avenue",
-    "Av": "Avenue",
-    "Rd": "Road",
-    "Blvd": "Boulevard",
-    "Ln": "Lane",
-    "Hwy": "Highway",
-    "Pkwy": "Parkway",
-    "Expy": "Expressway",
-    "Fwy": "Freeway",
-    "Ct": "Court",
-    "Pl": "Place",
-    "Sq": "Square",
-    "Cir": "Circle",
-    "Ter": "Terrace",
+    "Ave": "Avenue", "Av": "Avenue", "Rd": "Road", "Blvd": "Boulevard", "Ln": "Lane",
+    "Hwy": "Highway", "Pkwy": "Parkway", "Expy": "Expressway", "Fwy": "Freeway", "Ct": "Court",
+    "Pl": "Place", "Sq": "Square", "Cir": "Circle", "Ter": "Terrace",
 }
+# fmt: on
 _BEFORE_A_NAME = {"St": ("Street", "Saint"), "Dr": ("Drive", "Doctor"), "Mt": ("Mount", "Mount")}
 _STREET = re.compile(
     rf"\b(?P<abbr>{'|'.join([*_STREET_WORDS, *_BEFORE_A_NAME])})\b(?P<dot>\.)?(?!\w|\.\w)"

@@ -10,15 +10,9 @@ from .elements import ELEMENTS, parse_ssml
 from .parts import Break, Item, MarkPart, Part, SpeechItem, SpokenText
 from .stream import SsmlStream, ssml_items
 
+# fmt: off
 __all__ = [
-    "ELEMENTS",
-    "Break",
-    "Item",
-    "MarkPart",
-    "Part",
-    "SpeechItem",
-    "SpokenText",
-    "SsmlStream",
-    "parse_ssml",
-    "ssml_items",
+    "ELEMENTS", "Break", "Item", "MarkPart", "Part", "SpeechItem", "SpokenText", "SsmlStream",
+    "parse_ssml", "ssml_items",
 ]
+# fmt: on

@@ -12,14 +12,11 @@ from ..script import Language
 
 MAX_BREAK_S = 10.0
 """Longest `<break time>` (Google's limit; Azure's is 5 s)."""
+# fmt: off
 BREAK_STRENGTH_S = {
-    "none": 0.0,
-    "x-weak": 0.25,
-    "weak": 0.5,
-    "medium": 0.75,
-    "strong": 1.0,
-    "x-strong": 1.25,
+    "none": 0.0, "x-weak": 0.25, "weak": 0.5, "medium": 0.75, "strong": 1.0, "x-strong": 1.25,
 }
+# fmt: on
 """`<break strength>` in seconds (Azure's table: W3C gives no figures); a bare `<break/>` is medium."""
 
 _TIME = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|s)\s*")

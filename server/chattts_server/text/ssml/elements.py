@@ -34,22 +34,12 @@ from .document import START, Origin, Position, SafeXmlReader, ssml_error
 from .parts import Break, MarkPart, Part, SpokenText
 from .say_as import INTERPRETATIONS, say_as
 
+# fmt: off
 ELEMENTS = (
-    "speak",
-    "p",
-    "s",
-    "break",
-    "prosody",
-    "say-as",
-    "sub",
-    "lang",
-    "emphasis",
-    "phoneme",
-    "mark",
-    "lexicon",
-    "lookup",
-    "audio",
+    "speak", "p", "s", "break", "prosody", "say-as", "sub", "lang", "emphasis", "phoneme", "mark",
+    "lexicon", "lookup", "audio",
 )
+# fmt: on
 """The table above."""
 MAX_MARK_NAME_CHARS = 256
 MAX_HELD_CHARS = 512

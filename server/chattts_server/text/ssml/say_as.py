@@ -22,20 +22,12 @@ _NUMBER = re.compile(r"\s*(?P<sign>[-−+])?\s*(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d
 _ORDINAL = re.compile(r"\s*(?P<num>\d{1,3}(?:,\d{3})*|\d+)\s*(?:st|nd|rd|th|\.|第)?\s*", re.I)
 _FRACTION = re.compile(r"\s*(?:(?P<whole>\d+)\s+)?(?P<num>\d+)\s*/\s*(?P<den>\d+)\s*")
 _DATE_PARTS = re.compile(r"\d+")
+# fmt: off
 _MONTHS = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
+    "January", "February", "March", "April", "May", "June", "July", "August", "September",
+    "October", "November", "December",
 )
+# fmt: on
 
 
 def _cardinal(text: str, lang: Language) -> str | None:
