@@ -2,7 +2,7 @@
 
 `SsmlText` is the streamed form (one document over a stream's `TextInput`s), `ssml_stream_items`
 the whole one (Synthesize, POST). Both turn text/ssml's items into the timeline's
-(api/stream_items.py): an utterance is a `Speak` at its own speed, a `<break>` a `Silence`
+(stream/items.py): an utterance is a `Speak` at its own speed, a `<break>` a `Silence`
 written into the audio, a `<mark>` a `MarkAt` answered with a Mark event. Each `Speak` carries
 the caller's own text of it, cut from the document, and is read through the stream's lexicons
 and then those its document named (`<lexicon uri>`).

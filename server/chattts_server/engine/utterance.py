@@ -148,7 +148,7 @@ class UtteranceRequest:
     priority: Priority = Priority.DEFAULT
     """Its stream's class: the scheduler seats and prefills more urgent requests first."""
     source: Traced | None = None
-    """`text` traced to the caller's text (a stream's utterance, api/stream_items.Speak), so
+    """`text` traced to the caller's text (a stream's utterance, stream/items.Speak), so
     the spoken words keep their spans; None: `text` is its own source."""
     word_timing: bool = False
     """Its stream asked for word timing: with alignment heads, its decode steps read their

@@ -84,8 +84,7 @@ class LlamaDecoder(nn.Module):
 
     ``prefill`` fills one slot from embeddings (in one call or in chunks); ``decode`` advances a
     batch of slots by one token each, every row at its own position. Build it with
-    :meth:`from_state_dict` on its final device and dtype; it is not meant to be moved after
-    (oneDNN-packed weights do not move).
+    :meth:`from_state_dict` on its final device and dtype.
     """
 
     norm: Tensor
