@@ -54,10 +54,10 @@ from chattts_server.engine.gpt_build import (
 from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
 from chattts_server.engine.prompts import PromptBuilder
 from chattts_server.engine.utterance import VoiceSpec
-from chattts_server.model.alignment_capture import CaptureRow
 from chattts_server.model.llama import DecodeBatch, PromptRun
 from chattts_server.model.llama_layers import LlamaShape
 from chattts_server.model.warmup_cache import snr_db
+from chattts_server.timing.types import CaptureRow
 
 READ = "read"
 """The bandwidth probe's name among the contenders of a turn."""

@@ -19,7 +19,7 @@ same weights: the full-size dev model (random weights at the official shapes) or
 - word timing: the same teacher-forced steps read the attention of 4 heads in 2 layers over
   the prompt's text, as the server does for word timing (torch's capture; llama.cpp's eval
   callback on `kq_soft_max`): how often each step's attended text token equals fp32's, and how
-  far the word boundaries it gives (text/attention_timing.py) lie from fp32's, in ms. Random
+  far the word boundaries it gives (timing/attention.py) lie from fp32's, in ms. Random
   weights have no aligning head, so the boundaries themselves mean nothing here: only the
   difference between the two forwards does.
 
@@ -57,13 +57,13 @@ from chattts_server.engine.heads import Heads
 from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
 from chattts_server.engine.prompts import PromptBuilder
 from chattts_server.engine.utterance import VoiceKind, VoiceSpec
-from chattts_server.model.alignment_capture import CaptureRow
 from chattts_server.model.llama import DecodeBatch, PromptRun
 from chattts_server.model.llama_layers import LlamaShape
 from chattts_server.model.warmup_cache import snr_db
-from chattts_server.text.attention_timing import TokenAlignment, attention_timing
 from chattts_server.text.spans import Traced
 from chattts_server.text.words import spoken_words
+from chattts_server.timing.attention import attention_timing
+from chattts_server.timing.types import CaptureRow, TokenAlignment
 
 NAVIGATION = (
     "In 300 metres, turn left onto Station Road.",

@@ -1,4 +1,4 @@
-"""Attention captured from our Llama forward (model/alignment_capture.py): equal to
+"""Attention captured from our Llama forward (timing/capture.py): equal to
 transformers' own attention weights, and, on a model whose one head is steered to attend along a
 given path, that head alone chosen by calibration and the words it times within one token of
 the path."""
@@ -9,16 +9,21 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaModel
 
-from chattts_server.engine.alignment import CALIBRATION_SLOT, head_weights
 from chattts_server.engine.gpt import TorchGPT
-from chattts_server.model.alignment_capture import AlignmentCapture, CaptureRow
-from chattts_server.model.alignment_heads import alignment_path, choose_heads, score_heads
 from chattts_server.model.kv_cache import SlotKVCache
 from chattts_server.model.llama import DecodeBatch, LlamaDecoder, LlamaShape, PromptRun
 from chattts_server.model.llama_layers import apply_rope
-from chattts_server.text.attention_timing import TokenAlignment, attention_timing
 from chattts_server.text.spans import Traced
 from chattts_server.text.words import spoken_words
+from chattts_server.timing.attention import alignment_path, attention_timing
+from chattts_server.timing.calibration import (
+    CALIBRATION_SLOT,
+    choose_heads,
+    head_weights,
+    score_heads,
+)
+from chattts_server.timing.capture import AlignmentCapture
+from chattts_server.timing.types import CaptureRow, TokenAlignment
 
 HIDDEN, HEADS, HEAD_DIM = 128, 4, 32
 

@@ -54,7 +54,7 @@ def _built(model_dir, folder) -> ModelRunner:
 
 
 def test_the_dev_model_has_no_alignment_head_and_says_so(tiny_model_dir, tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="chattts_server.engine.alignment"):
+    with caplog.at_level(logging.INFO, logger="chattts_server.timing.calibration"):
         runner = _built(tiny_model_dir, tmp_path)
     assert runner.alignment_heads == ()
     assert runner.info.timing_source == "estimate"

@@ -1,5 +1,5 @@
-"""Alignment heads chosen by monotonicity (model/alignment_heads.py) and words timed by their
-path (text/attention_timing.py), on attention matrices made to follow a known path."""
+"""Alignment heads chosen by monotonicity (timing/calibration.py) and words timed by their
+path (timing/attention.py), on attention matrices made to follow a known path."""
 
 from __future__ import annotations
 
@@ -7,23 +7,13 @@ import numpy as np
 
 from chattts_proto.chattts.v1 import tts_pb2
 from chattts_server.api.events import to_pb
-from chattts_server.api.timeline import word_timings
-from chattts_server.model.alignment_heads import (
-    MIN_SCORE,
-    alignment_path,
-    choose_heads,
-    monotonicity,
-    score_heads,
-)
 from chattts_server.stream.items import Speak
-from chattts_server.text.attention_timing import (
-    ATTENTION,
-    TokenAlignment,
-    attention_timing,
-    word_steps,
-)
 from chattts_server.text.spans import Traced
 from chattts_server.text.words import spoken_words
+from chattts_server.timing.attention import alignment_path, attention_timing, word_steps
+from chattts_server.timing.calibration import MIN_SCORE, choose_heads, monotonicity, score_heads
+from chattts_server.timing.timeline import word_timings
+from chattts_server.timing.types import ATTENTION, TokenAlignment
 
 SAMPLES_PER_TOKEN = 512
 

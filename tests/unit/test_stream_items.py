@@ -13,7 +13,6 @@ import pytest
 from chattts_server.api.convert import AudioOptions, StreamSettings, Validator
 from chattts_server.api.events import AudioOut, MarkReached
 from chattts_server.api.text_front_end import CallerText, MarkdownText
-from chattts_server.api.timeline import own_text
 from chattts_server.api.voices import VoiceLibrary
 from chattts_server.errors import InvalidRequestError
 from chattts_server.stream.items import MarkAt, Silence, Speak, check_mark_name
@@ -21,6 +20,7 @@ from chattts_server.stream.reader import EndOfText, TextFragment, read_text
 from chattts_server.stream.session import Session
 from chattts_server.text.release import ReleasePolicy
 from chattts_server.text.spans import Traced
+from chattts_server.timing.timeline import own_text
 from model_info import TINY_MODEL_INFO
 
 RATE = 24000

@@ -1,6 +1,6 @@
-"""Estimated word timing (text/timing.py), without the model: every spoken word of the caller's
-text timed once, in order, without overlap, inside its utterance's audio, and boundaries moved
-to the pauses of a signal made of noise bursts and silent gaps."""
+"""Estimated word timing (timing/estimate.py), without the model: every spoken word of the
+caller's text timed once, in order, without overlap, inside its utterance's audio, and
+boundaries moved to the pauses of a signal made of noise bursts and silent gaps."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from chattts_server.audio_constants import SAMPLE_RATE_HZ
 from chattts_server.text.normalize import TextNormalizer
 from chattts_server.text.spans import Traced
 from chattts_server.text.stream import utterances_traced
-from chattts_server.text.timing import ESTIMATE, UtteranceTiming, estimate_timing
 from chattts_server.text.words import SpokenWord, spoken_words
+from chattts_server.timing.estimate import estimate_timing
+from chattts_server.timing.types import ESTIMATE, UtteranceTiming
 
 SAMPLE_RATE = SAMPLE_RATE_HZ
 """The rate ChatTTS's vocoder writes (`VocosShapes.sample_rate`); the estimate takes any."""

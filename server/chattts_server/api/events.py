@@ -16,6 +16,7 @@ from chattts_proto.chattts.v1 import tts_pb2
 from ..engine.events import UtteranceDone
 from ..stream.segments import Outcome
 from ..text.spans import Span
+from ..timing.timeline import TimedWord, WordTimingsOut
 from .convert import ENCODING_VALUES
 
 TIMING_SOURCES = {"estimate": tts_pb2.TIMING_ESTIMATE, "attention": tts_pb2.TIMING_MODEL_ATTENTION}
@@ -67,32 +68,6 @@ class MarkReached:
     offset_s: float
     dropped: bool = False
     """A clear dropped the text before it; the offset is the cut."""
-
-
-@dataclass(frozen=True)
-class TimedWord:
-    """One spoken word on the stream's timeline."""
-
-    text: str
-    """As spoken ("two hundred meters")."""
-    start_sample: int
-    end_sample: int
-    start_s: float
-    end_s: float
-    source_span: Span | None
-    """The caller's text it came from, in code points; None: from no caller text."""
-    source_text: str
-    """The caller's text at `source_span` ("200 m"); "" without one."""
-
-
-@dataclass(frozen=True)
-class WordTimingsOut:
-    """The words of one utterance and where they fall in the audio, in order, no overlap."""
-
-    utterance_index: int
-    words: tuple[TimedWord, ...]
-    source: str
-    """How they were obtained: a key of `TIMING_SOURCES`."""
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from ..stream.session import Session
 from ..text.lexicon import apply_lexicons
 from ..text.lexicon_library import LexiconLibrary
 from ..text.stream import utterances_traced
-from ..text.timing import ESTIMATE
+from ..timing.types import ESTIMATE
 from . import auth
 from .admission import NOT_READY, Admission, AdmissionRejected
 from .convert import StreamSettings, Validator

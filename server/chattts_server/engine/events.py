@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..text.attention_timing import TokenAlignment
 from ..text.spans import Traced
+from ..timing.types import TokenAlignment
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,14 @@ import torch
 from torch import Tensor
 
 from ..config import EngineConfig
-from ..model.alignment_capture import AlignmentCapture, AttentionWeights, CaptureRow
-from ..model.alignment_heads import HeadId
 from ..model.cuda_graphs import DecodeGraphs, length_buckets
 from ..model.errors import ModelLoadError
 from ..model.kv_cache import SlotKVCache
 from ..model.llama import DecodeBatch, LlamaDecoder, PromptRun
 from ..model.llama_layers import LlamaShape
 from ..model.loader import ChatTTSModules
+from ..timing.capture import AlignmentCapture, AttentionWeights
+from ..timing.types import CaptureRequest, HeadId
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class GPTModel(Protocol):
         self,
         prompts: list[PromptRun],
         decode: DecodeBatch | None,
-        alignment: tuple[tuple[HeadId, ...], list[CaptureRow]] | None = None,
+        alignment: CaptureRequest | None = None,
     ) -> tuple[list[Tensor], Tensor | None, AttentionWeights | None]:
         """One step: each prompt chunk written into its slot's cache, with the hidden state
         (D,) of its last position, and the decode rows' (B, D). `alignment`: (heads, rows) whose
@@ -128,7 +128,7 @@ class TorchGPT:
         self,
         prompts: list[PromptRun],
         decode: DecodeBatch | None,
-        alignment: tuple[tuple[HeadId, ...], list[CaptureRow]] | None = None,
+        alignment: CaptureRequest | None = None,
     ) -> tuple[list[Tensor], Tensor | None, AlignmentCapture | None]:
         """Every prompt chunk and the decode batch share the weight reads, so new prompts never
         queue behind each other or behind decoding; with CUDA graphs the decode batch replays

@@ -13,7 +13,6 @@ serves, the GPT's torch weights are dropped (`modules.gpt_state_dict` is emptied
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import tempfile
@@ -25,17 +24,15 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..audio_constants import AUDIO_TOKENS_PER_S
 from ..config import EngineConfig, ModelConfig
 from ..defaults import GGUF_FORMATS, MIN_SNR_DB
-from ..model.alignment_heads import MIN_SCORE, HeadId
 from ..model.gguf_export import GGUFCache
 from ..model.kv_cache import SlotKVCache
 from ..model.llama import LlamaDecoder
 from ..model.llama_layers import LlamaShape
 from ..model.loader import ChatTTSModules
 from ..model.warmup_cache import WarmupCache, snr_db, weights_digest
-from .alignment import CALIBRATION_TEXT, calibrate_alignment_heads
+from ..timing.alignment import HeadCache
 from .gpt import GPTModel, TorchGPT
 from .heads import Heads
 from .llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
@@ -77,7 +74,7 @@ def build_gpt(
     alignment heads calibrated (or read back). `prompts` and `heads` make the probes."""
     started = time.monotonic()
     digest = weights_digest(modules.gpt_state_dict)
-    alignment = _AlignmentHeads(settings.gguf_folder, digest, modules)
+    alignment = HeadCache(settings.gguf_folder, digest, modules)
     gpt: GPTModel
     if device.type == "cuda":
         graphs = "cuda" if settings.cuda_graphs else "off"
@@ -87,7 +84,15 @@ def build_gpt(
     else:
         log.warning("the GPT runs on torch fp32: %s", missing)
         gpt = TorchGPT.build(modules, config, device, torch.float32, decode_graphs="off")
-    gpt.alignment_heads = alignment.settle(gpt, prompts, heads, config.max_tokens, dtype)
+    served = gpt.name if isinstance(gpt, LlamaCppGPT) else f"{gpt.name} {dtype}"
+    gpt.alignment_heads = alignment.settle(
+        gpt,
+        served,
+        lambda text, speed: prompts.code_prompt(prompts.normalize(text), VoiceSpec(), speed),
+        heads.greedy_code_embed,
+        config.max_tokens,
+        dtype,
+    )
     if isinstance(gpt, LlamaCppGPT):
         gpt.set_attention_tap(bool(gpt.alignment_heads))  # no heads: no callback per node
     modules.gpt_state_dict.clear()  # torch holds its own copy; llama.cpp its GGUF
@@ -112,7 +117,7 @@ def _llamacpp_gpt(
     settings: GPTSettings,
     digest: str,
     prompts: PromptBuilder,
-    alignment: _AlignmentHeads,
+    alignment: HeadCache,
 ) -> LlamaCppGPT:
     files = GGUFCache(settings.gguf_folder, digest)
     shape = LlamaShape.from_config(modules.gpt_config)
@@ -217,63 +222,3 @@ def fp32_reference(modules: ChatTTSModules, probe: Tensor) -> Tensor:
     )
     cache = SlotKVCache(decoder.shape, 1, probe.shape[0], "cpu", torch.float32)
     return decoder.prefill(0, probe, 0, cache)
-
-
-class _AlignmentHeads:
-    """The alignment heads of the GPT that serves: calibrated once per weights and what runs
-    them (`engine/alignment.py`), kept in the GGUF folder; none where CUDA graphs replay the
-    decode step."""
-
-    def __init__(self, folder: Path, digest: str, modules: ChatTTSModules) -> None:
-        self.store = WarmupCache(folder, "alignment")
-        self.digest, self.modules = digest, modules
-        self._known: dict[str, tuple[HeadId, ...] | None] = {}
-
-    @functools.cached_property
-    def _embed_digest(self) -> str:
-        """Hashed only where heads are looked up (not behind CUDA graphs)."""
-        return weights_digest(self.modules.embed.state_dict())
-
-    def _key(self, served: str) -> dict[str, object]:
-        return {
-            "version": 3,  # 3: llama.cpp's K cached in Q8_0
-            "gpt": self.digest,
-            "embed": self._embed_digest,
-            "served": served,
-            "calibration": CALIBRATION_TEXT,
-            "min_score": MIN_SCORE,
-        }
-
-    def known(self, served: str) -> tuple[HeadId, ...] | None:
-        """The heads measured before for what serves, or None."""
-        if served not in self._known:
-            key = self._key(served)
-            cached = self.store.load_json(key)
-            heads = None
-            if isinstance(cached, list):
-                heads = tuple((int(layer), int(head)) for layer, head in cached)
-                source = f"attention, heads {heads}" if heads else "estimate"
-                where = self.store.path_for(key)
-                log.info("word timing: source %s (measured before: %s)", source, where)
-            self._known[served] = heads
-        return self._known[served]
-
-    def settle(
-        self,
-        gpt: GPTModel,
-        prompts: PromptBuilder,
-        heads: Heads,
-        max_tokens: int,
-        dtype: torch.dtype,
-    ) -> tuple[HeadId, ...]:
-        if gpt.decode_graphs == "cuda":
-            log.info("alignment heads: not calibrated (CUDA graphs replay the decode step)")
-            return ()
-        served = gpt.name if isinstance(gpt, LlamaCppGPT) else f"{gpt.name} {dtype}"
-        found = self.known(served)
-        if found is None:
-            found = calibrate_alignment_heads(
-                gpt, prompts, heads.greedy_code_embed, AUDIO_TOKENS_PER_S, max_tokens, dtype
-            )
-            self.store.store_json(self._key(served), [list(h) for h in found])
-        return found

@@ -38,10 +38,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..model.alignment_capture import CaptureRow
-from ..model.alignment_heads import HeadId
 from ..model.llama import DecodeBatch, PromptRun
 from ..model.llama_layers import LlamaShape
+from ..timing.capture import LlamaCppAlignment
+from ..timing.types import CaptureRequest, HeadId
 from .llamacpp_tap import AttentionTap
 
 log = logging.getLogger(__name__)
@@ -104,44 +104,6 @@ than their 256-wide blocks (the tiny dev model)."""
 
 _LOG_CALLBACK: Any = None
 """The C callback (made at the backend's first use: its type comes from the package)."""
-
-
-class LlamaCppAlignment:
-    """The alignment heads' weights for rows of one decode batch, over their text positions
-    (renormalized there: the argmax is the same, the rest of the prompt does not dilute them).
-    The same reading as `model/alignment_capture.AlignmentCapture`."""
-
-    def __init__(self, heads: tuple[HeadId, ...], rows: list[CaptureRow]) -> None:
-        self.rows = rows
-        self._by_layer: dict[int, list[int]] = {}
-        for layer, head in heads:
-            self._by_layer.setdefault(layer, []).append(head)
-        self.weights: dict[int, Tensor] = {}
-        """CaptureRow.row -> (heads in `order`, text tokens)."""
-
-    @property
-    def layers(self) -> set[int]:
-        return set(self._by_layer)
-
-    @property
-    def order(self) -> list[HeadId]:
-        return [(layer, h) for layer in sorted(self._by_layer) for h in self._by_layer[layer]]
-
-    def row_weights(self, row: int) -> Tensor:
-        return self.weights[row]
-
-    def read(self, found: dict[int, list[np.ndarray]], runs: list[list[int]]) -> None:
-        """`found` from the tap over a decode-only call whose micro-batches were `runs` (each
-        the decode rows of consecutive sequences, one token each)."""
-        where = {row: (r, i) for r, run in enumerate(runs) for i, row in enumerate(run)}
-        for capture in self.rows:
-            run, stream = where[capture.row]
-            parts = []
-            for layer in sorted(self._by_layer):
-                block = found[layer][run][stream, self._by_layer[layer], 0]  # (heads, cells)
-                text = block[:, capture.text_start : capture.text_end]
-                parts.append(text / np.maximum(text.sum(axis=1, keepdims=True), 1e-30))
-            self.weights[capture.row] = torch.from_numpy(np.concatenate(parts))
 
 
 class LlamaCppGPT:
@@ -248,7 +210,7 @@ class LlamaCppGPT:
         self,
         prompts: list[PromptRun],
         decode: DecodeBatch | None,
-        alignment: tuple[tuple[HeadId, ...], list[CaptureRow]] | None = None,
+        alignment: CaptureRequest | None = None,
     ) -> tuple[list[Tensor], Tensor | None, LlamaCppAlignment | None]:
         """Every row in one `llama_decode` (more than `max_batch_tokens` rows in several),
         sorted by sequence so that llama.cpp's micro-batches stay few; outputs only where a

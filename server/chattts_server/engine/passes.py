@@ -13,9 +13,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..text.attention_timing import TokenAlignment
 from ..text.spans import Traced
-from .prompts import PromptText
+from ..timing.types import PromptText
 from .step_io import PreparedPrompt
 from .streaming_decode import DecodeStream
 from .utterance import REFINE_SAMPLING, SamplingParams, UtteranceRequest
@@ -60,16 +59,8 @@ class PassState:
     prompt_text: PromptText | None = None
     """Audio-code pass: where its text lies in the prompt (for the alignment heads)."""
     alignment: list[int] = field(default_factory=list)
-    """With alignment heads: per decode step of the audio pass, the text token attended to."""
-
-    def token_alignment(self) -> TokenAlignment | None:
-        """Which text token each audio code attends to. The decode row fed code j makes code
-        j + 1: code 0 (sampled from the prompt) takes the first row's token."""
-        if not self.alignment or self.prompt_text is None or not self.codes:
-            return None
-        path = [self.alignment[0], *self.alignment][: len(self.codes)]
-        path += [path[-1]] * (len(self.codes) - len(path))
-        return TokenAlignment(tuple(path), self.prompt_text.token_chars)
+    """With alignment heads: per decode step of the audio pass, the text token attended to
+    (`timing.alignment.utterance_alignment` makes the utterance's alignment of them)."""
 
     def prepared(self) -> PreparedPrompt:
         """The current pass as the scheduler budgets it (the state rides along, opaque)."""

@@ -16,24 +16,11 @@ from ..errors import InvalidRequestError
 from ..model.loader import ChatTTSModules
 from ..text.normalize import TextNormalizer
 from ..text.spans import Traced
+from ..timing.types import PromptText
 from .utterance import VoiceKind, VoiceSpec
 
 DEFAULT_VOICE_SEED = 2
 """The speaker used when a request names none, so every sentence of a stream sounds alike."""
-
-
-@dataclass(frozen=True)
-class PromptText:
-    """Where the spoken text's tokens lie in an audio-code prompt (for the alignment heads)."""
-
-    start: int
-    """Prompt position of the first text token; the others follow it."""
-    token_chars: tuple[tuple[int, int], ...]
-    """Per text token, its [start, end) in `Prompt.text`."""
-
-    @property
-    def positions(self) -> tuple[int, int]:
-        return self.start, self.start + len(self.token_chars)
 
 
 @dataclass

@@ -47,7 +47,7 @@ class ModelInfo:
     """Why CUDA graphs that were asked for are not in use: the capture error at warm-up."""
     timing_source: str = "estimate"
     """Where word timing comes from: 'attention' (alignment heads chosen at warm-up) or
-    'estimate' (none qualified; text/timing.py)."""
+    'estimate' (none qualified; timing/estimate.py)."""
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import RequestFailure
-from ..text.attention_timing import TokenAlignment
 from ..text.spans import Traced
+from ..timing.types import TokenAlignment
 
 
 @dataclass(frozen=True)

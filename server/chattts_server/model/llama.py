@@ -13,14 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Protocol, cast
 
 import torch
 from torch import Tensor, nn
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from .alignment_capture import AlignmentCapture
 from .attention import (
     Attention,
     GatherAttention,
@@ -37,6 +36,16 @@ log = logging.getLogger(__name__)
 # Rope types whose frequencies depend on the sequence length in ways a fixed table cannot hold.
 # ("dynamic" only changes beyond max_position_embeddings, where our tables stop anyway.)
 _UNSUPPORTED_ROPE_TYPES = {"longrope"}
+
+
+class LayerCapture(Protocol):
+    """Reads each layer's roped queries as the forward runs (`timing/capture.AlignmentCapture`:
+    the alignment heads' attention)."""
+
+    row_offset: int
+    """Rows of the forward before the decode batch's first row (set by `forward_batch`)."""
+
+    def __call__(self, layer_id: int, q: Tensor) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -149,7 +158,7 @@ class LlamaDecoder(nn.Module):
         x: Tensor,
         positions: Tensor,
         attention: Attention,
-        capture: AlignmentCapture | None = None,
+        capture: LayerCapture | None = None,
     ) -> Tensor:
         """The layer body every forward shares: x (rows, D) at `positions` (rows,) -> final-normed
         hidden states (rows, D); `attention` writes each layer's K/V and attends. `capture`
@@ -189,7 +198,7 @@ class LlamaDecoder(nn.Module):
         embeds: Tensor,
         positions: Tensor,
         cache: SlotKVCache,
-        capture: AlignmentCapture | None = None,
+        capture: LayerCapture | None = None,
     ) -> Tensor:
         """One token for each row: ``embeds`` (B, D) at ``positions`` (B,) of ``slot_ids`` (B,).
 
@@ -204,7 +213,7 @@ class LlamaDecoder(nn.Module):
         prompts: Sequence[PromptRun],
         decode: DecodeBatch | None,
         cache: SlotKVCache,
-        capture: AlignmentCapture | None = None,
+        capture: LayerCapture | None = None,
     ) -> tuple[list[Tensor], Tensor | None]:
         """One forward for a whole engine step: every prompt chunk (as :meth:`prefill` would
         run each) and the decode batch (as :meth:`decode`), their rows stacked so the weights

@@ -32,7 +32,6 @@ import numpy as np
 
 from ..api.convert import StreamSettings
 from ..api.events import AudioOut, MarkReached, SegmentEnded, SessionEvent, UtteranceEnded
-from ..api.timeline import own_text, word_ends, word_timings
 from ..audio.containers import CONTAINER_ENCODINGS, make_container_encoder
 from ..audio.encoding import EncodedChunk, make_encoder
 from ..engine.events import AudioChunk, EngineEvent, Spoken, UtteranceDone
@@ -40,6 +39,7 @@ from ..engine.protocol import Engine
 from ..engine.utterance import UtteranceRequest
 from ..errors import ExpiredError
 from ..text.spans import Traced
+from ..timing.timeline import own_text, word_ends, word_timings
 from .catch_up import PlayoutClock
 from .items import MarkAt, SegmentDone, Silence, Speak, StreamItem
 from .segments import Outcome, Segment, State

@@ -19,16 +19,12 @@ Pure numpy, no model: it runs where the utterance's audio is known (its end).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .duration import estimate_duration_s
-from .spans import Span
-from .words import SpokenWord
-
-ESTIMATE = "estimate"
-"""`UtteranceTiming.source` of this module's timing (the model's own alignment would be another)."""
+from ..text.duration import estimate_duration_s
+from ..text.words import SpokenWord
+from .types import ESTIMATE, UtteranceTiming, WordTiming
 
 FRAME_S = 0.01
 """Length of one energy frame."""
@@ -40,36 +36,6 @@ MIN_WORD_S = 0.04
 """Shortest estimate of a word, and the least a snapped boundary leaves each word."""
 VALLEY_SHARE = 0.25
 """Without a pause, a boundary moves to the quietest frame within this share of its words."""
-
-
-@dataclass(frozen=True)
-class WordTiming:
-    """One spoken word in the audio."""
-
-    text: str
-    """As spoken ("two hundred meters")."""
-    span: Span | None
-    """[start, end) of the caller's text, in code points; None: from no caller text."""
-    start_sample: int
-    """First sample of the word, from the utterance's first sample (`shifted` for the stream)."""
-    end_sample: int
-    """One past its last sample; the next word starts at or after it."""
-
-    def shifted(self, num_samples: int) -> WordTiming:
-        """The same timing `num_samples` later (on the stream's timeline)."""
-        return replace(
-            self,
-            start_sample=self.start_sample + num_samples,
-            end_sample=self.end_sample + num_samples,
-        )
-
-
-@dataclass(frozen=True)
-class UtteranceTiming:
-    source: str
-    """How the timing was obtained: `ESTIMATE`."""
-    words: tuple[WordTiming, ...]
-    """In order, without overlap, inside the utterance's audio."""
 
 
 def estimate_timing(

@@ -1,10 +1,11 @@
 """Word timing from the model's own alignment: the audio steps whose attention falls on a word.
 
-The GPT's alignment heads (`model/alignment_heads.py`) give, for each audio token, the text token
-it attends to most (the path). A word starts at the first audio token whose text token lies in
-the word and ends after the last one; words the path skips get the time between their
-neighbours. Text tokens are mapped to the spoken text's characters (`TokenAlignment.token_chars`)
-and words carry their caller spans from `words.spoken_words`, as the estimate does.
+The GPT's alignment heads (chosen by `timing/calibration.py`) give, for each audio token, the
+text token they attend to most (`alignment_path`, the runner's `timing/alignment.py`). A word
+starts at the first audio token whose text token lies in the word and ends after the last one;
+words the path skips get the time between their neighbours. Text tokens are mapped to the
+spoken text's characters (`TokenAlignment.token_chars`) and words carry their caller spans from
+`words.spoken_words`, as the estimate does.
 
     timing = attention_timing(spoken_words(spoken), alignment, len(pcm), samples_per_token)
     timing.source  # "attention"
@@ -13,25 +14,17 @@ and words carry their caller spans from `words.spoken_words`, as the estimate do
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from .timing import UtteranceTiming, WordTiming
-from .words import SpokenWord
-
-ATTENTION = "attention"
-"""`UtteranceTiming.source` of this module's timing (api/events.py: TIMING_MODEL_ATTENTION)."""
+from ..text.words import SpokenWord
+from .types import ATTENTION, TokenAlignment, UtteranceTiming, WordTiming
 
 
-@dataclass(frozen=True)
-class TokenAlignment:
-    """One utterance's alignment: which text token each of its audio tokens attends to."""
-
-    path: tuple[int, ...]
-    """Per audio token (in order), the index of a text token of `token_chars`."""
-    token_chars: tuple[tuple[int, int], ...]
-    """Per text token of the prompt, its [start, end) in the spoken text."""
+def alignment_path(weights: Sequence[np.ndarray]) -> np.ndarray:
+    """The text token each audio step attends to most, over the chosen heads' weights averaged:
+    `weights` holds one (steps, text tokens) matrix per head -> (steps,) int."""
+    return np.mean(np.stack(weights), axis=0).argmax(axis=1)
 
 
 def word_steps(
