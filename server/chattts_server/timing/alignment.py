@@ -1,16 +1,7 @@
-"""The engine's way into word timing, from the GPT's build to an utterance's end.
-
-- Build: `HeadCache.settle` gives the GPT that serves its alignment heads, read back from the
-  GGUF folder or calibrated on what serves (`timing/calibration.py`) and stored, per weights;
-  none where CUDA graphs replay the decode step (no attention can be read there).
-- Each step: the runner asks the forward to capture the heads' weights (`CaptureRequest`) for
-  the decode rows of audio passes that want word timing (the GPT's backends read them,
-  `timing/capture.py`), and keeps each row's most attended text token (`attended_tokens`).
-- An utterance's end: `utterance_alignment` makes its `TokenAlignment` of those tokens; it
-  travels with `UtteranceDone` to the stream, which times the words by it (`timing/timeline.py`).
-
-`timing_source` names the timing the server serves: the alignment, or the estimate without heads.
-"""
+"""The engine's way into word timing: the GPT's alignment heads when it is built
+(`HeadCache.settle`), each decode step's most attended text token of the rows it captured
+(`attended_tokens`), and an utterance's `TokenAlignment` at its end (`utterance_alignment`),
+which travels with `UtteranceDone` to the stream (`timing/timeline.py`)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,13 @@
-"""Attention weights of a few heads, from chosen rows of a forward over their prompt's text: the
-two readings the GPT's backends fill `GPTModel.forward`'s capture with.
+"""Attention weights of a few heads, from chosen rows of a forward over their prompt's text, as
+`GPTModel.forward` returns them (`AttentionWeights`), normalized over the text positions only:
+their argmax (the alignment) is the same, and the rest of the prompt does not dilute them.
 
-- torch (`AlignmentCapture`): the main attention runs through ``scaled_dot_product_attention``,
-  which returns no weights. After each layer that holds a chosen head, for each chosen row, one
-  small matmul of the row's roped query with the keys at its slot's text positions (already in
-  the cache: they are prompt positions), scaled and softmaxed over those positions. A forward
-  without one computes nothing extra (`LlamaDecoder._forward` checks for None once per layer).
-- llama.cpp (`LlamaCppAlignment`): the softmaxed attention its eval callback hands over
-  (`engine/llamacpp_tap.AttentionTap`, which stays with the llama.cpp context it is made for),
-  cut to the text positions and renormalized there.
-
-Either way the weights are normalized over the text positions only, not over every key the row
-attends to: their argmax (the alignment) is the same, and the rest of the prompt and the audio
-so far do not dilute them.
+- torch (`AlignmentCapture`): ``scaled_dot_product_attention`` returns no weights, so after each
+  layer that holds a chosen head, each chosen row's roped query meets the keys at its slot's text
+  positions (prompt positions, in the cache) in one small matmul, softmaxed. A forward without
+  one computes nothing extra (`LlamaDecoder._forward` checks for None once per layer).
+- llama.cpp (`LlamaCppAlignment`): what its eval callback hands over (`engine/llamacpp_tap.py`,
+  made with the context), cut to the text positions and renormalized.
 """
 
 from __future__ import annotations

@@ -29,17 +29,14 @@ from .types import TokenAlignment, UtteranceTiming
 
 
 class Utterance(Protocol):
-    """An utterance as the stream holds it (`stream/items.Speak`)."""
+    """An utterance as the stream holds it (`stream/items.Speak`): what the engine reads, traced
+    to the caller's text, and the caller's text over its span."""
 
     @property
-    def text(self) -> Traced:
-        """What the engine reads, each character traced to the caller's text."""
-        ...
+    def text(self) -> Traced: ...
 
     @property
-    def source(self) -> str:
-        """The caller's text over `text.span()`, markup inside included."""
-        ...
+    def source(self) -> str: ...
 
 
 @dataclass(frozen=True)
