@@ -1,6 +1,7 @@
-"""The GPT's weights as the GGUF benchmarks load them (bench_decode_step.py, bench_quality.py):
-the flags that say which weights, where their GGUF files are kept and how many threads run them,
-and the loading those flags describe."""
+"""What the GGUF benchmarks (bench_decode_step.py, bench_quality.py) share: the flags that say
+which weights, where their GGUF files are kept and how many threads run them; the loading those
+flags describe; llama.cpp contexts over them; and warm-up's quality probe against torch fp32,
+by which the server picks `--gguf-format auto`."""
 
 from __future__ import annotations
 
@@ -10,15 +11,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from _common import CACHE, REPO
+from torch import Tensor
 
 from chattts_server.devmodel.assets import build_dev_assets
+from chattts_server.engine.gpt_build import QUALITY_PROBE, fp32_reference
+from chattts_server.engine.llamacpp_gpt import LlamaCppGPT
+from chattts_server.engine.prompts import PromptBuilder
+from chattts_server.engine.utterance import VoiceSpec
 from chattts_server.model.gguf_export import GGUFCache
 from chattts_server.model.llama_layers import LlamaShape
 from chattts_server.model.loader import ChatTTSModules, load_chattts
-from chattts_server.model.warmup_cache import weights_digest
+from chattts_server.model.warmup_cache import snr_db, weights_digest
 from chattts_server.threads import cpu_budget, plan_threads
 
-REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
 
 
@@ -32,9 +38,7 @@ def add_weight_arguments(parser: argparse.ArgumentParser) -> None:
         "OMP_NUM_THREADS or the CPU budget)",
     )
     parser.add_argument("--model-dir", default="", help="official assets (default: full dev)")
-    parser.add_argument(
-        "--cache", default=str(REPO / ".cache" / "dev-models"), help="dev model assets"
-    )
+    parser.add_argument("--cache", default=str(CACHE), help="dev model assets")
     parser.add_argument(
         "--gguf-folder",
         default=str(REPO / ".cache" / "gguf"),
@@ -77,3 +81,34 @@ class GGUFWeights:
         """The GGUF file of `weight_format`, written now if need be."""
         sd = self.modules.gpt_state_dict
         return self.files.get(weight_format, sd, self.shape, self.rope_theta, self.threads)
+
+    def llamacpp(
+        self, weight_format: str, num_slots: int, max_tokens: int, batch: int, tap: bool = False
+    ) -> LlamaCppGPT:
+        """A llama.cpp context of `weight_format` (`batch`: tokens per llama.cpp batch)."""
+        path, threads = self.path(weight_format), self.threads
+        return LlamaCppGPT(
+            path, self.shape, num_slots, max_tokens, batch, threads, weight_format, tap
+        )
+
+    def describe(self, smoke: bool) -> str:
+        where = "tiny dev (smoke)" if smoke else self.model_dir
+        return f"{where} ({self.shape.num_layers} layers, hidden {self.shape.hidden_size})"
+
+
+class Probe:
+    """Warm-up's quality probe (gpt_build.QUALITY_PROBE) and its hidden states in torch fp32,
+    which each format's are held against ('auto': the smallest format within MIN_SNR_DB)."""
+
+    def __init__(self, weights: GGUFWeights) -> None:
+        prompts = PromptBuilder(weights.modules, CPU)
+        text = prompts.normalize(QUALITY_PROBE)
+        self.embeds = prompts.code_prompt(text, VoiceSpec(), 5).embeds.float()
+        self.reference = fp32_reference(weights.modules, self.embeds)
+
+    def snr_db(self, gpt: LlamaCppGPT) -> float:
+        return snr_db(self.reference, gpt.hidden_states(0, self.embeds))
+
+
+def embeds(tokens: int, hidden_size: int) -> Tensor:
+    return 0.02 * torch.randn(tokens, hidden_size)  # the scale of ChatTTS's text embeddings
