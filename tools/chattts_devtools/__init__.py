@@ -1,4 +1,3 @@
 """Tooling for tests and benchmarks, kept out of the runtime packages: a launcher for the server
 as a subprocess (`launcher`), upstream ChatTTS loaded from our assets (`upstream`), replica timing
-(`sharing`) and the window-path streaming decoder, the oracle of the stateful one
-(`window_decoder`)."""
+(`sharing`) and the counters of a streaming decoder's forward passes (`decode_probe`)."""

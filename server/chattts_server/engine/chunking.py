@@ -4,8 +4,8 @@ fields (`ChunkingOptions`) override it per stream (`with_options`).
 
 Plain Python (no torch). The defaults and bounds of the fields a server flag or a request may
 set are `config`'s, which the command line shows, and so is the one rule between them
-(`config.check_chunk_sizes`). The chunk sizes' growth is written once, in `ChunkSizes`: the
-decoder's planning and the benchmarks' `schedule` both read it.
+(`config.check_chunk_sizes`). The chunk sizes' growth is written once, in `chunk_tokens`: the
+planner (`chunk_plan.py`) and the benchmarks' `schedule` both read it.
 """
 
 from __future__ import annotations
@@ -91,31 +91,20 @@ class ChunkSchedule:
             first_lookahead = None
         return replace(self, **overrides, first_lookahead_tokens=first_lookahead)
 
+    def chunk_tokens(self, index: int) -> int:
+        """New tokens in a stream's chunk `index` (0: the first) unless the stream's end cuts it
+        short: `first_chunk_tokens`, then `growth` times the previous one, up to the cap. Grown
+        as a float and rounded per chunk, so a growth of 1.5 gives 8, 12, 18, 27, ..."""
+        size, cap = float(self.first_chunk_tokens), float(self.max_chunk_tokens)
+        for _ in range(index):
+            if size >= cap or self.growth == 1.0:
+                break
+            size = min(cap, size * self.growth)
+        return round(size)
+
     def schedule(self, num_tokens: int) -> list[int]:
         """New tokens per chunk for a stream of `num_tokens` tokens (for benchmarks and docs)."""
-        sizes, cursor, done = [], ChunkSizes(self), 0
-        while done < num_tokens:
-            size = min(cursor.next_tokens, num_tokens - done)
-            sizes.append(size)
-            done += size
-            cursor.advance()
+        sizes: list[int] = []
+        while sum(sizes) < num_tokens:
+            sizes.append(min(self.chunk_tokens(len(sizes)), num_tokens - sum(sizes)))
         return sizes
-
-
-class ChunkSizes:
-    """A stream's chunk sizes in order: `first_chunk_tokens`, then `growth` times the previous
-    one, up to `max_chunk_tokens`. A cursor, so a planner can read the next size and advance
-    only once the chunk is planned."""
-
-    def __init__(self, config: ChunkSchedule) -> None:
-        self._config = config
-        # Grown as a float and rounded per chunk, so a growth of 1.5 gives 8, 12, 18, 27, ...
-        self._size = float(config.first_chunk_tokens)
-
-    @property
-    def next_tokens(self) -> int:
-        """New tokens in the next chunk (before a stream's end cuts it short)."""
-        return round(self._size)
-
-    def advance(self) -> None:
-        self._size = min(float(self._config.max_chunk_tokens), self._size * self._config.growth)

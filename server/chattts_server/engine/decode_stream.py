@@ -1,9 +1,13 @@
-"""One stream's stateful decode state: what `StreamingDecoder` carries from chunk to chunk.
+"""One stream's streaming decode: everything `StreamingDecoder` carries for it between chunks.
 
-The Decoder keeps per-layer state (`streaming_conv.py`), so each chunk feeds it only the tokens
-since the last one; the final mel frames it emits go to the vocoder's state (exact mode, a
-vocoder that keeps one) or are held for the vocoder's windows, as long as a later window reads
-them. Every change to that state is a method here; the decoder batches the calls across streams.
+Hidden states go in (`HiddenBuffer`), chunks are planned over them (`plan_chunks`), and PCM
+comes out through crossfaded seams (`SeamJoiner`). The Decoder keeps per-layer state
+(`streaming_conv.py`), so each chunk feeds it only the tokens since the last one; the final mel
+frames it emits go to the vocoder's state (exact mode, a vocoder that keeps one) or are held for
+the vocoder's windows, as long as a later window reads them. Every change to that state is a
+method here; the decoder batches the calls across streams.
+
+Runs on the engine thread only; nothing here locks.
 """
 
 from __future__ import annotations
@@ -15,25 +19,25 @@ from torch import Tensor
 from ..model.mel_decoder import hidden_frames
 from ..model.streaming_conv import StackInput, StackState, StreamingStack
 from ..model.vocoders import MelWindow, VocoderStreamInput, VocoderStreamState
-from .chunked_stream import Chunk, ChunkedStream, ChunkGeometry
-from .chunking import ChunkSchedule
+from .chunk_plan import Chunk, PlanPosition, StreamChunking, plan_chunks
+from .hidden_buffer import HiddenBuffer
+from .seams import SeamJoiner
 
 
-class DecodeStream(ChunkedStream):
-    """One utterance's decode: its chunk plan and seams (`ChunkedStream`), the Decoder's state,
-    the final mel frames held for vocoder windows, or the vocoder's state and its samples."""
+class DecodeStream:
+    """One utterance: its hidden states, chunk plan and seams, the Decoder's state, and the
+    final mel frames held for vocoder windows or the vocoder's state and its samples."""
 
     def __init__(
-        self,
-        config: ChunkSchedule,
-        geometry: ChunkGeometry,
-        left_context_tokens: int,
-        exact: bool,
-        vocoder_state: VocoderStreamState | None = None,
+        self, chunking: StreamChunking, vocoder_state: VocoderStreamState | None = None
     ) -> None:
-        super().__init__(config, geometry, left_context_tokens, exact)
+        self.chunking = chunking
+        self._hidden = HiddenBuffer()
+        self._ended = False
+        self._position = PlanPosition()
+        self._seams = SeamJoiner()
         self._decoder_state: StackState | None = None
-        self._fed = 0  # tokens fed to the Decoder state
+        self._fed = 0  # tokens fed to the Decoder state, which holds their left context
         self._mel: Tensor | None = None  # (frames, n_mels) final mel frames from _mel_start on
         self._mel_start = 0
         # Set: the vocoder keeps state too, and its final samples are held from _audio_start on.
@@ -42,16 +46,55 @@ class DecodeStream(ChunkedStream):
         self._audio_start = 0
 
     @property
-    def keeps_vocoder_state(self) -> bool:
-        return self._vocoder_state is not None
+    def exact(self) -> bool:
+        """Left context and lookahead cover the receptive field: output equals offline."""
+        return self.chunking.exact
+
+    @property
+    def done(self) -> bool:
+        """Input ended and every sample emitted."""
+        return self._ended and (self._hidden.num_tokens == 0 or self._position.final_planned)
+
+    @property
+    def next_token(self) -> int:
+        """The first token no planned chunk covers yet."""
+        return self._position.next_token
+
+    @property
+    def num_chunks(self) -> int:
+        """Chunks planned so far."""
+        return self._position.num_chunks
+
+    @property
+    def buffered_tokens(self) -> int:
+        """Rows of hidden states held (tokens not yet fed to the Decoder)."""
+        return self._hidden.held
 
     @property
     def held_mel_frames(self) -> int:
         """Final mel frames held for the vocoder's windows."""
         return 0 if self._mel is None else len(self._mel)
 
-    def _first_token_needed(self) -> int:
-        return self._fed  # the Decoder state holds the left context
+    @property
+    def keeps_vocoder_state(self) -> bool:
+        return self._vocoder_state is not None
+
+    def push(self, hidden: Tensor) -> None:
+        """Append hidden states (n, D) in generation order."""
+        if self._ended:
+            raise RuntimeError("push after end of stream")
+        self._hidden.push(hidden, keep_from=self._fed)
+
+    def end(self) -> None:
+        """No more hidden states: the tail is decoded without lookahead at the next step."""
+        self._ended = True
+
+    def plan(self) -> list[Chunk]:
+        """The chunks now ready, in order, each counted as planned (`plan_chunks`)."""
+        chunks, self._position = plan_chunks(
+            self.chunking, self._position, self._hidden.num_tokens, self._ended
+        )
+        return chunks
 
     # -- the Decoder -------------------------------------------------------------------------
 
@@ -63,9 +106,7 @@ class DecodeStream(ChunkedStream):
         stream ended at the window's end) unless exact mode mid-stream."""
         if self._decoder_state is None:
             self._decoder_state = stack.new_state(torch.empty(0, device=device, dtype=dtype))
-        window = self._hidden(self._fed, chunk.tb)
-        self.last_window_tokens = chunk.tb - self._fed
-        self.max_window_tokens = max(self.max_window_tokens, self.last_window_tokens)
+        window = self._hidden.window(self._fed, chunk.tb)
         self._fed = chunk.tb
         frames = hidden_frames(window.to(device=device, dtype=dtype))
         return StackInput(self._decoder_state, frames, chunk.final or not self.exact)
@@ -74,7 +115,6 @@ class DecodeStream(ChunkedStream):
         """New final mel frames (n, n_mels) from the Decoder: the vocoder state's next input
         (returned, for one batched `Vocoder.stream`), or held for the vocoder's windows."""
         if self._vocoder_state is not None:
-            self.last_vocoder_frames = len(mel)
             return VocoderStreamInput(self._vocoder_state, mel, final)
         self._mel = mel if self._mel is None else torch.cat([self._mel, mel])
         return None
@@ -103,24 +143,29 @@ class DecodeStream(ChunkedStream):
         assert chunk.va >= self._mel_start and len(mel) == chunk.vb - chunk.va
         return MelWindow(mel, chunk.va, chunk.emit_lo, chunk.seam_end)
 
-    # -- trimming ----------------------------------------------------------------------------
+    # -- PCM out -----------------------------------------------------------------------------
 
-    def _trim_held(self) -> None:
-        """Drop the mel frames and samples no later chunk reads."""
+    def emit(self, chunk: Chunk, audio: np.ndarray, origin: int) -> np.ndarray:
+        """The samples `chunk` adds, from its decoded `audio` (`SeamJoiner.emit`)."""
+        return self._seams.emit(chunk, audio, origin)
+
+    def trim(self) -> None:
+        """After a step: drop what no later chunk reads, or everything once done."""
+        if self.done:
+            self._hidden.release()
+            self._mel = self._decoder_state = self._vocoder_state = None
+            self._audio = self._audio[:0]
+            return
+        self._hidden.drop_before(self._fed)
         if self._mel is not None:
             mel_end = self._mel_start + len(self._mel)
-            first_block = self._seam[0] // self.geometry.hop_length
-            keep = max(self._mel_start, first_block - self.geometry.vocoder_left)
+            first_block = self._position.seam[0] // self.chunking.geometry.hop_length
+            keep = max(self._mel_start, first_block - self.chunking.geometry.vocoder_left)
             keep = min(keep, mel_end)  # frames not yet final are not held either
             if keep > self._mel_start:
                 self._mel = self._mel[keep - self._mel_start :].clone()
                 self._mel_start = keep
-        drop = self._emitted - self._audio_start
+        drop = self._seams.num_emitted - self._audio_start
         if drop > 0:
             self._audio = self._audio[drop:].copy()
-            self._audio_start = self._emitted
-
-    def _release(self) -> None:
-        super()._release()
-        self._mel = self._decoder_state = self._vocoder_state = None
-        self._audio = self._audio[:0]
+            self._audio_start = self._seams.num_emitted

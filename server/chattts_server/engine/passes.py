@@ -15,8 +15,8 @@ import torch
 
 from ..text.spans import Traced
 from ..timing.types import PromptText
+from .decode_stream import DecodeStream
 from .step_io import PreparedPrompt
-from .streaming_decode import DecodeStream
 from .utterance import REFINE_SAMPLING, SamplingParams, UtteranceRequest
 
 
