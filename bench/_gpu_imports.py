@@ -37,29 +37,14 @@ import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
-# What the image must provide (bench/gpu_image.txt lists all it has): distribution, module.
-FROM_IMAGE = [
-    ("torch", "torch"),
-    ("torchaudio", "torchaudio"),
-    ("numpy", "numpy"),
-    ("numba", "numba"),
-    ("scipy", "scipy"),
-    ("safetensors", "safetensors"),
-    ("requests", "requests"),
-    ("prometheus-client", "prometheus_client"),
-    ("tqdm", "tqdm"),
-    ("pytest", "pytest"),
-    ("pytest-timeout", "pytest_timeout"),
-    ("matplotlib", "matplotlib"),
-]
-# The project itself (from the tree, not a wheel): what the server, the bench and the tests load.
-PROJECT = [
-    "chattts_client",
-    "chattts_server.main",
-    "chattts_server.engine.runner",
-    "chattts_server.devmodel.assets",
-    "bench_serving",
-]
+FROM_IMAGE = ["torch", "torchaudio", "numpy", "numba", "scipy", "safetensors", "requests"]
+FROM_IMAGE += ["prometheus-client", "tqdm", "pytest", "pytest-timeout", "matplotlib"]
+"""What the image must provide (bench/gpu_image.txt lists all it has), each imported as its
+name with _ for -."""
+PROJECT = ["chattts_client", "chattts_server.main", "chattts_server.engine.runner"]
+PROJECT += ["chattts_server.devmodel.assets", "bench_serving"]
+"""The project itself (from the tree, not a wheel): what the server, the bench and the tests
+load."""
 
 
 def _norm(name: str) -> str:
@@ -148,12 +133,12 @@ def check_carried(check: Check, target: Path | None) -> None:
 
 def check_the_rest(check: Check) -> None:
     print("from the image:")
-    for name, module in FROM_IMAGE:
+    for name in FROM_IMAGE:
         try:
             version = md.version(name)
         except md.PackageNotFoundError:
             version = "?"
-        if check.imports(f"{name}=={version}", [module]):
+        if check.imports(f"{name}=={version}", [name.replace("-", "_")]):
             print(f"  ok       {name}=={version}")
     print("the project (this tree):")
     for module in PROJECT:

@@ -31,47 +31,25 @@ LISTS = {
 }
 """Each list, and the Pythons whose locked versions it must equal."""
 _PIN = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>\S+)")
-
-
-def _environment(python: str) -> dict[str, str]:
-    return {
-        "python_version": python,
-        "python_full_version": f"{python}.0",
-        "sys_platform": "linux",
-        "platform_system": "Linux",
-        "platform_machine": "x86_64",
-        "os_name": "posix",
-        "implementation_name": "cpython",
-        "platform_python_implementation": "CPython",
-    }
+LINUX = dict(sys_platform="linux", platform_system="Linux", platform_machine="x86_64")
+LINUX |= dict(
+    os_name="posix", implementation_name="cpython", platform_python_implementation="CPython"
+)
+"""The marker environment of the GPU machine and the CPU venv, less the Python version."""
+EXPORT = "export --frozen --no-hashes --no-header --no-annotate --no-emit-project"
+EXPORT += " --extra server --extra dev"  # what `make install` syncs
 
 
 def locked_versions(lock: Path, uv: str, python: str) -> dict[str, set[str]]:
     """Package name -> the versions uv.lock installs with the server and dev extras (what
     `make install` syncs) for `python` on Linux x86-64. uv exports them, so its own rules for
     forks and extras decide; the markers left are evaluated here."""
-    exported = subprocess.run(
-        [
-            uv,
-            "export",
-            "--frozen",
-            "--no-hashes",
-            "--no-header",
-            "--no-annotate",
-            "--no-emit-project",
-            "--extra",
-            "server",
-            "--extra",
-            "dev",
-        ],
-        cwd=lock.parent,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    env = _environment(python)
+    done = subprocess.run([uv, *EXPORT.split()], cwd=lock.parent, capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"uv export failed: {done.stderr}")
+    env = {**LINUX, "python_version": python, "python_full_version": f"{python}.0"}
     versions: dict[str, set[str]] = {}
-    for line in exported.splitlines():
+    for line in done.stdout.splitlines():
         requirement, _, marker = line.partition(";")
         match = _PIN.match(requirement.strip())
         if match and (not marker.strip() or Marker(marker).evaluate(env)):
