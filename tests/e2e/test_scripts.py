@@ -30,8 +30,10 @@ BENCHMARKS = [p for p in SCRIPTS if p.parent.name == "bench" and p.name.startswi
 SMOKE_SAYS = {
     "soak.py": r"^RESULT: OK$",
     "gen_proto.py": r"up to date with protos/",
-    # The serving-load timing (stateful vs window path), then the results file.
-    "bench_lookahead.py": r"^stateful / window = \d+\.\d+$(?s:.*)^wrote .*lookahead\.md",
+    # The serving-load timing (Decoder + vocoder per token), then the results file.
+    "bench_lookahead.py": (
+        r"^serving load: \d+ streams x \d+ tokens: \d+\.\d+ ms per token(?s:.*)^wrote .*lookahead\.md"
+    ),
     "run_all.py": r"^0 of \d+ benchmarks failed",
     # Time to first audio, then captions fed faster than the voice, without and with max_lag_s.
     "bench_captions.py": (
