@@ -1,43 +1,31 @@
 """What the benchmarks share: the client load loop, percentiles, the load-average line, results.
 
-Import it first (`from _common import ...`): it puts client/, server/ and tools/ on sys.path, so
-a benchmark runs as `python bench/<name>.py` from a checkout without an install.
-
-Calls, through the shipped client library (what users run, not raw stubs):
-- `Call`: one call as the client saw it: each audio chunk's arrival (s after the call started)
-  and duration, the gRPC status; `ttfa_s`, `audio_s`, `total_s`, `gap_free_s` (the earliest
-  playback start that never stalls), `rtf`.
-- `record(events, call)`: iterate an `AsyncEventStream` or `PushStream` into `call`;
+Import it before chattts_*: it puts client/, server/ and tools/ on sys.path, so a benchmark runs
+as `python bench/<name>.py` from a checkout. Calls go through the shipped client library (what
+users run), not raw stubs:
+- `Call`: one call as the client saw it: each audio chunk's arrival (s after the start) and
+  duration, the gRPC status; `ttfa_s`, `audio_s`, `total_s`, `rtf`, `gap_free_s` (the earliest
+  playback start that never stalls), `audio_between` / `gaps_between` (perf_counter windows).
+- `record(events, call, on_event)`: iterate an `AsyncEventStream` or `PushStream` into `call`;
   `on_event(event, now)` sees every event (marks, word timings, utterance ends).
 - `synthesize(client, text, config)`: one `AsyncTTSClient.synthesize` call.
-- `push_words(client, words, config, interval_s, stop)`: one `PushStream`, a word every
-  `interval_s` on an absolute schedule (a caption or an LLM), until the words or `stop` run out.
-- `feed(stream, items, interval_s, stop)`: that schedule on a stream of your own, any streamed
-  item (text, `Flush`, `Mark`, `Segment`, `Replace`, `Clear`); `send(stream, item)`: one item.
-- `caption_backlog(client, num_streams, stop, interval_s, max_new_tokens)`: PRIORITY_BULK
-  caption streams (ASR words, no punctuation, a word every `interval_s`) until `stop`: the
-  backlog navigation prompts must cut through; `Call.audio_between` / `gaps_between` read them.
-- `run_load(num_callers, num_calls, one)`: `num_calls` calls, `num_callers` at a time
-  (`one(i)` makes call i); a `Load`: the calls, wall seconds, audio seconds per wall second.
-
-Figures:
-- `pct(values, q)`: the q-th percentile (nan for no values).
-- `load_line()`: "load average 1.23 0.98 0.80 (16 CPUs)", to print beside every figure: the
-  machines are shared, and a figure without the load it was measured under cannot be read.
-- `command()`: the command line, for a results file to say how it was made.
-- `table(header, rows)`: a markdown table; `write_result(path, text)`: written whole (a run
-  killed mid-write keeps the previous file).
-- `proc_mib(pid, field)`: a /proc/<pid>/status figure (VmRSS, VmHWM) in MiB.
-
-Servers: `launch` (a `chattts-server` subprocess on a free loopback port) and `bench_server` /
-`add_bench_server_arguments` (--target, --dev-model, --model-dir, --device, --server-arg) come
-from chattts_devtools.launcher, re-exported here.
+- `push_words(client, words, config, interval_s, stop=)`: one `PushStream`, a word every
+  `interval_s` on an absolute schedule (a caption, an LLM), until the words or `stop` run out.
+- `run_load(num_callers, num_calls, one)`: `num_calls` calls (`one(i)` makes call i),
+  `num_callers` at a time; a `Load`: the calls, wall seconds, audio seconds per wall second.
+Figures: `pct(values, q)`; `load_line()`, "load average 1.23 0.98 0.80 (16 CPUs)", printed beside
+every figure (the machines are shared: a figure without its load cannot be read); `command()`;
+`table(header, rows)`, a markdown table; `write_result(path, text)`, written whole (a run killed
+mid-write keeps the previous file); `proc_mib(pid, field)`, VmRSS or VmHWM in MiB.
+Servers: `launch` (a `chattts-server` subprocess on a free loopback port), `bench_server` and
+`add_bench_server_arguments` (--target, --dev-model, --model-dir, --device, --server-arg), from
+chattts_devtools.launcher.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import os
 import sys
 import time
@@ -55,17 +43,7 @@ for _path in ("tools", "server", "client"):
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
-from chattts_client import (  # noqa: E402
-    AsyncTTSClient,
-    AudioChunkEvent,
-    Event,
-    Flush,
-    Mark,
-    PushStream,
-    Replace,
-    Segment,
-    StreamItem,
-)
+from chattts_client import AsyncTTSClient, AudioChunkEvent, Event, PushStream  # noqa: E402
 from chattts_devtools.launcher import add_bench_server_arguments as add_bench_server_arguments  # noqa: E402
 from chattts_devtools.launcher import bench_server as bench_server  # noqa: E402
 from chattts_devtools.launcher import launch as launch  # noqa: E402
@@ -200,57 +178,28 @@ async def synthesize(
     return await record(client.synthesize(text, config=config, timeout=timeout_s), call, on_event)
 
 
-async def feed(
+async def _feed(
     stream: PushStream,
-    items: Iterable[StreamItem],
+    words: Iterable[str],
     interval_s: float,
-    stop: asyncio.Event | None = None,
-    sent_at: list[float] | None = None,
+    stop: asyncio.Event | None,
+    sent_at: list[float] | None,
 ) -> None:
-    """Send `items` one every `interval_s` (0: all at once) on an absolute schedule, so the pace
-    does not drift with the loop's delays; stop early when `stop` is set; then end the input.
-    `sent_at` gets each item's perf_counter send time."""
+    """A word (and a space) every `interval_s` on an absolute schedule, so the pace does not
+    drift with the loop's delays, until the words or `stop` run out; then end the input."""
     t0 = time.perf_counter()
-    for i, item in enumerate(items):
+    for i, word in enumerate(words):
         delay_s = t0 + i * interval_s - time.perf_counter()
-        if stop is not None and stop.is_set():
-            break
         if delay_s > 0:
-            if stop is None:
-                await asyncio.sleep(delay_s)
-            elif await _wait(stop, delay_s):
-                break
-        if stream.input_ended:
-            return
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for((stop or asyncio.Event()).wait(), delay_s)
+        if (stop is not None and stop.is_set()) or stream.input_ended:
+            break
         if sent_at is not None:
             sent_at.append(time.perf_counter())
-        send(stream, item)
+        stream.push(word + " ")
     if not stream.input_ended:
         stream.end_input()
-
-
-def send(stream: PushStream, item: StreamItem) -> None:
-    """Send one streamed-text item through the PushStream method of its kind."""
-    if isinstance(item, str):
-        stream.push(item)
-    elif isinstance(item, Flush):
-        stream.flush(item.text)
-    elif isinstance(item, Mark):
-        stream.mark(item.name, item.text)
-    elif isinstance(item, Segment):
-        stream.segment(item.name, item.text, item.expires_in_ms)
-    elif isinstance(item, Replace):
-        stream.replace(item.name, item.text, item.if_started, item.expires_in_ms)
-    else:
-        stream.clear(item.text)
-
-
-async def _wait(event: asyncio.Event, timeout_s: float) -> bool:
-    try:
-        await asyncio.wait_for(event.wait(), timeout_s)
-    except asyncio.TimeoutError:
-        return False
-    return True
 
 
 async def push_words(
@@ -268,45 +217,12 @@ async def push_words(
     rest. The call's times run from its first word."""
     stream = client.open_stream(config=config, timeout=timeout_s)
     call = Call()
-    sender = asyncio.create_task(feed(stream, (w + " " for w in words), interval_s, stop, sent_at))
+    sender = asyncio.create_task(_feed(stream, words, interval_s, stop, sent_at))
     try:
         await record(stream, call, on_event)
     finally:
         sender.cancel()
     return call
-
-
-CAPTION_TEXT = (
-    "so what we are seeing here is that the traffic on the ring road is building up again "
-    "and if you are heading into the city this evening you should expect delays of around "
-    "twenty minutes near the bridge where the right lane is still closed for repairs"
-)
-"""Live captions: ASR words without punctuation."""
-CAPTION = CAPTION_TEXT.split()
-
-
-async def caption_backlog(
-    client: AsyncTTSClient,
-    num_streams: int,
-    stop: asyncio.Event,
-    interval_s: float,
-    max_new_tokens: int = 200,
-    timeout_s: float = 600,
-) -> list[Call]:
-    """`num_streams` PRIORITY_BULK caption streams, a word every `interval_s` each (stream i
-    starts at word 7i), until `stop`; then each half-closes and reads the rest."""
-
-    def one(i: int) -> Awaitable[Call]:
-        config = tts_pb2.SynthesisConfig(
-            priority=tts_pb2.PRIORITY_BULK,
-            sampling=tts_pb2.Sampling(seed=i, max_new_tokens=max_new_tokens),
-            # No punctuation: release every few words, as live captions need.
-            text_release=tts_pb2.TextReleasePolicy(first_words=4, max_words=12, idle_ms=600),
-        )
-        words = (CAPTION[(7 * i + k) % len(CAPTION)] for k in itertools.count())
-        return push_words(client, words, config, interval_s, stop=stop, timeout_s=timeout_s)
-
-    return list(await asyncio.gather(*(one(i) for i in range(num_streams))))
 
 
 # -- load ---------------------------------------------------------------------------------------

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import re
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 
 from _common import (
     Call,
     bench_server,
-    caption_backlog,
     command,
     launch,
     load_line,
     pct,
     proc_mib,
+    push_words,
     synthesize,
     table,
     write_result,
@@ -27,6 +29,13 @@ from _common import (
 from chattts_client import AsyncTTSClient
 from chattts_proto.chattts.v1 import tts_pb2
 
+CAPTION_TEXT = (
+    "so what we are seeing here is that the traffic on the ring road is building up again "
+    "and if you are heading into the city this evening you should expect delays of around "
+    "twenty minutes near the bridge where the right lane is still closed for repairs"
+)
+"""Live captions: ASR words without punctuation."""
+CAPTION = CAPTION_TEXT.split()
 PROMPTS = [
     "In three hundred metres, turn left onto Station Road.",
     "Keep right at the fork.",
@@ -140,6 +149,25 @@ def run_start(args: argparse.Namespace) -> None:
 
 
 # -- priority ------------------------------------------------------------------------------------
+
+
+async def caption_backlog(
+    client: AsyncTTSClient, num_streams: int, stop: asyncio.Event, interval_s: float, tokens: int
+) -> list[Call]:
+    """PRIORITY_BULK caption streams, a word every `interval_s` each (stream i from word 7i),
+    until `stop`; then each half-closes and reads the rest."""
+
+    def one(i: int) -> Awaitable[Call]:
+        config = tts_pb2.SynthesisConfig(
+            priority=tts_pb2.PRIORITY_BULK,
+            sampling=tts_pb2.Sampling(seed=i, max_new_tokens=tokens),
+            # No punctuation: release every few words, as live captions need.
+            text_release=tts_pb2.TextReleasePolicy(first_words=4, max_words=12, idle_ms=600),
+        )
+        words = (CAPTION[(7 * i + k) % len(CAPTION)] for k in itertools.count())
+        return push_words(client, words, config, interval_s, stop=stop, timeout_s=600)
+
+    return list(await asyncio.gather(*(one(i) for i in range(num_streams))))
 
 
 async def prompt_ttfa(client: AsyncTTSClient, args: argparse.Namespace, i: int) -> float:

@@ -90,26 +90,8 @@ def settle(port: int, timeout_s: float = 10.0) -> dict[str, float]:
         time.sleep(0.1)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--streams", type=int, default=2000, help="streams to run (%(default)s)")
-    p.add_argument("--concurrency", type=int, default=16, help="streams open at once (%(default)s)")
-    p.add_argument(
-        "--cancel-fraction",
-        type=float,
-        default=0.3,
-        help="share of streams cancelled after their first chunk (%(default)s)",
-    )
-    p.add_argument("--tokens", type=int, default=8, help="audio tokens per stream (%(default)s)")
-    p.add_argument("--cache", default=str(CACHE), help="dev-model cache folder (%(default)s)")
-    p.add_argument(
-        "--smoke", action="store_true", help="a few seconds: 24 streams of 4 tokens, no warm-up"
-    )
-    a = p.parse_args()
-    server_args = ["--max-streams", "16", "--max-queue", "64", "--log-level", "WARNING"]
-    if a.smoke:
-        a.streams, a.concurrency, a.tokens = 24, 8, 4
-        server_args.append("--no-warmup")
+def soak(a: argparse.Namespace, server_args: list[str]) -> dict:
+    """The server's figures before and after the streams, their statuses, its exit code."""
     with launch(server_args, dev_model="tiny", cache=a.cache, metrics=True) as srv:
         srv.wait_serving()
         # A few streams first so lazily created threads and buffers exist before the baseline.
@@ -123,21 +105,42 @@ def main() -> int:
         m_after = settle(srv.metrics_port)  # cancelled streams free their slots asynchronously
         after = proc_figures(srv.pid)
         rc = srv.stop(timeout_s=60)
+    return {"m_before": m_before, "m_after": m_after, "before": before, "after": after,
+            "codes": codes, "wall": wall, "rc": rc}  # fmt: skip
+
+
+def main() -> int:
+    # fmt: off
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--streams", type=int, default=2000, help="streams to run (%(default)s)")
+    p.add_argument("--concurrency", type=int, default=16, help="streams open at once (%(default)s)")
+    p.add_argument("--cancel-fraction", type=float, default=0.3, help="share of streams cancelled after their first chunk (%(default)s)")
+    p.add_argument("--tokens", type=int, default=8, help="audio tokens per stream (%(default)s)")
+    p.add_argument("--cache", default=str(CACHE), help="dev-model cache folder (%(default)s)")
+    p.add_argument("--smoke", action="store_true", help="a few seconds: 24 streams of 4 tokens, no warm-up")
+    # fmt: on
+    a = p.parse_args()
+    server_args = ["--max-streams", "16", "--max-queue", "64", "--log-level", "WARNING"]
+    if a.smoke:
+        a.streams, a.concurrency, a.tokens = 24, 8, 4
+        server_args.append("--no-warmup")
+    f = soak(a, server_args)
     print(f"streams={a.streams} concurrency={a.concurrency} cancel_fraction={a.cancel_fraction} "
           f"tokens={a.tokens}; {load_line()}")  # fmt: skip
-    print(f"wall_s={wall:.1f} streams_per_s={a.streams / wall:.1f}")
-    print("status codes:", dict(sorted(codes.items())))
+    print(f"wall_s={f['wall']:.1f} streams_per_s={a.streams / f['wall']:.1f}")
+    print("status codes:", dict(sorted(f["codes"].items())))
+    before, after, m_after = f["before"], f["after"], f["m_after"]
     for key in before:
         delta = after[key] - before[key]
         print(f"server {key}: before={before[key]:.1f} after={after[key]:.1f} delta={delta:+.1f}")
-    for key in m_before:
-        print(f"{key}: before={m_before[key]:g} after={m_after[key]:g}")
-    print(f"server exit code after SIGTERM: {rc}")
+    for key in f["m_before"]:
+        print(f"{key}: before={f['m_before'][key]:g} after={m_after[key]:g}")
+    print(f"server exit code after SIGTERM: {f['rc']}")
     leaked = (
         m_after["chattts_kv_slots_in_use"] != 0
         or m_after["chattts_active_streams"] != 0
         or after["fds"] - before["fds"] > 4
-        or rc != 0
+        or f["rc"] != 0
     )
     print("RESULT:", "LEAK/FAIL" if leaked else "OK")
     return 1 if leaked else 0

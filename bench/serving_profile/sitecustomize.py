@@ -38,24 +38,28 @@ def write_profile() -> None:
     os.replace(tmp, _OUT)
 
 
-# label -> (module, class, method)
+def _graph_rows(args: tuple) -> int:  # DecodeGraphs.__call__(self, slot_ids, ...)
+    return int(args[1].shape[0])
+
+
+def _batch_rows(args: tuple) -> int:  # forward(self, prompts, decode, ...)
+    return int(args[2].embeds.shape[0]) if len(args) > 2 and args[2] is not None else 0
+
+
+# label -> (module, class, method, the decode rows (tokens) of a call, for the GPT step's)
 _TIMERS = {
-    "engine_step": ("chattts_server.engine.core", "EngineCore", "step"),
-    "gpt_forward": ("chattts_server.model.llama", "LlamaDecoder", "forward_batch"),
-    "gpt_decode": ("chattts_server.model.llama", "LlamaDecoder", "decode"),
-    "gpt_decode_graphs": ("chattts_server.model.cuda_graphs", "DecodeGraphs", "__call__"),
-    "gpt_prefill": ("chattts_server.model.llama", "LlamaDecoder", "prefill"),
-    "gpt_llamacpp": ("chattts_server.engine.llamacpp_gpt", "LlamaCppGPT", "forward"),
-    "heads_sampling": ("chattts_server.engine.runner", "ModelRunner", "_code_step"),
-    "decoder_vocoder": ("chattts_server.engine.streaming_decode", "StreamingDecoder", "step"),
-    "decoder_vocoder_finish": (
-        "chattts_server.engine.streaming_decode",
-        "StreamingDecoder",
-        "finish",
-    ),
-    "encoding": ("chattts_server.audio.encoding", "_PcmEncoder", "encode"),
-    "encoding_opus": ("chattts_server.audio.encoding", "_OggOpusEncoder", "encode"),
-}
+    "engine_step": ("chattts_server.engine.core", "EngineCore", "step", None),
+    "gpt_forward": ("chattts_server.model.llama", "LlamaDecoder", "forward_batch", _batch_rows),
+    "gpt_decode": ("chattts_server.model.llama", "LlamaDecoder", "decode", None),
+    "gpt_decode_graphs": ("chattts_server.model.cuda_graphs", "DecodeGraphs", "__call__", _graph_rows),
+    "gpt_prefill": ("chattts_server.model.llama", "LlamaDecoder", "prefill", None),
+    "gpt_llamacpp": ("chattts_server.engine.llamacpp_gpt", "LlamaCppGPT", "forward", _batch_rows),
+    "heads_sampling": ("chattts_server.engine.runner", "ModelRunner", "_code_step", None),
+    "decoder_vocoder": ("chattts_server.engine.streaming_decode", "StreamingDecoder", "step", None),
+    "decoder_vocoder_finish": ("chattts_server.engine.streaming_decode", "StreamingDecoder", "finish", None),
+    "encoding": ("chattts_server.audio.encoding", "_PcmEncoder", "encode", None),
+    "encoding_opus": ("chattts_server.audio.encoding", "_OggOpusEncoder", "encode", None),
+}  # fmt: skip
 
 
 def _install() -> None:
@@ -65,16 +69,20 @@ def _install() -> None:
 
     import torch
 
-    totals = _TOTALS
+    rows = _TOTALS.setdefault("decode_rows", [0.0, 0.0])
 
     def sync() -> None:
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()
 
-    def wrap(label: str, fn):  # type: ignore[no-untyped-def]
-        slot = totals.setdefault(label, [0.0, 0.0])
+    def wrap(label: str, fn, rows_of):  # type: ignore[no-untyped-def]
+        slot = _TOTALS.setdefault(label, [0.0, 0.0])
 
         def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+            counted = rows_of(args) if rows_of is not None else 0
+            if counted:
+                rows[0] += counted
+                rows[1] += 1
             sync()
             t0 = time.perf_counter()
             try:
@@ -86,46 +94,12 @@ def _install() -> None:
 
         return timed
 
-    for label, (module_name, cls_name, method) in _TIMERS.items():
+    for label, (module_name, cls_name, method, rows_of) in _TIMERS.items():
         try:
             cls = getattr(importlib.import_module(module_name), cls_name)
-            setattr(cls, method, wrap(label, getattr(cls, method)))
+            setattr(cls, method, wrap(label, getattr(cls, method), rows_of))
         except (ImportError, AttributeError):
             continue
-    # Decode rows = tokens generated (one per row per step), on either decode path.
-    rows = totals.setdefault("decode_rows", [0.0, 0.0])
-
-    def count_rows(cls, method: str) -> None:  # type: ignore[no-untyped-def]
-        fn = getattr(cls, method)
-
-        def counted(self, slot_ids, *args, **kwargs):  # type: ignore[no-untyped-def]
-            rows[0] += int(slot_ids.shape[0])
-            rows[1] += 1
-            return fn(self, slot_ids, *args, **kwargs)
-
-        setattr(cls, method, counted)
-
-    count_rows(importlib.import_module("chattts_server.model.cuda_graphs").DecodeGraphs, "__call__")
-    llama_decoder = importlib.import_module("chattts_server.model.llama").LlamaDecoder
-    forward_batch = llama_decoder.forward_batch
-
-    def count_decode_rows(self, prompts, decode, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if decode is not None:
-            rows[0] += int(decode.embeds.shape[0])
-            rows[1] += 1
-        return forward_batch(self, prompts, decode, *args, **kwargs)
-
-    llama_decoder.forward_batch = count_decode_rows
-    llamacpp_gpt = importlib.import_module("chattts_server.engine.llamacpp_gpt").LlamaCppGPT
-    llamacpp_forward = llamacpp_gpt.forward
-
-    def count_llamacpp_rows(self, prompts, decode, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if decode is not None:
-            rows[0] += int(decode.embeds.shape[0])
-            rows[1] += 1
-        return llamacpp_forward(self, prompts, decode, *args, **kwargs)
-
-    llamacpp_gpt.forward = count_llamacpp_rows
 
     def dump() -> None:
         while True:
