@@ -1,8 +1,9 @@
 """Serving: our gRPC server through the client library, against upstream ChatTTS stream mode.
 
-Each part (`--parts`, all by default) runs the full-size dev model (random weights at the
-official shapes: timings do not depend on weight values); compare ratios measured in one run,
-since a shared machine makes absolute times noisy. The load average is printed beside each figure.
+Each part (`--parts`: levels by default; all of them under --smoke and `make bench`) runs the
+full-size dev model (random weights at the official shapes: timings do not depend on weight
+values); compare ratios measured in one run, since a shared machine makes absolute times noisy.
+The load average is printed beside each figure.
 - levels: upstream `Chat.infer(text, stream=True, skip_refine_text=True)` first (sequential
   requests of exactly --tokens tokens), then one server per `--modes` entry (`default`, the
   server's flags, or `gguf:<format>`) at each concurrency, through `AsyncTTSClient` (and with
@@ -286,7 +287,7 @@ def run_levels(args: argparse.Namespace) -> None:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # fmt: off
-    parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated: " + ", ".join(PARTS))
+    parser.add_argument("--parts", help="comma-separated: " + ", ".join(PARTS) + " (default: levels; with --smoke, all)")
     parser.add_argument("--tokens", type=int, default=200, help="audio tokens per stream")
     parser.add_argument("--requests", type=int, default=16, help="requests per level (>= c)")
     parser.add_argument("--upstream-requests", type=int, default=3, help="sequential upstream requests (and c1)")
@@ -309,6 +310,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="every part, tiny model, few tokens, output to a temp folder")
     # fmt: on
     args = parser.parse_args()
+    args.parts = args.parts or (",".join(PARTS) if args.smoke else "levels")
     if args.smoke:
         smoke(args)
         args.model, args.tokens, args.requests, args.upstream_requests = "tiny", 24, 2, 1

@@ -27,7 +27,10 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 FIRST = ["bench_serving.py", "bench_decode_step.py", "bench_lookahead.py"]
-DEFAULT_ARGS = {"bench_decode_step.py": "--steps 5"}
+DEFAULT_ARGS = {
+    "bench_decode_step.py": "--steps 5",
+    "bench_serving.py": "--parts levels,first-audio,start,priority",
+}
 
 
 def benchmarks() -> list[Path]:
