@@ -1,13 +1,19 @@
 """chattts-stream client: generated stubs, client library and CLI."""
 
-from chattts_client.client import (
+from chattts_client.calls import AsyncEventStream, EventStream, SynthesisStats
+from chattts_client.channel import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_TARGET,
-    AsyncEventStream,
-    AsyncTTSClient,
-    EventStream,
-    SynthesisStats,
-    TTSClient,
+    ClientOptions,
+    PathOrBytes,
+)
+from chattts_client.client import AsyncTTSClient, TTSClient
+from chattts_client.config import (
+    SynthesisOptions,
+    lexicon_value,
+    make_config,
+    parse_encoding,
+    parse_voice,
 )
 from chattts_client.messages import (
     MODEL_SAMPLE_RATE_HZ,
@@ -26,11 +32,7 @@ from chattts_client.messages import (
     WordTiming,
     WordTimingsEvent,
     event_from_pb,
-    make_config,
-    parse_encoding,
-    parse_voice,
 )
-from chattts_client.options import ClientOptions, PathOrBytes, SynthesisOptions, lexicon_value
 from chattts_client.push_stream import PushStream
 from chattts_client.subtitles import Cue, cues, to_srt, to_webvtt, write_subtitles
 from chattts_client.timeline import Timeline

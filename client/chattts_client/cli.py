@@ -21,22 +21,15 @@ from typing import BinaryIO, TextIO
 
 import grpc
 
-from chattts_client.client import (
-    DEFAULT_TARGET,
-    EventStream,
-    SynthesisStats,
-    TTSClient,
-)
-from chattts_client.messages import (
-    MODEL_SAMPLE_RATE_HZ,
-    AudioChunkEvent,
-    UtteranceEndEvent,
-    make_config,
-)
-from chattts_client.options import lexicon_value
+from chattts_client.calls import EventStream, SynthesisStats
+from chattts_client.channel import DEFAULT_TARGET
+from chattts_client.client import TTSClient
+from chattts_client.config import lexicon_value, make_config
+from chattts_client.messages import MODEL_SAMPLE_RATE_HZ, AudioChunkEvent, UtteranceEndEvent
 from chattts_client.subtitles import cues, subtitle_format, write_subtitles
 from chattts_client.timeline import Timeline
 from chattts_client.wav import WavWriter
+from chattts_proto.chattts.v1 import tts_pb2
 
 _ENCODINGS = ("linear16", "mulaw", "alaw", "ogg_opus", "float32")
 
@@ -227,11 +220,7 @@ def _print_utterance(end: UtteranceEndEvent, stats: SynthesisStats, err: TextIO)
     )
 
 
-def _say(args: argparse.Namespace, stdin: TextIO, stdout: BinaryIO, err: TextIO) -> int:
-    if args.stdin == (args.text is not None):
-        raise _UsageError("say needs either TEXT or --stdin")
-    if args.subtitles:
-        subtitle_format(args.subtitles)  # a bad name fails before anything is spoken
+def _config(args: argparse.Namespace) -> tts_pb2.SynthesisConfig:
     config = make_config(
         voice=args.voice,
         speed=args.speed,
@@ -250,6 +239,15 @@ def _say(args: argparse.Namespace, stdin: TextIO, stdout: BinaryIO, err: TextIO)
         max_lag_s=args.max_lag_s,
     )
     config.lexicons.extend(lexicon_value(value) for value in args.lexicon)
+    return config
+
+
+def _say(args: argparse.Namespace, stdin: TextIO, stdout: BinaryIO, err: TextIO) -> int:
+    if args.stdin == (args.text is not None):
+        raise _UsageError("say needs either TEXT or --stdin")
+    if args.subtitles:
+        subtitle_format(args.subtitles)  # a bad name fails before anything is spoken
+    config = _config(args)
     sink = _AudioSink(args.output, args.encoding, stdout)
     timeline = Timeline("" if args.stdin else args.text)
     with _client(args) as client:

@@ -10,48 +10,23 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any, TypeVar
 
 import grpc
 
-from chattts_client.messages import (
-    AudioChunkEvent,
-    Event,
-    StreamItem,
-    UtteranceEndEvent,
-    VoiceInfo,
-    event_from_pb,
-    text_input,
-)
-from chattts_client.options import (
+from chattts_client.calls import AsyncEventStream, EventStream, SynthesisStats
+from chattts_client.channel import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_TARGET,
     ClientOptions,
     PathOrBytes,
+    channel_spec,
 )
+from chattts_client.messages import StreamItem, VoiceInfo, text_input
 from chattts_client.push_stream import PushStream
-from chattts_client.resilience import (
-    KEEPALIVE_TIME_MS,
-    KEEPALIVE_TIMEOUT_MS,
-    SERVICE_CONFIG,
-    channel_options,
-)
+from chattts_client.resilience import SERVICE_CONFIG
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-
-__all__ = [
-    "DEFAULT_MAX_MESSAGE_BYTES",
-    "DEFAULT_TARGET",
-    "AsyncEventStream",
-    "AsyncTTSClient",
-    "EventStream",
-    "KEEPALIVE_TIME_MS",
-    "KEEPALIVE_TIMEOUT_MS",
-    "SERVICE_CONFIG",
-    "PathOrBytes",
-    "SynthesisStats",
-    "TTSClient",
-]
 
 
 def _stream_requests(
@@ -74,177 +49,6 @@ async def _stream_requests_async(
     else:
         for text in texts:
             yield text_input(text, flush_each)
-
-
-# --- measurement ----------------------------------------------------------------------------
-
-
-@dataclass
-class SynthesisStats:
-    """Client-side figures of one call, updated as its events are iterated."""
-
-    started_at: float  # time.perf_counter() when the call was started
-    first_audio_at: float | None = None  # perf_counter() at the first audio chunk
-    finished_at: float | None = None  # perf_counter() when the response stream ended or failed
-    num_chunks: int = 0
-    num_utterances: int = 0
-    num_audio_bytes: int = 0
-    audio_s: float = 0.0  # seconds of audio received
-
-    def observe(self, event: Event, now: float | None = None) -> None:
-        if isinstance(event, AudioChunkEvent):
-            if self.first_audio_at is None:
-                self.first_audio_at = time.perf_counter() if now is None else now
-            self.num_chunks += 1
-            self.num_audio_bytes += len(event.audio)
-            self.audio_s += event.duration_s
-        elif isinstance(event, UtteranceEndEvent):
-            self.num_utterances += 1
-
-    def finish(self, now: float | None = None) -> None:
-        if self.finished_at is None:
-            self.finished_at = time.perf_counter() if now is None else now
-
-    @property
-    def ttfa_ms(self) -> float | None:
-        """Milliseconds from call start to the first audio chunk; None before it."""
-        if self.first_audio_at is None:
-            return None
-        return (self.first_audio_at - self.started_at) * 1000.0
-
-    @property
-    def total_s(self) -> float:
-        """Seconds from call start to the end of the stream (or to now, while it runs)."""
-        end = time.perf_counter() if self.finished_at is None else self.finished_at
-        return end - self.started_at
-
-    @property
-    def rtf(self) -> float | None:
-        """Real-time factor: wall time / audio seconds (below 1 is faster than real time)."""
-        return self.total_s / self.audio_s if self.audio_s > 0 else None
-
-
-class EventStream(Iterator[Event]):
-    """The events of one sync call, with `stats` and `cancel()`.
-
-    Leaving a `with` block (or calling `cancel`) before the end cancels the call.
-    """
-
-    def __init__(self, call: Any, stats: SynthesisStats) -> None:
-        self._call = call
-        self.stats = stats
-
-    def __iter__(self) -> EventStream:
-        return self
-
-    def __next__(self) -> Event:
-        try:
-            response = next(self._call)
-        except BaseException:  # StopIteration at the end, grpc.RpcError on failure
-            self.stats.finish()
-            raise
-        event = event_from_pb(response)
-        self.stats.observe(event)
-        return event
-
-    def cancel(self) -> None:
-        self._call.cancel()
-
-    @property
-    def call(self) -> Any:
-        """The underlying grpc call (for metadata, code, details)."""
-        return self._call
-
-    def __enter__(self) -> EventStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._call.cancel()  # no-op once the call has finished
-
-
-class AsyncEventStream(AsyncIterator[Event]):
-    """The events of one asyncio call, with `stats` and `cancel()`."""
-
-    def __init__(self, call: Any, stats: SynthesisStats) -> None:
-        self._call = call
-        self._responses: AsyncIterator[Any] | None = None
-        self.stats = stats
-
-    def __aiter__(self) -> AsyncEventStream:
-        return self
-
-    async def __anext__(self) -> Event:
-        if self._responses is None:
-            self._responses = self._call.__aiter__()
-        try:
-            response = await self._responses.__anext__()
-        except BaseException:  # StopAsyncIteration, grpc.aio.AioRpcError, CancelledError
-            self.stats.finish()
-            raise
-        event = event_from_pb(response)
-        self.stats.observe(event)
-        return event
-
-    def cancel(self) -> None:
-        self._call.cancel()
-
-    @property
-    def call(self) -> Any:
-        return self._call
-
-    async def __aenter__(self) -> AsyncEventStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self._call.cancel()
-
-
-# --- channel --------------------------------------------------------------------------------
-
-
-def _read(data: PathOrBytes | None) -> bytes | None:
-    if data is None or isinstance(data, bytes):
-        return data
-    with open(data, "rb") as f:
-        return f.read()
-
-
-@dataclass(frozen=True)
-class _ChannelSpec:
-    """What both clients need to open a channel and authorise calls."""
-
-    target: str
-    options: tuple[tuple[str, Any], ...]
-    credentials: grpc.ChannelCredentials | None  # None: plaintext
-    metadata: tuple[tuple[str, str], ...] | None  # per-call metadata (token on plaintext)
-
-
-def _channel_spec(opts: ClientOptions) -> _ChannelSpec:
-    options: list[tuple[str, Any]] = [
-        ("grpc.max_send_message_length", opts.max_message_bytes),
-        ("grpc.max_receive_message_length", opts.max_message_bytes),
-        *channel_options(opts.service_config, opts.keepalive),
-    ]
-    if opts.tls_server_name:
-        options.append(("grpc.ssl_target_name_override", opts.tls_server_name))
-    if not opts.tls:
-        metadata = (("authorization", f"Bearer {opts.token}"),) if opts.token else None
-        return _ChannelSpec(opts.target, tuple(options), None, metadata)
-    credentials = grpc.ssl_channel_credentials(
-        root_certificates=_read(opts.ca_cert),
-        private_key=_read(opts.client_key),
-        certificate_chain=_read(opts.client_cert),
-    )
-    if opts.token:
-        # Call credentials travel only on secure channels; this sends
-        # "authorization: Bearer <token>" through grpc.metadata_call_credentials.
-        credentials = grpc.composite_channel_credentials(
-            credentials, grpc.access_token_call_credentials(opts.token)
-        )
-    return _ChannelSpec(opts.target, tuple(options), credentials, None)
-
-
-# --- clients --------------------------------------------------------------------------------
 
 
 _Client = TypeVar("_Client", bound="_ClientBase")
@@ -281,7 +85,7 @@ class _ClientBase:
             service_config=service_config,
             keepalive=keepalive,
         )
-        self._spec = _channel_spec(self.options)
+        self._spec = channel_spec(self.options)
         self._connect()
 
     @classmethod
@@ -297,13 +101,7 @@ class _ClientBase:
 class TTSClient(_ClientBase):
     """Blocking client. Thread-safe; one channel for all calls.
 
-    `ca_cert`, `client_cert` and `client_key` are PEM file paths or bytes; `ca_cert=None` with
-    `tls=True` uses the system roots. `token` is sent as `authorization: Bearer <token>`.
-    `tls_server_name` overrides the name checked against the server certificate.
-    `service_config` (default `SERVICE_CONFIG`: round robin over the target's addresses, retry of
-    UNAVAILABLE, UNKNOWN or CANCELLED before the first response, streams included) is the channel's gRPC
-    service config; None turns retries off. `keepalive=False` sends no pings (see
-    chattts_client.resilience).
+    The keywords are the fields of `ClientOptions` (TLS, token, retries, keepalive: see there).
     """
 
     def _connect(self) -> None:
@@ -492,3 +290,13 @@ class AsyncTTSClient(_ClientBase):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def describe_error(exc: grpc.RpcError, target: str) -> str:
+    """A failed call's error in a sentence that names the server (what the adapters report)."""
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return f"ChatTTS server at {target} is unreachable or not serving: {details}"
+    name = code.name if code is not None else "UNKNOWN"
+    return f"ChatTTS server at {target}: {name}: {details}"

@@ -52,7 +52,9 @@ from livekit.agents import (
 from livekit.agents.types import TimedString
 
 from chattts_client.caller_words import CallerWord, CallerWords
-from chattts_client.client import AsyncTTSClient
+from chattts_client.channel import DEFAULT_TARGET, ClientOptions
+from chattts_client.client import AsyncTTSClient, describe_error
+from chattts_client.config import SynthesisOptions
 from chattts_client.messages import (
     MODEL_SAMPLE_RATE_HZ,
     AudioChunkEvent,
@@ -61,7 +63,6 @@ from chattts_client.messages import (
     SegmentEndEvent,
     WordTimingsEvent,
 )
-from chattts_client.options import DEFAULT_TARGET, ClientOptions, SynthesisOptions
 from chattts_client.push_stream import PushStream
 
 __all__ = ["TTS", "api_error"]
@@ -84,18 +85,13 @@ _HTTP_STATUS = {
 def api_error(exc: grpc.RpcError, target: str) -> APIError:
     """The LiveKit API error for a failed call."""
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-    details = exc.details() if hasattr(exc, "details") else str(exc)
+    message = describe_error(exc, target)
     if code == grpc.StatusCode.UNAVAILABLE:
-        return APIConnectionError(
-            f"ChatTTS server at {target} is unreachable or not serving: {details}"
-        )
+        return APIConnectionError(message)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return APITimeoutError(f"ChatTTS server at {target}: deadline exceeded: {details}")
-    return APIStatusError(
-        f"ChatTTS server at {target}: {code.name}: {details}",
-        status_code=_HTTP_STATUS.get(code, 500),
-        body=details,
-    )
+        return APITimeoutError(message)
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return APIStatusError(message, status_code=_HTTP_STATUS.get(code, 500), body=details)
 
 
 def _push_words(emitter: tts.AudioEmitter, words: list[CallerWord]) -> None:

@@ -1,12 +1,14 @@
-"""Messages in and out, as plain Python: response events and request configs.
+"""Messages in and out, as plain Python: the events a call answers with, and the items a
+streamed text is made of.
 
-One place converts between the generated protobuf messages and what callers handle.
+One place converts between them and the generated protobuf messages; the config a call asks
+for is built in chattts_client.config.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 from chattts_proto.chattts.v1 import tts_pb2
 
@@ -236,186 +238,28 @@ def event_from_pb(
     kind = response.WhichOneof("response")
     if kind == "audio":
         a = response.audio
-        encoding = a.encoding or tts_pb2.LINEAR16
-        return AudioChunkEvent(
-            audio=a.audio,
-            sample_offset=a.sample_offset,
-            num_samples=a.num_samples,
-            utterance_index=a.utterance_index,
-            sample_rate_hz=a.sample_rate_hz,
-            encoding=tts_pb2.AudioEncoding.Name(encoding),
-        )
+        encoding = tts_pb2.AudioEncoding.Name(a.encoding or tts_pb2.LINEAR16)
+        return _from_pb(AudioChunkEvent, a, encoding=encoding)
     if kind == "utterance_end":
-        u = response.utterance_end
-        return UtteranceEndEvent(
-            utterance_index=u.utterance_index,
-            text=u.text,
-            audio_duration_s=u.audio_duration_s,
-            time_to_first_audio_s=u.time_to_first_audio_s,
-            generation_time_s=u.generation_time_s,
-            num_tokens=u.num_tokens,
-            finish_reason=u.finish_reason,
-            sample_offset=u.sample_offset,
-            num_samples=u.num_samples,
-            source_text=u.source_text,
-            source_start=u.source_start,
-            source_end=u.source_end,
-            lag_s=u.lag_s,
-            speed=u.speed,
-        )
+        return _from_pb(UtteranceEndEvent, response.utterance_end)
     if kind == "mark":
-        m = response.mark
-        return MarkEvent(
-            name=m.name, sample_offset=m.sample_offset, offset_s=m.offset_s, dropped=m.dropped
-        )
+        return _from_pb(MarkEvent, response.mark)
     if kind == "word_timings":
-        return _word_timings_from_pb(response.word_timings)
+        t = response.word_timings
+        words = tuple(_from_pb(WordTiming, w) for w in t.words)
+        source = tts_pb2.TimingSource.Name(t.source)
+        return _from_pb(WordTimingsEvent, t, words=words, source=source)
     if kind == "segment_end" and isinstance(response, tts_pb2.StreamingSynthesizeResponse):
         e = response.segment_end
-        return SegmentEndEvent(
-            name=e.name,
-            revision=e.revision,
-            outcome=tts_pb2.SegmentOutcome.Name(e.outcome).removeprefix("SEGMENT_").lower(),
-            sample_offset=e.sample_offset,
-            offset_s=e.offset_s,
-            text=e.text,
-        )
+        outcome = tts_pb2.SegmentOutcome.Name(e.outcome).removeprefix("SEGMENT_").lower()
+        return _from_pb(SegmentEndEvent, e, outcome=outcome)
     raise ValueError(f"response carries no event (oneof is {kind!r})")
 
 
-def _word_timings_from_pb(timings: tts_pb2.WordTimings) -> WordTimingsEvent:
-    return WordTimingsEvent(
-        utterance_index=timings.utterance_index,
-        words=tuple(
-            WordTiming(
-                text=w.text,
-                start_sample=w.start_sample,
-                end_sample=w.end_sample,
-                start_s=w.start_s,
-                end_s=w.end_s,
-                source_start=w.source_start,
-                source_end=w.source_end,
-                source_text=w.source_text,
-                has_source=w.has_source,
-            )
-            for w in timings.words
-        ),
-        source=tts_pb2.TimingSource.Name(timings.source),
-    )
+_E = TypeVar("_E")
 
 
-# --- config ---------------------------------------------------------------------------------
-
-
-def parse_voice(voice: str | int) -> tts_pb2.Voice:
-    """Parse a voice spec.
-
-    "seed:1234", "1234" or an int give a speaker seed; "emb:STRING" a speaker embedding;
-    "preset:NAME" or a bare name a preset.
-    """
-    if isinstance(voice, int):
-        return _seed_voice(voice)
-    spec = voice.strip()
-    if not spec:
-        raise ValueError("voice: empty")
-    kind, sep, rest = spec.partition(":")
-    if sep and kind == "seed":
-        try:
-            return _seed_voice(int(rest))
-        except ValueError:
-            raise ValueError(f"voice: bad seed {rest!r}") from None
-    if sep and kind == "emb":
-        if not rest:
-            raise ValueError("voice: empty speaker embedding")
-        return tts_pb2.Voice(speaker_embedding=rest)
-    if sep and kind == "preset":
-        if not rest:
-            raise ValueError("voice: empty preset name")
-        return tts_pb2.Voice(preset=rest)
-    if spec.isdigit():
-        return _seed_voice(int(spec))
-    return tts_pb2.Voice(preset=spec)
-
-
-def _seed_voice(seed: int) -> tts_pb2.Voice:
-    if not 0 <= seed < 2**32:
-        raise ValueError(f"voice: seed {seed} outside [0, 2**32)")
-    return tts_pb2.Voice(seed=seed)
-
-
-def parse_encoding(encoding: str | int) -> tts_pb2.AudioEncoding:
-    """An AudioEncoding value from its name (any case, e.g. "ogg_opus") or number."""
-    if isinstance(encoding, int):
-        tts_pb2.AudioEncoding.Name(encoding)  # raises ValueError when unknown
-        return cast(tts_pb2.AudioEncoding, encoding)
-    try:
-        return cast(tts_pb2.AudioEncoding, tts_pb2.AudioEncoding.Value(encoding.strip().upper()))
-    except ValueError:
-        names = ", ".join(n.lower() for n in tts_pb2.AudioEncoding.keys()[1:])
-        raise ValueError(f"encoding: unknown {encoding!r}; one of {names}") from None
-
-
-def make_config(
-    voice: str | int | None = None,
-    speed: float | None = None,
-    refine_text: bool = False,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    top_k: int | None = None,
-    seed: int | None = None,
-    encoding: str | int = "LINEAR16",
-    sample_rate_hz: int = 0,
-    max_new_tokens: int | None = None,
-    min_new_tokens: int | None = None,
-    reference_audio: bytes | None = None,
-    reference_transcript: str = "",
-    word_timing: bool = False,
-    max_lag_s: float | None = None,
-    hard_lag_s: float | None = None,
-    pace_lead_s: float | None = None,
-) -> tts_pb2.SynthesisConfig:
-    """Build a SynthesisConfig; None leaves a field unset (the server's default).
-
-    `voice` is parsed by `parse_voice`, `encoding` by `parse_encoding`. Values are range-checked
-    by the server, which answers INVALID_ARGUMENT naming the field. `reference_audio` (an audio
-    file's bytes) with its `reference_transcript` asks for a zero-shot voice instead of `voice`.
-    `word_timing` asks for a `WordTimingsEvent` per utterance (captions, what was heard).
-    `max_lag_s` keeps a caption stream's lag bounded: over it utterances are sped up, over
-    `hard_lag_s` (default twice it) skipped. `pace_lead_s` has the server send audio at most
-    that far ahead of real-time playback (navigation: a CUT replace then finds the prompt
-    still speaking).
-    """
-    config = tts_pb2.SynthesisConfig()
-    if voice is not None and reference_audio is not None:
-        raise ValueError("give either voice or reference_audio, not both")
-    if voice is not None:
-        config.voice.CopyFrom(parse_voice(voice))
-    if reference_audio is not None:
-        config.voice.reference.audio = reference_audio
-        config.voice.reference.transcript = reference_transcript
-    config.audio_format.encoding = parse_encoding(encoding)
-    config.audio_format.sample_rate_hz = sample_rate_hz
-    if speed is not None:
-        config.prosody.speed = speed
-    if refine_text:
-        config.prosody.refine_text = True
-    if word_timing:
-        config.word_timing = True
-    if max_lag_s is not None:
-        config.max_lag_s = max_lag_s
-    if hard_lag_s is not None:
-        config.hard_lag_s = hard_lag_s
-    if pace_lead_s is not None:
-        config.pace_lead_s = pace_lead_s
-    sampling = config.sampling
-    for name, value in (
-        ("temperature", temperature),
-        ("top_p", top_p),
-        ("top_k", top_k),
-        ("seed", seed),
-        ("max_new_tokens", max_new_tokens),
-        ("min_new_tokens", min_new_tokens),
-    ):
-        if value is not None:
-            setattr(sampling, name, value)
-    return config
+def _from_pb(cls: type[_E], message: Any, **values: Any) -> _E:
+    """A `cls` whose fields are the protobuf fields of the same names, but for `values`."""
+    names = [f.name for f in fields(cls) if f.name not in values]  # type: ignore[arg-type]
+    return cls(**{name: getattr(message, name) for name in names}, **values)

@@ -6,13 +6,9 @@ when speech starts), ends each turn's text with a mark, and on an interruption s
 `TextInput.clear` on the same stream: barge-in stops the utterance being generated within one
 engine step and costs no reconnect.
 
-Turn boundaries come from the stream itself. The stream is shared by all turns; the service
-sends a mark after each turn's text (`TextInput.mark`), and the server answers it right after
-the last audio of that text, so the events between two marks are exactly one turn's: its audio,
-its word timings, then the mark, on which the turn ends (TTSStoppedFrame). A turn whose text
-made no sound ends at once. An interruption clears the stream with a mark at the cut: the
-cleared turns' events are dropped until that mark arrives, so none of their audio reaches the
-next turn, whose text is sent at once behind it. No timer decides anything.
+Turn boundaries come from the stream itself: each turn's text is ended by a mark, whose answer
+ends the turn (TTSStoppedFrame); an interruption clears the stream with a mark at the cut, and
+the cleared turns' events are dropped until it comes back (chattts_client.pipecat_turns).
 
 Words. The stream asks for word timing, and each word the server times is handed to Pipecat
 (`add_word_timestamps`) in the caller's own text, timed from the turn's first audio sample: the
@@ -40,8 +36,6 @@ audio. A revision of a prompt that has ended is a turn like any speak frame's. E
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections import deque
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +58,9 @@ from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 
 from chattts_client.caller_words import CallerWords
-from chattts_client.client import AsyncTTSClient
+from chattts_client.channel import DEFAULT_TARGET, ClientOptions
+from chattts_client.client import AsyncTTSClient, describe_error
+from chattts_client.config import SynthesisOptions
 from chattts_client.messages import (
     IF_STARTED,
     AudioChunkEvent,
@@ -72,7 +68,7 @@ from chattts_client.messages import (
     SegmentEndEvent,
     WordTimingsEvent,
 )
-from chattts_client.options import DEFAULT_TARGET, ClientOptions, SynthesisOptions
+from chattts_client.pipecat_turns import Turns
 from chattts_client.push_stream import PushStream
 from chattts_proto.chattts.v1 import tts_pb2
 
@@ -112,28 +108,6 @@ class ChatTTSSegmentFrame(TTSSpeakFrame):  # type: ignore[misc]
             raise ValueError("segment: a prompt needs a name")
         if self.if_started not in IF_STARTED:
             raise ValueError(f"if_started must be one of {', '.join(IF_STARTED)}")
-
-
-@dataclass
-class _Turn:
-    """A stretch of the stream, in the order it was sent: one audio context's text, or (with no
-    context) the rest of a cleared stream up to the clear's mark."""
-
-    context_id: str | None
-    mark: str | None = None  # the mark that ends it, once sent
-    cancelled: bool = False  # interrupted: its events are dropped
-    # Its timed words go to Pipecat: until a SegmentEnd in it, after which it speaks a prompt's
-    # revision, whose text Pipecat's word tracker does not have (it holds the turn's first).
-    words: bool = True
-
-
-@dataclass
-class _Prompt:
-    """A named prompt on the stream (`ChatTTSSegmentFrame`)."""
-
-    name: str  # the segment's name on the stream: the frames', or a new one after a barge-in
-    turn: _Turn  # the turn of its latest revision (a barge-in cancels it with that revision)
-    num_open: int = 0  # revisions sent whose SegmentEnd has not come back
 
 
 class ChatTTSTTSService(TTSService):  # type: ignore[misc]
@@ -181,16 +155,11 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         self._client = AsyncTTSClient.from_options(self._options)
         self._synthesis = synthesis
         self._connect_timeout_s = connect_timeout_s
-        self._stream: PushStream | None = None
+        self._turns = Turns()  # the stream (None while closed) and what was sent on it
         self._words: CallerWords | None = None
         self._receive_task: asyncio.Task[None] | None = None
-        self._turns: deque[_Turn] = deque()  # sent, not yet ended by their mark; oldest first
-        self._num_marks = 0
-        self._turn_start_s = 0.0  # stream time where the oldest turn's audio begins
         self._failed_context: str | None = None  # the turn whose stream failed
         self._interrupted: set[str] = set()  # contexts cleared: late text of theirs is dropped
-        self._prompts: dict[str, _Prompt] = {}  # by the frames' segment name
-        self._prompt_names: dict[str, str] = {}  # segment name on the stream -> the frames'
         self._prompt_frame: ChatTTSSegmentFrame | None = None  # whose text run_tts gets now
         self._register_event_handler("on_segment_end")
 
@@ -204,7 +173,7 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         try:
             await self._client.list_voices(timeout=self._connect_timeout_s)
         except grpc.RpcError as exc:
-            message = _describe(exc, self._options.target)
+            message = describe_error(exc, self._options.target)
             await self.push_error(error_msg=message, exception=exc)
             await self._call_event_handler("on_connection_error", message)
             return
@@ -225,17 +194,14 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         return self._synthesis.to_config(sample_rate_hz=self.sample_rate, word_timing=True)
 
     async def _open_stream(self) -> None:
-        stream = self._stream = self._client.open_stream(config=self._stream_config())
+        stream = self._client.open_stream(config=self._stream_config())
+        self._turns.reset(stream)
         self._words = CallerWords(lambda: stream.timeline.text)
-        self._turns.clear()
-        self._prompts.clear()
-        self._prompt_names.clear()
-        self._turn_start_s = 0.0
         self._receive_task = self.create_task(self._receive(stream), "chattts-receive")
 
     async def _close_stream(self, cancel: bool) -> None:
-        stream, task = self._stream, self._receive_task
-        self._stream = self._receive_task = None
+        stream, task = self._turns.stream, self._receive_task
+        self._turns.stream = self._receive_task = None
         if stream is not None:
             if cancel:
                 stream.cancel()
@@ -257,27 +223,25 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
             await self._on_prompt_frame(frame, direction)
             return
         await super().process_frame(frame, direction)
-        if isinstance(frame, InterruptionFrame) and self._stream is not None:
-            # Pipecat interrupts the audio contexts it holds (on_audio_context_interrupted); a
-            # turn it holds none for (a revision not yet heard) is cleared here.
-            held = self.audio_context_available
-            if any(not t.cancelled and not held(t.context_id or "") for t in self._turns):
-                self._clear()
+        # Pipecat interrupts the audio contexts it holds (on_audio_context_interrupted); a turn
+        # it holds none for (a revision not yet heard) is cleared here.
+        held = self.audio_context_available
+        if (
+            isinstance(frame, InterruptionFrame)
+            and self._turns.stream is not None
+            and any(not held(context_id) for context_id in self._turns.live())
+        ):
+            self._turns.clear()
 
     async def _on_prompt_frame(self, frame: ChatTTSSegmentFrame, direction: FrameDirection) -> None:
-        prompt = self._prompts.get(frame.segment)
-        if (
-            prompt is not None
-            and prompt.num_open
-            and not prompt.turn.cancelled
-            and self._stream is not None
-        ):
+        if self._turns.revisable(frame.segment):
             # A revision of a prompt that has not ended: heard in the prompt's turn. TTSService
             # would open a context of its own, which a revision never spoken would leave silent
             # (Pipecat reports those as failures), so only the processor's own handling
             # (observers) runs.
             await super(TTSService, self).process_frame(frame, direction)
-            self._revise(prompt, frame)
+            self._turns.revise(frame.segment, frame.text, frame.if_started, frame.expires_in_ms)
+            logger.debug(f"{self}: revised prompt {frame.segment!r} ({frame.if_started})")
             await self.start_tts_usage_metrics(frame.text)
             return
         # A new prompt, or one that has ended: a turn like any speak frame's; run_tts sends it.
@@ -291,107 +255,32 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
         if context_id in self._interrupted:
             yield None  # a token of a reply that was interrupted: not spoken
             return
-        if self._stream is None:
+        if self._turns.stream is None:
             if context_id == self._failed_context:
                 yield None  # this turn's stream failed; the error was reported once
                 return
             await self._open_stream()
-        assert self._stream is not None
-        turn = self._turn_for(context_id)
-        prompt_frame, self._prompt_frame = self._prompt_frame, None
-        if prompt_frame is not None:
-            self._send_prompt(prompt_frame, text, turn)
+        frame, self._prompt_frame = self._prompt_frame, None
+        if frame is not None:
+            self._turns.send_prompt(
+                context_id, frame.segment, text, frame.if_started, frame.expires_in_ms
+            )
         else:
-            self._stream.push(text)
+            self._turns.push(context_id, text)
         await self.start_tts_usage_metrics(text)
         yield None  # audio arrives through _receive
 
     async def flush_audio(self, context_id: str | None = None) -> None:
         """The end of a turn's text: its mark goes out now."""
-        turn = self._open_turn()
-        if turn is not None and (context_id is None or turn.context_id == context_id):
-            self._end_text(turn)
+        self._turns.end_text(context_id)
 
     async def on_audio_context_interrupted(self, context_id: str) -> None:
         await self.stop_all_metrics()
         self._interrupted.add(context_id)
-        if self._stream is not None and any(
-            t.context_id == context_id and not t.cancelled for t in self._turns
-        ):
-            self._clear()
+        if self._turns.stream is not None and context_id in self._turns.live():
+            self._turns.clear()
             logger.debug(f"{self}: barge-in, cleared turn {context_id}")
         await super().on_audio_context_interrupted(context_id)
-
-    def _send_prompt(self, frame: ChatTTSSegmentFrame, text: str, turn: _Turn) -> None:
-        """A prompt's first text, or a new text of one that has ended (the server queues it at
-        the end): the turn's text, ended by its mark."""
-        assert self._stream is not None
-        prompt = self._prompts.get(frame.segment)
-        if prompt is not None and (prompt.num_open == 0 or not prompt.turn.cancelled):
-            self._stream.replace(prompt.name, text, frame.if_started, frame.expires_in_ms)
-            prompt.turn = turn
-        else:
-            # New, or cleared by a barge-in whose end of it has not come back: the server may
-            # still hold that one unfinished, so the prompt goes on under a name of its own.
-            name = frame.segment if prompt is None else f"{frame.segment}#{uuid.uuid4().hex[:8]}"
-            self._stream.segment(name, text, frame.expires_in_ms)
-            prompt = self._prompts[frame.segment] = _Prompt(name, turn)
-            self._prompt_names[name] = frame.segment
-        prompt.num_open += 1
-        self._end_text(turn)  # ends the segment's text, and the turn at the mark's answer
-
-    def _revise(self, prompt: _Prompt, frame: ChatTTSSegmentFrame) -> None:
-        """Replace the text of a prompt that has not ended. Its audio comes in the prompt's
-        turn, before that turn's mark; if the old text ended on the server before the replace
-        arrived, after everything sent before it: in a turn of its own, ended by a mark of its
-        own, whose context opens at its first audio."""
-        assert self._stream is not None
-        open_turn = self._open_turn()
-        if open_turn is not None:
-            self._end_text(open_turn)  # the replace ends the text before it, as a mark does
-        self._stream.replace(prompt.name, frame.text, frame.if_started, frame.expires_in_ms)
-        prompt.num_open += 1
-        turn = prompt.turn = _Turn(str(uuid.uuid4()), words=False)
-        self._turns.append(turn)
-        self._end_text(turn)
-        logger.debug(f"{self}: revised prompt {frame.segment!r} ({frame.if_started})")
-
-    def _turn_for(self, context_id: str) -> _Turn:
-        """The open turn of `context_id`, opened now if need be (a turn still open for another
-        context is ended first: its text is complete once another's begins)."""
-        turn = self._open_turn()
-        if turn is not None and turn.context_id == context_id:
-            return turn
-        if turn is not None:
-            self._end_text(turn)
-        turn = _Turn(context_id)
-        self._turns.append(turn)
-        return turn
-
-    def _open_turn(self) -> _Turn | None:
-        last = self._turns[-1] if self._turns else None
-        return last if last is not None and last.mark is None else None
-
-    def _end_text(self, turn: _Turn) -> None:
-        self._num_marks += 1
-        turn.mark = f"turn-{self._num_marks}"
-        if self._stream is not None:
-            self._stream.mark(turn.mark)
-
-    def _clear(self) -> None:
-        """Barge-in: the server drops every turn's unspoken text, so every turn sent is over;
-        the clear's mark closes the stretch whose events are dropped."""
-        assert self._stream is not None
-        self._num_marks += 1
-        name = f"clear-{self._num_marks}"
-        for turn in self._turns:
-            turn.cancelled = True
-        open_turn = self._open_turn()
-        if open_turn is not None:
-            open_turn.mark = name
-        else:
-            self._turns.append(_Turn(None, mark=name, cancelled=True))
-        self._stream.clear(mark=name)
 
     # -- events out ------------------------------------------------------------------------
 
@@ -407,22 +296,18 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
                 elif isinstance(event, SegmentEndEvent):
                     await self._on_segment_end(event)
         except grpc.RpcError as error:
-            if error.code() == grpc.StatusCode.CANCELLED and self._stream is not stream:
+            if error.code() == grpc.StatusCode.CANCELLED and self._turns.stream is not stream:
                 return  # we closed it
             await self._failed(error)
 
-    def _speaking(self) -> str | None:
-        """The audio context the stream's events are for now (None: they are dropped)."""
-        turn = self._turns[0] if self._turns else None
-        return None if turn is None or turn.cancelled else turn.context_id
-
     async def _on_audio(self, event: AudioChunkEvent) -> None:
-        context_id = self._speaking()
-        if context_id is None:
+        turn = self._turns.speaking()
+        if turn is None or turn.context_id is None:
             return  # audio of a cleared turn
+        context_id = turn.context_id
         if not self.audio_context_available(context_id):
             # Ended by Pipecat's idle timer while the server was slow (the audio is kept), or
-            # a prompt revision's own turn (see _revise).
+            # a prompt revision's own turn (see Turns.revise).
             await self.create_audio_context(context_id)
             await self.append_to_audio_context(context_id, TTSStartedFrame(context_id=context_id))
         frame = TTSAudioRawFrame(
@@ -436,31 +321,24 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
     async def _on_words(self, event: WordTimingsEvent) -> None:
         assert self._words is not None
         words = self._words.take(event)  # taken even when dropped: each word is given once
-        context_id = self._speaking()
-        if context_id is None or not words or not self._turns[0].words:
+        turn = self._turns.speaking()
+        if turn is None or turn.context_id is None or not words or not turn.words:
             return
         # Pipecat times words from the context's first audio frame, which is the first sample
         # after the previous turn's mark (the stream's audio is contiguous).
-        timed = [(w.text.strip(), max(0.0, w.start_s - self._turn_start_s)) for w in words]
-        await self.add_word_timestamps([(text, t) for text, t in timed if text], context_id)
+        start_s = self._turns.start_s
+        timed = [(w.text.strip(), max(0.0, w.start_s - start_s)) for w in words]
+        await self.add_word_timestamps([(text, t) for text, t in timed if text], turn.context_id)
 
     async def _on_mark(self, event: MarkEvent) -> None:
-        self._turn_start_s = event.offset_s
-        while self._turns:
-            turn = self._turns.popleft()
-            if not turn.cancelled and turn.context_id is not None:
-                await self._end_turn(turn.context_id)
-            if turn.mark == event.name:
-                return
-        logger.warning(f"{self}: mark {event.name!r} matches no turn")
+        ended, matched = self._turns.on_mark(event)
+        for context_id in ended:
+            await self._end_turn(context_id)
+        if not matched:
+            logger.warning(f"{self}: mark {event.name!r} matches no turn")
 
     async def _on_segment_end(self, event: SegmentEndEvent) -> None:
-        name = self._prompt_names.get(event.name, event.name)
-        prompt = self._prompts.get(name)
-        if prompt is not None and prompt.name == event.name:
-            prompt.num_open -= 1
-        if self._turns:
-            self._turns[0].words = False  # what follows in this turn is a revision's
+        name = self._turns.on_segment_end(event)
         logger.debug(f"{self}: prompt {name!r} revision {event.revision}: {event.outcome}")
         await self._call_event_handler("on_segment_end", name, event)
 
@@ -472,23 +350,12 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
 
     async def _failed(self, error: grpc.RpcError) -> None:
         exc = await self._client.explain(error, config=self._stream_config())
-        await self.push_error(error_msg=_describe(exc, self._options.target), exception=exc)
+        await self.push_error(error_msg=describe_error(exc, self._options.target), exception=exc)
         # The next turn opens a new stream; the rest of this one is not retried token by token
         # (each would fail the same way against a server that is down).
-        failed = self._speaking()
-        self._stream = None
+        turn = self._turns.speaking()
+        failed = None if turn is None else turn.context_id
+        self._turns.reset(None)
         self._failed_context = failed
-        self._turns.clear()
-        self._prompts.clear()
-        self._prompt_names.clear()
         if failed is not None:
             await self._end_turn(failed)
-
-
-def _describe(exc: grpc.RpcError, target: str) -> str:
-    code = exc.code() if hasattr(exc, "code") else None
-    details = exc.details() if hasattr(exc, "details") else str(exc)
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return f"ChatTTS server at {target} is unreachable or not serving: {details}"
-    name = code.name if code is not None else "error"
-    return f"ChatTTS server at {target}: {name}: {details}"

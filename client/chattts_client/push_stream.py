@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Callable
-from typing import TYPE_CHECKING
 
+from chattts_client.calls import AsyncEventStream, SynthesisStats
 from chattts_client.messages import Clear, Event, Flush, Mark, Replace, Segment, StreamItem
 from chattts_client.timeline import Timeline
 
-if TYPE_CHECKING:  # the client builds these streams: it imports this module
-    from chattts_client.client import AsyncEventStream, SynthesisStats
-
-OpenCall = Callable[[AsyncIterable[StreamItem]], "AsyncEventStream"]
+OpenCall = Callable[[AsyncIterable[StreamItem]], AsyncEventStream]
 
 
 class PushStream(AsyncIterator[Event]):

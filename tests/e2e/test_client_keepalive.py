@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from chattts_client import TTSClient
-from chattts_client.client import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
+from chattts_client.resilience import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
 from chattts_proto.chattts.v1 import tts_pb2
 from serverutil import launch, wait_serving
 

@@ -256,7 +256,7 @@ class MarksAtStop(BaseObserver):  # the marks the stream had received as each st
 
     async def on_push_frame(self, data):
         if data.source is self.tts and isinstance(data.frame, TTSStoppedFrame):
-            self.seen.append([m.name for m in self.tts._stream.timeline.marks])
+            self.seen.append([m.name for m in self.tts._turns.stream.timeline.marks])
 
 async def main():
     options = SynthesisOptions(voice=7, seed=3, max_new_tokens=num_tokens, min_new_tokens=num_tokens)

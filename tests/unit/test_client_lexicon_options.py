@@ -1,4 +1,4 @@
-"""The client's lexicons (chattts_client/options.py): `SynthesisOptions.lexicons` into the
+"""The client's lexicons (chattts_client/config.py): `SynthesisOptions.lexicons` into the
 config in order, and `lexicon_value`, what `chattts-client say --lexicon` sends: a file's PLS
 text inline, a name as is, a missing file refused here rather than sent as a name."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chattts_client.options import SynthesisOptions, lexicon_value
+from chattts_client.config import SynthesisOptions, lexicon_value
 
 PLS = '<lexicon version="1.0" xmlns="http://www.w3.org/2005/01/pronunciation-lexicon"/>'
 

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from chattts_client import TTSClient
-from chattts_client.client import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS, SERVICE_CONFIG
+from chattts_client.resilience import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS, SERVICE_CONFIG
 
 README = Path(__file__).resolve().parents[2] / "docs" / "replicas.md"
 
