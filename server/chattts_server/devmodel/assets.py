@@ -187,34 +187,23 @@ def _write_assets(model_dir: Path, variant: str) -> None:
 
 def _gpt_config_json(gpt: GptShapes) -> dict[str, Any]:
     """asset/gpt/config.json: a transformers LlamaConfig at the GPT's shapes."""
+    # fmt: off
     return {
-        "architectures": ["LlamaModel"],
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "head_dim": gpt.head_dim,
-        "hidden_act": "silu",
-        "hidden_size": gpt.hidden_size,
-        "initializer_range": 0.02,
+        "architectures": ["LlamaModel"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 1, "eos_token_id": 2, "head_dim": gpt.head_dim, "hidden_act": "silu",
+        "hidden_size": gpt.hidden_size, "initializer_range": 0.02,
         "intermediate_size": gpt.intermediate_size,
-        "max_position_embeddings": gpt.max_position_embeddings,
-        "mlp_bias": False,
-        "model_type": "llama",
-        "num_attention_heads": gpt.num_heads,
-        "num_hidden_layers": gpt.num_layers,
-        "num_key_value_heads": gpt.num_kv_heads,
-        "pretraining_tp": 1,
-        "rms_norm_eps": gpt.rms_norm_eps,
-        "rope_scaling": None,
-        "rope_theta": gpt.rope_theta,
-        "tie_word_embeddings": False,
-        "torch_dtype": "float32",
+        "max_position_embeddings": gpt.max_position_embeddings, "mlp_bias": False,
+        "model_type": "llama", "num_attention_heads": gpt.num_heads,
+        "num_hidden_layers": gpt.num_layers, "num_key_value_heads": gpt.num_kv_heads,
+        "pretraining_tp": 1, "rms_norm_eps": gpt.rms_norm_eps, "rope_scaling": None,
+        "rope_theta": gpt.rope_theta, "tie_word_embeddings": False, "torch_dtype": "float32",
         "use_cache": False,
         # Upstream feeds inputs_embeds and deletes embed_tokens after loading, so the
         # vocabulary here is never used; keep Llama's default rather than a real size.
         "vocab_size": 32000,
     }
+    # fmt: on
 
 
 def _write_gpt(asset: Path, gpt: GptShapes) -> None:

@@ -88,15 +88,12 @@ def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
             log.warning("llama.cpp: %s", message)
 
 
+# fmt: off
 _EXPECTED = (
-    "dummy tokens",
-    "pooling_type is",
-    "not divisible by n_seq_max",
-    "n_ctx_seq",
-    "not divisible by 256",
-    "falling back to",
-    "required fallback quantization",
+    "dummy tokens", "pooling_type is", "not divisible by n_seq_max", "n_ctx_seq",
+    "not divisible by 256", "falling back to", "required fallback quantization",
 )
+# fmt: on
 """Warnings our GGUF and context make on purpose (no vocabulary; hidden states out, not pooled;
 each sequence's positions are ours to bound), and the k-quants' fallback on a model narrower
 than their 256-wide blocks (the tiny dev model)."""
