@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chattts_proto.chattts.v1 import tts_pb2
-from chattts_server.api.events import AudioOut, MarkReached, SessionEvent, UtteranceEnded
+from chattts_server.stream.events import AudioOut, MarkReached, SessionEvent, UtteranceEnded
 from chattts_server.stream.reader import TextFragment
 
 WORDS = ["go", "left", "now", "then", "stop", "here", "turn", "east"]

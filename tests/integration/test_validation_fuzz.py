@@ -11,11 +11,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from chattts_server.api.convert import StreamSettings, Validator
+from chattts_server.api.convert import Validator
 from chattts_server.api.voices import VoiceLibrary
 from chattts_server.audio.containers import CONTAINER_ENCODINGS
 from chattts_server.audio.encoding import SUPPORTED_ENCODINGS
 from chattts_server.errors import InvalidRequestError
+from chattts_server.stream.settings import StreamSettings
 from model_info import TINY_MODEL_INFO
 
 U32 = 2**32 - 1

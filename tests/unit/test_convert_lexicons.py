@@ -12,7 +12,7 @@ from chattts_server.api.lexicons import MAX_INLINE_LEXICON_BYTES, MAX_STREAM_LEX
 from chattts_server.api.voices import VoiceLibrary
 from chattts_server.errors import InvalidRequestError
 from chattts_server.stream.items import Speak
-from chattts_server.stream.reader import front_end
+from chattts_server.stream.text_queue import front_end
 from chattts_server.text.lexicon import Lexicon
 from chattts_server.text.lexicon_library import LexiconLibrary, compile_inline
 from chattts_server.text.pls import PLS_NAMESPACE

@@ -474,8 +474,8 @@ def test_flush_and_idle_release_buffered_text_but_not_an_open_tag() -> None:
 
 
 def test_stream_items_carry_speed_silence_marks_and_the_callers_own_text() -> None:
-    from chattts_server.api.ssml_text import SsmlText, ssml_stream_items
     from chattts_server.stream.items import MarkAt, Silence, Speak
+    from chattts_server.stream.ssml_text import SsmlText, ssml_stream_items
 
     doc = (
         '<speak>In <say-as interpret-as="cardinal">200</say-as> m, turn left.<break time="1s"/>'

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from chattts_server.api.ssml_text import SsmlText, ssml_stream_items
 from chattts_server.errors import InvalidRequestError
 from chattts_server.stream.items import Speak, StreamItem
+from chattts_server.stream.ssml_text import SsmlText, ssml_stream_items
 from chattts_server.text.lexicon import Lexicon, Lexicons
 from chattts_server.text.lexicon_library import LexiconLibrary
 from chattts_server.text.release import ReleasePolicy

@@ -1,4 +1,4 @@
-"""The timeline's items without a model: what the text reader queues (utterances with the
+"""The timeline's items without a model: what the text side queues (utterances with the
 caller's own text, marks, marks a clear dropped, bad mark names), silences written into the
 audio and counted in the offsets, marks answered at the offset of the audio sent so far."""
 
@@ -10,14 +10,17 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from chattts_server.api.convert import AudioOptions, StreamSettings, Validator
-from chattts_server.api.events import AudioOut, MarkReached
-from chattts_server.api.text_front_end import CallerText, MarkdownText
+from chattts_server.api.convert import Validator
 from chattts_server.api.voices import VoiceLibrary
 from chattts_server.errors import InvalidRequestError
-from chattts_server.stream.items import MarkAt, Silence, Speak, check_mark_name
-from chattts_server.stream.reader import EndOfText, TextFragment, read_text
-from chattts_server.stream.session import Session
+from chattts_server.stream.events import AudioOut, MarkReached
+from chattts_server.stream.items import MarkAt, Silence, Speak
+from chattts_server.stream.reader import EndOfText, Received, TextFragment, read_text
+from chattts_server.stream.segments import check_name
+from chattts_server.stream.settings import AudioOptions, StreamSettings
+from chattts_server.stream.stream import Stream
+from chattts_server.stream.text_front_end import CallerText, MarkdownText
+from chattts_server.stream.text_queue import TextQueue
 from chattts_server.text.release import ReleasePolicy
 from chattts_server.text.spans import Traced
 from chattts_server.timing.timeline import own_text
@@ -39,16 +42,16 @@ def _read(*fragments: TextFragment, markdown: bool = False) -> list[object]:
             for f in fragments:
                 yield f
 
-        queue: asyncio.Queue = asyncio.Queue()
-        validator = Validator(VoiceLibrary(None), MODEL)
-        await read_text(
-            source(),
-            queue,
-            validator,
-            MarkdownText(ReleasePolicy(idle_ms=0, first_words=0), markdown),
-            10_000,
-        )
-        return [queue.get_nowait() for _ in range(queue.qsize())]
+        inbox: asyncio.Queue = asyncio.Queue()
+        await read_text(source(), inbox, Validator(VoiceLibrary(None), MODEL), 10_000)
+        text = TextQueue(MarkdownText(ReleasePolicy(idle_ms=0, first_words=0), markdown))
+        posted = [inbox.get_nowait() for _ in range(inbox.qsize())]
+        for message in posted:
+            if isinstance(message, Received):
+                text.apply(message.fragment, message.at)
+            elif isinstance(message, EndOfText):
+                text.end()
+        return [*text.pending, posted[-1]]
 
     return asyncio.run(run())
 
@@ -89,9 +92,9 @@ def test_caller_text_is_cut_across_fragments():
 
 
 def test_mark_names_are_bounded_and_named_in_the_error():
-    assert check_mark_name("x" * 256) is None
-    assert check_mark_name("x" * 257) is not None
-    assert check_mark_name("a\x00b") is not None
+    assert check_name("x" * 256) is None
+    assert check_name("x" * 257) is not None
+    assert check_name("a\x00b") is not None
     items = _read(TextFragment("hello", mark="y" * 300))
     error = items[-1]
     assert isinstance(error, InvalidRequestError) and error.field_name == "text.mark"
@@ -103,18 +106,19 @@ def test_silence_is_bounded():
             Silence(bad)
 
 
-def _session(rate_hz: int) -> Session:
-    return Session(_NoEngine(), StreamSettings(audio=AudioOptions("LINEAR16", rate_hz)), None)  # type: ignore[arg-type]
+def _play(rate_hz: int, *items) -> list[object]:
+    settings = StreamSettings(audio=AudioOptions("LINEAR16", rate_hz))
+    stream = Stream(_NoEngine(), settings, None, items=items)  # type: ignore[arg-type]
 
+    async def run() -> list[object]:
+        return [e async for e in stream.events()]
 
-async def _play(session: Session, *items) -> list[object]:
-    return [e for item in items async for e in session.play(item)]
+    return asyncio.run(run())
 
 
 @pytest.mark.parametrize(("rate_hz", "expected"), [(24000, 30000), (16000, 20000), (8000, 10000)])
 def test_silence_is_exact_zeros_counted_in_the_offsets(rate_hz, expected):
-    session = _session(rate_hz)
-    events = asyncio.run(_play(session, Silence(1.25), MarkAt("after"), Silence(0.0)))
+    events = _play(rate_hz, Silence(1.25), MarkAt("after"), Silence(0.0))
     audio = [e for e in events if isinstance(e, AudioOut)]
     assert sum(a.num_samples for a in audio) == expected
     assert all(a.silence for a in audio)
@@ -127,8 +131,7 @@ def test_silence_is_exact_zeros_counted_in_the_offsets(rate_hz, expected):
 
 
 def test_a_dropped_mark_says_so():
-    session = _session(RATE)
-    (mark,) = asyncio.run(_play(session, MarkAt("gone", dropped=True)))
+    (mark,) = _play(RATE, MarkAt("gone", dropped=True))
     assert mark == MarkReached("gone", 0, 0.0, True)
 
 

@@ -1,151 +1,65 @@
-"""What a stream sends, as domain events, and their one conversion to protobuf (`to_pb`) and to
-the JSON messages of the HTTP doors (`to_json`: the WebSocket's messages, the SSE events).
-
-Every event sits on the stream's one timeline of samples (at the chunks' `sample_rate_hz`):
-audio chunks are contiguous from 0, an utterance's end says where its audio lies, a mark where
-the audio before it ends, a word timing where each word lies.
-"""
+"""A stream's events (stream/events.py) on the wire: their one conversion to protobuf (`to_pb`,
+and `reply` for the field of a response's oneof) and to the JSON messages of the HTTP doors
+(`to_json`: the WebSocket's messages, the SSE events)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, TypeAlias, overload
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from google.protobuf.message import Message
 
 from chattts_proto.chattts.v1 import tts_pb2
 
-from ..engine.events import UtteranceDone
-from ..stream.segments import Outcome
-from ..text.spans import Span
+from ..stream.events import AudioOut, MarkReached, SegmentEnded, SessionEvent, UtteranceEnded
 from ..timing.timeline import TimedWord, WordTimingsOut
 from .convert import ENCODING_VALUES
 
+_R = TypeVar("_R", bound=Message)
 TIMING_SOURCES = {"estimate": tts_pb2.TIMING_ESTIMATE, "attention": tts_pb2.TIMING_MODEL_ATTENTION}
 """`WordTimingsOut.source` -> tts.proto TimingSource."""
 
 
-@dataclass(frozen=True)
-class AudioOut:
-    """Encoded audio of one utterance, at a position in the stream."""
-
-    data: bytes
-    sample_offset: int
-    """Samples (at `sample_rate_hz`) the stream sent before this chunk."""
-    num_samples: int
-    utterance_index: int
-    sample_rate_hz: int
-    encoding: str
-    silence: bool = False
-    """Silence the stream asked for (`stream_items.Silence`), not speech: no first audio."""
+def _audio_pb(event: AudioOut) -> tts_pb2.AudioChunk:
+    return tts_pb2.AudioChunk(
+        audio=event.data,
+        sample_offset=event.sample_offset,
+        num_samples=event.num_samples,
+        utterance_index=event.utterance_index,
+        sample_rate_hz=event.sample_rate_hz,
+        encoding=ENCODING_VALUES[event.encoding],
+    )
 
 
-@dataclass(frozen=True)
-class UtteranceEnded:
-    """An utterance is complete: all its audio has been sent."""
-
-    utterance_index: int
-    done: UtteranceDone
-    audio_duration_s: float
-    sample_offset: int = 0
-    """Stream offset of its first sample."""
-    num_samples: int = 0
-    """Its samples that were sent (a cleared one: up to the cut)."""
-    source_text: str = ""
-    """The caller's own text of it, markup excluded."""
-    source_span: Span | None = None
-    """Where `source_text` lies in the caller's text, in code points; None: from no text."""
-    lag_s: float = 0.0
-    """From its first text reaching the server to its first audio being heard in real time."""
-    speed: int = 0
-    """The speed level it was spoken at."""
+def _mark_pb(event: MarkReached) -> tts_pb2.Mark:
+    return tts_pb2.Mark(
+        name=event.name,
+        sample_offset=event.sample_offset,
+        offset_s=event.offset_s,
+        dropped=event.dropped,
+    )
 
 
-@dataclass(frozen=True)
-class MarkReached:
-    """The answer to a caller's mark: where the audio of the text before it ends."""
-
-    name: str
-    sample_offset: int
-    offset_s: float
-    dropped: bool = False
-    """A clear dropped the text before it; the offset is the cut."""
-
-
-@dataclass(frozen=True)
-class SegmentEnded:
-    """The one answer to a named segment's revision: how it ended, where its audio ends."""
-
-    name: str
-    revision: int
-    outcome: Outcome
-    sample_offset: int
-    offset_s: float
-    text: str
-    """The caller's text of the revision."""
+def _segment_end_pb(event: SegmentEnded) -> tts_pb2.SegmentEnd:
+    return tts_pb2.SegmentEnd(
+        name=event.name,
+        revision=event.revision,
+        outcome=event.outcome.value,
+        sample_offset=event.sample_offset,
+        offset_s=event.offset_s,
+        text=event.text,
+    )
 
 
-SessionEvent: TypeAlias = AudioOut | UtteranceEnded | MarkReached | WordTimingsOut | SegmentEnded
+def _word_timings_pb(event: WordTimingsOut) -> tts_pb2.WordTimings:
+    return tts_pb2.WordTimings(
+        utterance_index=event.utterance_index,
+        words=[_word_pb(w) for w in event.words],
+        source=TIMING_SOURCES[event.source],
+    )
 
 
-@overload
-def to_pb(event: AudioOut) -> tts_pb2.AudioChunk: ...
-
-
-@overload
-def to_pb(event: UtteranceEnded) -> tts_pb2.UtteranceEnd: ...
-
-
-@overload
-def to_pb(event: MarkReached) -> tts_pb2.Mark: ...
-
-
-@overload
-def to_pb(event: WordTimingsOut) -> tts_pb2.WordTimings: ...
-
-
-@overload
-def to_pb(event: SegmentEnded) -> tts_pb2.SegmentEnd: ...
-
-
-def to_pb(
-    event: SessionEvent,
-) -> (
-    tts_pb2.AudioChunk
-    | tts_pb2.UtteranceEnd
-    | tts_pb2.Mark
-    | tts_pb2.WordTimings
-    | tts_pb2.SegmentEnd
-):
-    if isinstance(event, AudioOut):
-        return tts_pb2.AudioChunk(
-            audio=event.data,
-            sample_offset=event.sample_offset,
-            num_samples=event.num_samples,
-            utterance_index=event.utterance_index,
-            sample_rate_hz=event.sample_rate_hz,
-            encoding=ENCODING_VALUES[event.encoding],
-        )
-    if isinstance(event, MarkReached):
-        return tts_pb2.Mark(
-            name=event.name,
-            sample_offset=event.sample_offset,
-            offset_s=event.offset_s,
-            dropped=event.dropped,
-        )
-    if isinstance(event, SegmentEnded):
-        return tts_pb2.SegmentEnd(
-            name=event.name,
-            revision=event.revision,
-            outcome=event.outcome.value,
-            sample_offset=event.sample_offset,
-            offset_s=event.offset_s,
-            text=event.text,
-        )
-    if isinstance(event, WordTimingsOut):
-        return tts_pb2.WordTimings(
-            utterance_index=event.utterance_index,
-            words=[_word_pb(w) for w in event.words],
-            source=TIMING_SOURCES[event.source],
-        )
+def _utterance_end_pb(event: UtteranceEnded) -> tts_pb2.UtteranceEnd:
     done = event.done
     start, end = event.source_span or (0, 0)
     return tts_pb2.UtteranceEnd(
@@ -164,6 +78,26 @@ def to_pb(
         lag_s=event.lag_s,
         speed=event.speed,
     )
+
+
+_PB: dict[type, tuple[str, Callable[[Any], Message]]] = {
+    AudioOut: ("audio", _audio_pb),
+    UtteranceEnded: ("utterance_end", _utterance_end_pb),
+    MarkReached: ("mark", _mark_pb),
+    WordTimingsOut: ("word_timings", _word_timings_pb),
+    SegmentEnded: ("segment_end", _segment_end_pb),
+}
+"""Each event type: its field in the responses' oneof, and its message."""
+
+
+def to_pb(event: SessionEvent) -> Message:
+    return _PB[type(event)][1](event)
+
+
+def reply(response: Callable[..., _R], event: SessionEvent) -> _R:
+    """The event in its field of a response's oneof (both responses use the same names)."""
+    field_name, convert = _PB[type(event)]
+    return response(**{field_name: convert(event)})
 
 
 def _word_pb(word: TimedWord) -> tts_pb2.WordTiming:

@@ -20,16 +20,17 @@ from google.protobuf.message import DecodeError, Message
 from chattts_proto.chattts.v1 import tts_pb2
 
 from ..errors import InvalidRequestError
+from ..stream.events import SessionEvent
 from ..stream.reader import TextFragment
 from ..stream.segments import IfStarted
+from ..stream.settings import StreamSettings
 from .auth import authorization_of
-from .convert import StreamSettings, Validator
+from .convert import Validator
 from .errors import ClientGoneError, ClientStalledError, abort_with, is_ours
-from .events import AudioOut, MarkReached, SegmentEnded, SessionEvent, UtteranceEnded, to_pb
+from .events import reply
 from .synthesis import Send, Synthesis
 
 _M = TypeVar("_M", bound=Message)
-_R = TypeVar("_R", bound=Message)
 
 SERVICE = "chattts.v1.TextToSpeech"
 _STALLED_STATUS_WAIT_S = 1.0
@@ -206,21 +207,8 @@ def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> No
 
 
 def _synthesize_reply(event: SessionEvent) -> tts_pb2.SynthesizeResponse:
-    return _reply(tts_pb2.SynthesizeResponse, event)
+    return reply(tts_pb2.SynthesizeResponse, event)
 
 
 def _streaming_reply(event: SessionEvent) -> tts_pb2.StreamingSynthesizeResponse:
-    return _reply(tts_pb2.StreamingSynthesizeResponse, event)
-
-
-def _reply(response: Callable[..., _R], event: SessionEvent) -> _R:
-    """The event in its field of the response's oneof (the same names in both responses)."""
-    if isinstance(event, AudioOut):
-        return response(audio=to_pb(event))
-    if isinstance(event, UtteranceEnded):
-        return response(utterance_end=to_pb(event))
-    if isinstance(event, MarkReached):
-        return response(mark=to_pb(event))
-    if isinstance(event, SegmentEnded):
-        return response(segment_end=to_pb(event))
-    return response(word_timings=to_pb(event))
+    return reply(tts_pb2.StreamingSynthesizeResponse, event)

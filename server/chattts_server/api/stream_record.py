@@ -7,7 +7,7 @@ import time
 
 from ..engine.utterance import Priority
 from ..metrics import Metrics
-from .events import AudioOut, SegmentEnded, SessionEvent, UtteranceEnded
+from ..stream.events import AudioOut, SegmentEnded, SessionEvent, UtteranceEnded
 
 log = logging.getLogger("chattts_server.api.synthesis")
 

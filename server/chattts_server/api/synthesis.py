@@ -9,8 +9,8 @@ text) or `Synthesis.stream` (text fragments as they arrive) with a `send` corout
 one `SessionEvent` to its client. Everything between is here, once: admission (one `Admission`
 shared by all doors), the per-stream record (metrics and the one log line), the text front end
 (sentence splitting, or the streamed text reader with its release policy, markdown and
-barge-in), the `Session` that speaks each utterance, the stall timeout, and the status a
-failure ends the stream with.
+barge-in), the `Stream` (stream/stream.py) that owns the stream's state and speaks it, the
+stall timeout, and the status a failure ends the stream with.
 
 Stalled readers: every event is handed to the door's `send` under `--stall-timeout-s`. Each
 transport makes a write wait while its client reads nothing (grpc.aio's `context.write` on
@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
 from typing import TypeVar
 
@@ -42,19 +42,20 @@ from ..engine.protocol import Engine, ModelInfo
 from ..engine.utterance import Priority
 from ..errors import InvalidRequestError
 from ..metrics import Metrics
+from ..stream.events import SessionEvent
 from ..stream.items import Speak, StreamItem
-from ..stream.reader import EndOfText, TextFragment, UtteranceQueue, front_end, read_text
-from ..stream.session import Session
+from ..stream.reader import Inbox, TextFragment, read_text
+from ..stream.settings import StreamSettings
+from ..stream.ssml_text import ssml_stream_items
+from ..stream.stream import Stream
 from ..text.lexicon import apply_lexicons
 from ..text.lexicon_library import LexiconLibrary
 from ..text.stream import utterances_traced
 from ..timing.types import ESTIMATE
 from . import auth
 from .admission import NOT_READY, Admission, AdmissionRejected
-from .convert import StreamSettings, Validator
+from .convert import Validator
 from .errors import ClientGoneError, ClientStalledError, is_ours, status_name
-from .events import SessionEvent
-from .ssml_text import ssml_stream_items
 from .stream_record import StreamRecord
 from .voices import VoiceLibrary
 
@@ -191,8 +192,7 @@ class Synthesis:
             self.refused(method, exc)
             raise
         async with self._admitted(method, queue_timeout_s, settings.priority) as record:
-            session = Session(self.engine, settings, deadline)
-            await self._run(session, _items(items), record, send)
+            await self._run(Stream(self.engine, settings, deadline, items=items), record, send)
         return record
 
     async def stream(
@@ -210,23 +210,13 @@ class Synthesis:
         admission, so the time each message reaches the server is known while the stream waits
         (a segment's expiry counts from it). The fragments end when the client has sent
         everything; a fragment source that raises ends the stream with that failure."""
-        sessions: list[Session] = []
-        queue: UtteranceQueue = asyncio.Queue()
+        inbox: Inbox = asyncio.Queue()
         reader = asyncio.create_task(
-            read_text(
-                fragments,
-                queue,
-                self.validator,
-                front_end(settings),
-                self.limits.max_stream_chars,
-                speaker=lambda: sessions[0] if sessions else None,
-            )
+            read_text(fragments, inbox, self.validator, self.limits.max_stream_chars)
         )
         try:
             async with self._admitted(method, queue_timeout_s, settings.priority) as record:
-                session = Session(self.engine, settings, deadline)
-                sessions.append(session)
-                await self._run(session, _drain(queue), record, send)
+                await self._run(Stream(self.engine, settings, deadline, inbox), record, send)
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
@@ -252,33 +242,21 @@ class Synthesis:
 
     # -- inside --------------------------------------------------------------------------
 
-    async def _run(
-        self,
-        session: Session,
-        items: AsyncIterator[StreamItem | BaseException],
-        record: StreamRecord,
-        send: Send,
-    ) -> None:
-        """Play each stream item in turn (an utterance, a mark, a silence), each event handed
-        to `send` under the stall timeout; a failure sets the record's status and is raised."""
+    async def _run(self, stream: Stream, record: StreamRecord, send: Send) -> None:
+        """Hand each of the stream's events to `send` under the stall timeout; a failure sets
+        the record's status and is raised."""
         try:
-            async for item in items:
-                if isinstance(item, BaseException):
-                    raise item
-                async with aclosing(session.play(item)) as events:
-                    async for event in events:
-                        record.on_event(event)
-                        await self.deliver(send(event))
-            for event in session.finish():
-                record.on_event(event)
-                await self.deliver(send(event))
+            async with aclosing(stream.events()) as events:
+                async for event in events:
+                    record.on_event(event)
+                    await self.deliver(send(event))
         except Exception as exc:
             record.status = status_name(exc)
             if isinstance(exc, ClientStalledError):
                 self.metrics.stalled(record.method)
-                log.info("stream %s (%s): %s", session.stream_id, record.method, exc)
+                log.info("stream %s (%s): %s", stream.stream_id, record.method, exc)
             elif record.status == "INTERNAL":
-                log.error("stream %s failed in the engine: %s", session.stream_id, exc)
+                log.error("stream %s failed in the engine: %s", stream.stream_id, exc)
             raise
 
     @asynccontextmanager
@@ -335,16 +313,3 @@ def _whole_text_items(text: str, settings: StreamSettings, text_field: str) -> l
         Speak(apply_lexicons(s.lexicons, u), text[span[0] : span[1]] if (span := u.span()) else "")
         for u in sentences
     ]
-
-
-async def _items(items: Sequence[StreamItem]) -> AsyncGenerator[StreamItem | BaseException, None]:
-    for item in items:
-        yield item
-
-
-async def _drain(queue: UtteranceQueue) -> AsyncGenerator[StreamItem | BaseException, None]:
-    while True:
-        item = await queue.get()
-        if isinstance(item, EndOfText):
-            return
-        yield item

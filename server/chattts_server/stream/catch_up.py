@@ -7,8 +7,12 @@ speech minutes after the picture. So a stream may set a soft and a hard limit on
     lag <= soft      the stream's own speed
     soft < lag       the next utterance a speed level faster per share of the way to the hard
                      limit, up to `max_speed` (ChatTTS's own [speed_N] control)
-    lag > hard       the utterance is skipped: it ends with finish_reason "skipped" and its text,
-                     and no audio (the whole of it: never a sentence cut in half)
+    lag > hard       the oldest queued utterances are skipped (`oldest_to_skip`) until both the
+                     next one's lag and the newest's (counting the audio queued before it) are
+                     back under the hard limit: a listener who fell behind hears the most recent
+                     text, never a backlog. A skipped utterance ends with finish_reason "skipped"
+                     and its text, and no audio (the whole of it: never a sentence cut in half).
+                     The newest released utterance is never skipped for lag.
 
 Lag is the time from a piece of text reaching the server to its first audio being heard by a
 listener who plays the stream in real time from its first chunk (`PlayoutClock`): the later of
@@ -42,16 +46,26 @@ class LagLimits:
     hard_s: float
     max_speed: int = DEFAULT_MAX_SPEED
 
-    def speed_for(self, lag_s: float, base_speed: int) -> int | None:
-        """The speed level to speak an utterance at whose lag is `lag_s` (if it started now);
-        None: skip it."""
-        if lag_s > self.hard_s:
-            return None
+    def speed_for(self, lag_s: float, base_speed: int) -> int:
+        """The speed level to speak an utterance at whose lag is `lag_s` (if it started now):
+        the fastest past the hard limit."""
         top = max(base_speed, self.max_speed)
         if lag_s <= self.soft_s or top == base_speed:
             return base_speed
         share = (lag_s - self.soft_s) / max(1e-9, self.hard_s - self.soft_s)
         return min(top, base_speed + max(1, math.ceil(share * (top - base_speed))))
+
+    def oldest_to_skip(self, lags_s: list[float], durations_s: list[float]) -> int:
+        """How many of the oldest queued utterances to skip. `lags_s[i]`: utterance i's lag if
+        it started now (oldest first, the newest last); `durations_s[i]`: its estimated audio.
+        The newest is heard after every utterance kept before it, so each kept one adds to its
+        lag; it is never skipped itself."""
+        newest = len(lags_s) - 1
+        for k in range(newest):
+            newest_lag_s = lags_s[newest] + sum(durations_s[k:newest])
+            if lags_s[k] <= self.hard_s and newest_lag_s <= self.hard_s:
+                return k
+        return max(0, newest)
 
 
 class PlayoutClock:

@@ -1,8 +1,8 @@
 """What a stream's text side hands its speaking side, in order: the items of its timeline.
 
-The text reader (api/text_reader.py, plain text and markdown) and the SSML reader produce the
-same items; the speaking side (`Synthesis._run`) answers each in turn on the stream's one
-timeline of samples:
+The text front ends (api/text_front_end.py: plain text and markdown; api/ssml_text.py) produce
+the same items; the stream (stream/stream.py) answers each in turn on its one timeline of
+samples:
 
     Speak(text)        an utterance: its audio, then its UtteranceEnd (and WordTimings)
     MarkAt(name)       a Mark event at the sample offset where the audio so far ends
@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 from ..text.spans import Traced
+from .segments import Segment
 
-if TYPE_CHECKING:
-    from .segments import Segment
-
-MAX_MARK_CHARS = 256
-"""Longest mark name (tts.proto TextInput.mark)."""
 MAX_SILENCE_S = 60.0
 """Longest one Silence item (SSML's <break> asks for far less)."""
 
@@ -43,7 +39,7 @@ class Speak:
     speed: int | None = None
     """Its `[speed_N]` level when it has its own (SSML `<prosody rate>`); None: the stream's."""
     segment: Segment | None = None
-    """The named segment it belongs to (api/segments.py); None: none."""
+    """The named segment it belongs to (stream/segments.py); None: none."""
     received_at: float | None = None
     """time.monotonic() when its first character reached the server (its lag counts from
     here); None: when it is spoken."""
@@ -62,7 +58,7 @@ class MarkAt:
     """A caller's mark: answered with a Mark event when the speaking side reaches it."""
 
     name: str
-    """1 to `MAX_MARK_CHARS` characters (checked by `check_mark_name` where it is read)."""
+    """1 to 256 characters (`segments.check_name`, checked where it is read)."""
     dropped: bool = False
     """A clear dropped the text before it (set by the reader on clear): the Mark says so."""
 
@@ -87,14 +83,3 @@ class SegmentDone:
 
 
 StreamItem: TypeAlias = Speak | MarkAt | Silence | SegmentDone
-
-
-def check_mark_name(name: str) -> str | None:
-    """Why `name` is no mark name (None: it is one)."""
-    if not name:
-        return "must not be empty"
-    if len(name) > MAX_MARK_CHARS:
-        return f"is {len(name)} characters; the limit is {MAX_MARK_CHARS}"
-    if "\x00" in name:
-        return "must not contain NUL characters"
-    return None

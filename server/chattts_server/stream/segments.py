@@ -5,35 +5,34 @@ the first is wrong by then, and a turn prompt is useless once the junction has p
 text message may name its text (`TextInput.segment`), replace a named segment's text
 (`TextInput.replace`, with `if_started` for one already speaking) and give it a time to start
 (`expires_in_ms`). Every revision of a segment ends with exactly one `SegmentEnded` event, on
-the timeline as a mark is (api/stream_items.py `SegmentDone`).
+the timeline as a mark is (stream/items.py `SegmentDone`).
 
-Both sides of a stream share a `Segment` (one event loop, no locks): the reader (text_reader.py)
-creates it, tags the utterances it releases with it and rewrites the queue on replace; the
-speaking side (session.py) moves it along
+A revision's life, every move through `Segment.move` and the table `_MOVES`:
 
-    PENDING --taken for synthesis--> TAKEN --first audio sent--> SPEAKING
-        \\________________________________________________________\\__> DONE --its SegmentDone--> ENDED
+    QUEUED --its first utterance goes to the engine--> TAKEN --first audio sent--> SPEAKING
+    QUEUED | TAKEN --> REPLACED | EXPIRED | NOT_SPOKEN | SPOKEN (nothing to say)
+    SPEAKING --> SPOKEN | CUT
 
-DONE means nothing more of it will be spoken (its outcome is decided: replaced, cut, expired,
-not spoken); a segment that reaches its SegmentDone without one was spoken. "Started" for
-`if_started` means audio has been sent: a segment taken for synthesis whose first chunk has
-not gone out yet is replaced as if it had not started, and what the engine did for it is
-thrown away.
+SPOKEN, CUT, REPLACED, EXPIRED and NOT_SPOKEN are its outcome; its `SegmentEnded` is sent when
+the stream reaches its `SegmentDone` (`reported`). "Started" for `if_started` means audio has
+been sent: a revision taken for synthesis whose first chunk has not gone out yet is replaced as
+if it had not started, and what the engine did for it is thrown away.
 """
 
 from __future__ import annotations
 
 import enum
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from chattts_proto.chattts.v1 import tts_pb2
 
 from ..errors import InvalidRequestError
-from .items import check_mark_name
 
 MAX_EXPIRES_MS = 3_600_000
 """Longest `expires_in_ms` accepted (an hour)."""
+MAX_NAME_CHARS = 256
+"""Longest mark or segment name (tts.proto TextInput.mark, TextInput.segment)."""
 
 
 class Outcome(enum.Enum):
@@ -68,11 +67,32 @@ class IfStarted(enum.Enum):
 
 
 class State(enum.Enum):
-    PENDING = "pending"
+    QUEUED = "queued"
     TAKEN = "taken"
     SPEAKING = "speaking"
-    DONE = "done"
-    ENDED = "ended"
+    SPOKEN = "spoken"
+    CUT = "cut"
+    REPLACED = "replaced"
+    EXPIRED = "expired"
+    NOT_SPOKEN = "not_spoken"
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The outcome this state is; None while more of it may be spoken."""
+        return Outcome[self.name] if self.name in Outcome.__members__ else None
+
+
+_S = State
+_MOVES: dict[State, frozenset[State]] = {
+    _S.QUEUED: frozenset({_S.TAKEN, _S.SPOKEN, _S.REPLACED, _S.EXPIRED, _S.NOT_SPOKEN}),
+    _S.TAKEN: frozenset({_S.SPEAKING, _S.SPOKEN, _S.REPLACED, _S.EXPIRED, _S.NOT_SPOKEN}),
+    _S.SPEAKING: frozenset({_S.SPOKEN, _S.CUT}),
+}
+"""The legal moves of a revision; an outcome state moves nowhere."""
+
+
+class IllegalMove(RuntimeError):
+    """A bug: a segment asked to move where its table does not allow."""
 
 
 @dataclass(eq=False)
@@ -87,45 +107,57 @@ class Segment:
     """time.monotonic() by which its first audio must be sent; None: it never expires."""
     text: str = ""
     """The caller's text of it, as sent."""
-    state: State = State.PENDING
-    outcome: Outcome | None = None
-    """Decided before its end (REPLACED, CUT, EXPIRED, NOT_SPOKEN); None: SPOKEN at its end."""
-    cut_offset: int | None = None
-    """Where a CUT stopped it (stream samples), set by the speaking side."""
-    dropped_items: bool = field(default=False)
-    """Utterances of it were taken off the queue (a CUT, a clear): not all of it was said."""
+    state: State = State.QUEUED
+    reported: bool = False
+    """Its SegmentEnded has been sent."""
 
-    @property
-    def started(self) -> bool:
-        """Audio of it has been sent."""
-        return self.state is State.SPEAKING or (
-            self.state is State.DONE and self.cut_offset is not None
-        )
+    def move(self, to: State) -> None:
+        """The one way its state changes; IllegalMove if the table forbids it."""
+        if to is self.state and to in (State.TAKEN, State.SPEAKING):
+            return  # its next utterance: still taken, still speaking
+        if to not in _MOVES.get(self.state, frozenset()):
+            raise IllegalMove(f"segment {self.name!r} r{self.revision}: {self.state} -> {to}")
+        self.state = to
+
+    def end(self, outcome: State) -> None:
+        """Nothing more of it will be spoken (no-op once it has its outcome)."""
+        if self.open:
+            self.move(outcome)
 
     @property
     def open(self) -> bool:
         """More of it may still be spoken."""
-        return self.state in (State.PENDING, State.TAKEN, State.SPEAKING)
+        return self.state.outcome is None
 
     def expired(self, now: float | None = None) -> bool:
         """It has sent no audio and its time to start has passed."""
-        if self.expires_at is None or self.state not in (State.PENDING, State.TAKEN):
+        if self.expires_at is None or self.state not in (State.QUEUED, State.TAKEN):
             return False
         return (time.monotonic() if now is None else now) >= self.expires_at
 
-    def finish(self, outcome: Outcome) -> None:
-        """Nothing more of it will be spoken: it ends with `outcome` when its end is reached."""
-        if self.open:
-            self.outcome = outcome
-            self.state = State.DONE
+    def report(self) -> Outcome:
+        """Its SegmentEnded is being sent: it ends SPOKEN unless it has another outcome."""
+        self.end(State.SPOKEN)
+        self.reported = True
+        outcome = self.state.outcome
+        assert outcome is not None
+        return outcome
 
-    def final_outcome(self) -> Outcome:
-        return Outcome.SPOKEN if self.outcome is None else self.outcome
+
+def check_name(name: str) -> str | None:
+    """Why `name` is no mark or segment name (None: it is one)."""
+    if not name:
+        return "must not be empty"
+    if len(name) > MAX_NAME_CHARS:
+        return f"is {len(name)} characters; the limit is {MAX_NAME_CHARS}"
+    if "\x00" in name:
+        return "must not contain NUL characters"
+    return None
 
 
 def check_segment_name(name: str, field_name: str) -> None:
     """A segment name follows a mark name's rules (1 to 256 characters, no NUL)."""
-    if (why := check_mark_name(name)) is not None:
+    if (why := check_name(name)) is not None:
         raise InvalidRequestError(field_name, why)
 
 
@@ -135,35 +167,36 @@ def check_expires_ms(expires_ms: int, field_name: str) -> None:
 
 
 class SegmentBook:
-    """The reader's record of a stream's segments: the latest revision of each name."""
+    """The stream's record of its segments: per name, the revision in force (the one a replace
+    acts on) and the next revision number (every replace takes one, a refused one too)."""
 
     def __init__(self) -> None:
-        self._latest: dict[str, Segment] = {}
+        self._in_force: dict[str, Segment] = {}
+        self._next_revision: dict[str, int] = {}
 
-    def latest(self, name: str) -> Segment | None:
-        return self._latest.get(name)
+    def in_force(self, name: str) -> Segment | None:
+        return self._in_force.get(name)
 
     def begin(self, name: str, received_at: float, expires_ms: int, field_name: str) -> Segment:
         """A new segment (TextInput.segment): INVALID_ARGUMENT if one of the name is unfinished."""
-        old = self._latest.get(name)
-        if old is not None and old.state is not State.ENDED:
+        old = self._in_force.get(name)
+        if old is not None and not old.reported:
             raise InvalidRequestError(
                 field_name,
                 f"segment {name!r} is not finished yet; send `replace` to change its text",
             )
-        return self._add(name, old, received_at, expires_ms)
+        return self.revise(name, received_at, expires_ms)
 
     def revise(self, name: str, received_at: float, expires_ms: int) -> Segment:
-        """The next revision of `name` (TextInput.replace); the first if the name is new."""
-        return self._add(name, self._latest.get(name), received_at, expires_ms)
+        """The next revision of `name`, now in force (TextInput.replace; the first if new)."""
+        expires_at = received_at + expires_ms / 1000 if expires_ms else None
+        revision = self._next_revision.get(name, 0)
+        self._next_revision[name] = revision + 1
+        segment = Segment(name, revision, received_at, expires_at)
+        self._in_force[name] = segment
+        return segment
 
     def keep(self, segment: Segment) -> None:
-        """`segment` is the name's latest revision again (a DROP_NEW replacement was refused)."""
-        self._latest[segment.name] = segment
-
-    def _add(self, name: str, old: Segment | None, received_at: float, expires_ms: int) -> Segment:
-        expires_at = received_at + expires_ms / 1000 if expires_ms else None
-        revision = 0 if old is None else old.revision + 1
-        segment = Segment(name, revision, received_at, expires_at)
-        self._latest[name] = segment
-        return segment
+        """`segment` stays in force (a DROP_NEW replacement was refused); the refused revision
+        keeps its number."""
+        self._in_force[segment.name] = segment

@@ -1,19 +1,22 @@
-"""The reader's side of a stream's queue: each valid text message turned into queued stream items.
+"""A stream's text side: each valid text message turned into queued stream items.
 
 `TextQueue.apply` takes one `TextFragment` (already validated) and does, in order: a clear
 (barge-in), then a replace or the message's text (a `segment` first closing what came before),
 then the flush a flush or a mark asks for, then the mark. It owns the stream's text front end
-(`TextFrontEnd`: markdown, plain or SSML, then the release policy) and its segments
-(api/segments.py), and it rewrites the queue the speaking side drains where a clear or a replace
-says so:
+(`TextFrontEnd`: markdown, plain or SSML, then the release policy), its segments
+(stream/segments.py) and the queue of items not yet spoken (`pending`), which a clear or a
+replace rewrites:
 
     clear     the queued utterances and silences go; the queued marks come back as dropped and
               the queued segment ends as NOT_SPOKEN (CUT for the one speaking), in order.
     replace   a segment not started: its queued utterances go, it ends REPLACED, and the new
               text takes its place in the queue; one speaking: FINISH puts the new text right
-              after it, CUT also takes its queued utterances off and has the speaking side stop
-              it at the next word boundary, DROP_NEW speaks nothing new (the new revision ends
-              NOT_SPOKEN); one ended (or a new name): the new text is queued at the end.
+              after it, CUT also takes its queued utterances off and stops it at the next word
+              boundary, DROP_NEW speaks nothing new (the new revision ends NOT_SPOKEN where the
+              one in force ends); one ended (or a new name): the new text is queued at the end.
+
+What the utterance being spoken must do is returned as `Stop`s, which the stream carries out:
+this module changes no state but the queue's and the segments'.
 
 Every released utterance gets the time its first character reached the server (`received_at`,
 from which its lag and its segment's expiry count) and the segment open when it was released.
@@ -21,23 +24,18 @@ from which its lag and its segment's expiry count) and the segment open when it 
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import dataclasses
-from collections.abc import Callable
+from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
-from ..api.text_front_end import TextFrontEnd
 from ..errors import InvalidRequestError
 from ..text import control_tokens
 from .items import MarkAt, SegmentDone, Speak, StreamItem
-from .segments import IfStarted, Outcome, Segment, SegmentBook, State
-
-if TYPE_CHECKING:
-    from .reader import EndOfText
-
-    UtteranceQueue = asyncio.Queue[StreamItem | BaseException | EndOfText]
+from .segments import IfStarted, Segment, SegmentBook, State
+from .settings import StreamSettings
+from .ssml_text import SsmlText
+from .text_front_end import MarkdownText, TextFrontEnd
 
 TEXT_FIELD = "text.text"
 SEGMENT_FIELD = "text.segment"
@@ -65,17 +63,26 @@ class TextFragment:
     """The segment's longest wait for its first audio, from now; 0: no limit."""
 
 
-class SpeakingControl(Protocol):
-    """What the reader may ask of the speaking side (`Session`)."""
+@dataclass(frozen=True)
+class Stop:
+    """What a message asks of the utterance being spoken."""
 
-    def interrupt(self) -> None:
-        """Barge-in: stop the utterance being spoken now."""
-        ...
+    reason: str
+    """Its finish_reason: "cleared" (a clear), "cut" (a CUT replace), "replaced"."""
+    at_word: bool = False
+    """At its next word boundary (once it has sent audio), not at once."""
+    segment: Segment | None = None
+    """Only if the utterance is this segment's; None: whatever is being spoken."""
 
-    def stop_segment(self, segment: Segment, at_word: bool) -> None:
-        """Stop the utterance being spoken if it is `segment`'s: at the next word boundary
-        (`at_word`, a CUT) or at once (it has sent no audio)."""
-        ...
+
+def front_end(settings: StreamSettings) -> TextFrontEnd:
+    """The stream's text front end by its text format: SSML, or markdown / plain text."""
+    s = settings
+    if s.ssml:
+        return SsmlText(
+            s.text_release, TEXT_FIELD, s.ssml_ignore_unknown, s.lexicons, s.server_lexicons
+        )
+    return MarkdownText(s.text_release, s.markdown, s.lexicons)
 
 
 class _Arrivals:
@@ -98,16 +105,10 @@ class _Arrivals:
 
 
 class TextQueue:
-    def __init__(
-        self,
-        releaser: TextFrontEnd,
-        queue: UtteranceQueue,
-        speaker: Callable[[], SpeakingControl | None] = lambda: None,
-    ) -> None:
+    def __init__(self, releaser: TextFrontEnd) -> None:
         self.releaser = releaser
-        self.queue = queue
-        self._speaker = speaker
-        """The speaking side, once there is one (the stream may still wait for admission)."""
+        self.pending: deque[StreamItem] = deque()
+        """What is released and not yet spoken, in order."""
         self.book = SegmentBook()
         self.open: Segment | None = None
         """The segment whose text is arriving (to the next flush, mark, segment or replace)."""
@@ -115,14 +116,13 @@ class TextQueue:
 
     # -- messages ----------------------------------------------------------------------------
 
-    def apply(self, fragment: TextFragment, now: float) -> None:
+    def apply(self, fragment: TextFragment, now: float) -> list[Stop]:
         """One valid message, received at `now` (time.monotonic())."""
-        if fragment.clear:
-            self._clear()
+        stops = [self._clear()] if fragment.clear else []
         self._arrivals.add(fragment.text, now)
         if fragment.replace:
             self._close()
-            self._replace(fragment, now)
+            stops += self._replace(fragment, now)
         else:
             if fragment.segment:
                 self._close()
@@ -131,31 +131,29 @@ class TextQueue:
                 )
             if self.open is not None:
                 self.open.text += fragment.text
-            self._put(self.releaser.feed(fragment.text))
+            self.pending += self._tagged(self.releaser.feed(fragment.text))
             if fragment.flush or fragment.mark:
                 self._close()
         if fragment.mark:
-            self.queue.put_nowait(MarkAt(fragment.mark))
+            self.pending.append(MarkAt(fragment.mark))
+        return stops
 
     def on_quiet(self, quiet_ms: float) -> None:
-        self._put(self.releaser.on_quiet(quiet_ms))
+        self.pending += self._tagged(self.releaser.on_quiet(quiet_ms))
 
     def end(self) -> None:
         """The text is over: everything left, the open segment closed."""
-        self._put(self.releaser.end())
+        self.pending += self._tagged(self.releaser.end())
         self._close()
 
     # -- inside ------------------------------------------------------------------------------
 
     def _close(self) -> None:
         """Release what is buffered; the open segment (if any) ends here."""
-        self._put(self.releaser.flush())
+        self.pending += self._tagged(self.releaser.flush())
         if self.open is not None:
-            self.queue.put_nowait(SegmentDone(self.open))
+            self.pending.append(SegmentDone(self.open))
             self.open = None
-
-    def _put(self, items: list[StreamItem], segment: Segment | None = None) -> None:
-        self._put_all(self._tagged(items, segment))
 
     def _tagged(self, items: list[StreamItem], segment: Segment | None = None) -> list[StreamItem]:
         """Released items with their segment and arrival; a control token completed across
@@ -174,92 +172,66 @@ class TextQueue:
             out.append(item)
         return out
 
-    def _replace(self, fragment: TextFragment, now: float) -> None:
+    def _replace(self, fragment: TextFragment, now: float) -> list[Stop]:
         name = fragment.replace
-        old = self.book.latest(name)
+        old = self.book.in_force(name)
         new = self.book.revise(name, now, fragment.expires_in_ms)
         new.text = fragment.text
         released = self.releaser.feed(fragment.text) + self.releaser.flush()
         items = self._tagged(released, new) + [SegmentDone(new)]
-        if old is not None and old.open:
-            if old.state is State.SPEAKING:
-                if fragment.if_started is IfStarted.DROP_NEW:
-                    new.finish(Outcome.NOT_SPOKEN)
-                    items = [SegmentDone(new)]
-                    self.book.keep(old)
-                elif fragment.if_started is IfStarted.CUT:
-                    self._unqueue(old)
-                    old.finish(Outcome.CUT)
-                    self._stop(old, at_word=True)
-            else:  # not started: none of it is ever spoken
-                taken = old.state is State.TAKEN
+        stops: list[Stop] = []
+        if old is not None and old.state is State.SPEAKING:
+            if fragment.if_started is IfStarted.DROP_NEW:
+                new.end(State.NOT_SPOKEN)
+                items = [SegmentDone(new)]
+                self.book.keep(old)
+            elif fragment.if_started is IfStarted.CUT:
                 self._unqueue(old)
-                old.finish(Outcome.REPLACED)
-                if taken:
-                    self._stop(old, at_word=False)
-        self._insert_after(old, items)
+                old.end(State.CUT)
+                stops.append(Stop("cut", at_word=True, segment=old))
+        elif old is not None and old.open:  # not started: none of it is ever spoken
+            self._unqueue(old)
+            if old.state is State.TAKEN:
+                stops.append(Stop("replaced", segment=old))
+            old.end(State.REPLACED)
+        self._insert_after(name, items)
+        return stops
 
-    def _stop(self, segment: Segment, at_word: bool) -> None:
-        speaker = self._speaker()
-        if speaker is not None:
-            speaker.stop_segment(segment, at_word)
-
-    def _clear(self) -> None:
+    def _clear(self) -> Stop:
         """Barge-in: drop what is buffered and queued (see the module's docstring)."""
         self.releaser.clear()
         kept: list[StreamItem] = []
-        for item in self._take_all():
+        for item in self.pending:
             if isinstance(item, MarkAt):
                 kept.append(MarkAt(item.name, dropped=True))
             elif isinstance(item, SegmentDone):
-                _finish_cleared(item.segment)
+                _end_cleared(item.segment)
                 kept.append(item)
-            elif isinstance(item, Speak) and item.segment is not None:
-                item.segment.dropped_items = True
         if self.open is not None:
-            _finish_cleared(self.open)
+            _end_cleared(self.open)
             kept.append(SegmentDone(self.open))
             self.open = None
-        self._put_all(kept)
-        speaker = self._speaker()
-        if speaker is not None:
-            speaker.interrupt()
+        self.pending = deque(kept)
+        return Stop("cleared")
 
     def _unqueue(self, segment: Segment) -> None:
-        """Take `segment`'s queued utterances (and silences inside it) off the queue."""
-        items = self._take_all()
-        kept = [i for i in items if not (isinstance(i, Speak) and i.segment is segment)]
-        if len(kept) < len(items):
-            segment.dropped_items = True
-        self._put_all(kept)
+        """Take `segment`'s queued utterances off the queue."""
+        self.pending = deque(
+            i for i in self.pending if not (isinstance(i, Speak) and i.segment is segment)
+        )
 
-    def _insert_after(self, segment: Segment | None, new: list[StreamItem]) -> None:
-        """Queue `new` right after `segment`'s end if that is still queued, else at the end."""
-        items = self._take_all()
+    def _insert_after(self, name: str, new: list[StreamItem]) -> None:
+        """Queue `new` right after the last queued end of a revision of `name`, else at the
+        end: a revision ends after those before it, refused ones included."""
+        items = list(self.pending)
         at = len(items)
         for k, item in enumerate(items):
-            if isinstance(item, SegmentDone) and item.segment is segment:
+            if isinstance(item, SegmentDone) and item.segment.name == name:
                 at = k + 1
-                break
-        self._put_all(items[:at] + new + items[at:])
-
-    def _take_all(self) -> list[StreamItem]:
-        """Everything queued (only stream items are queued before the end marker)."""
-        items: list[StreamItem] = []
-        while True:
-            try:
-                item = self.queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return items
-            items.append(item)  # type: ignore[arg-type]
-
-    def _put_all(self, items: list[StreamItem]) -> None:
-        for item in items:
-            self.queue.put_nowait(item)
+        self.pending = deque(items[:at] + new + items[at:])
 
 
-def _finish_cleared(segment: Segment) -> None:
-    """A clear: a segment speaking is cut (the speaking side stops it), one not started is
-    never spoken."""
-    if segment.open:
-        segment.finish(Outcome.CUT if segment.state is State.SPEAKING else Outcome.NOT_SPOKEN)
+def _end_cleared(segment: Segment) -> None:
+    """A clear: a segment speaking is cut (the stream stops it), one not started is never
+    spoken."""
+    segment.end(State.CUT if segment.state is State.SPEAKING else State.NOT_SPOKEN)

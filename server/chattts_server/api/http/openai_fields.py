@@ -26,7 +26,8 @@ from chattts_proto.chattts.v1 import tts_pb2
 
 from ...engine.utterance import Priority
 from ...errors import InvalidRequestError
-from ..convert import StreamSettings, Validator
+from ...stream.settings import StreamSettings
+from ..convert import Validator
 from ..voices import VoiceLibrary
 
 _OPENAI_VOICES = "alloy ash ballad coral echo fable onyx nova sage shimmer verse marin cedar"

@@ -35,10 +35,13 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from ...errors import InvalidRequestError
+from ...stream.events import AudioOut, MarkReached, SessionEvent
+from ...stream.settings import StreamSettings
+from ...timing.timeline import WordTimingsOut
 from ..client_json import parse_json
-from ..convert import StreamSettings, Validator
+from ..convert import Validator
 from ..errors import ClientGoneError, ClientStalledError, is_ours
-from ..events import AudioOut, MarkReached, SessionEvent, WordTimingsOut, to_json
+from ..events import to_json
 from ..synthesis import Synthesis
 from ..voices import VoiceLibrary
 from .errors import HTTPFailure, PayloadTooLargeError, http_failure

@@ -72,13 +72,15 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketState
 
 from ...errors import InvalidRequestError
+from ...stream.events import AudioOut, SessionEvent
 from ...stream.reader import TextFragment
 from ...stream.segments import IfStarted
+from ...stream.settings import StreamSettings
 from ..admission import NOT_READY, AdmissionRejected
 from ..client_json import check_json, load_json
-from ..convert import StreamSettings, Validator
+from ..convert import Validator
 from ..errors import ClientGoneError, ClientStalledError, is_ours
-from ..events import AudioOut, SessionEvent, to_json
+from ..events import to_json
 from ..synthesis import Synthesis
 from ..voices import VoiceLibrary
 from .errors import HTTPFailure, http_failure

@@ -11,11 +11,11 @@ from __future__ import annotations
 import bisect
 from typing import Protocol
 
-from ..stream.items import Speak, StreamItem
 from ..text.lexicon import Lexicons, apply_lexicons
 from ..text.release import ReleasePolicy
 from ..text.spans import Span
 from ..text.stream import StreamText, Utterance
+from .items import Speak, StreamItem
 
 
 class TextFrontEnd(Protocol):

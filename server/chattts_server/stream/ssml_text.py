@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..stream.items import MarkAt, Silence, Speak, StreamItem
 from ..text.lexicon import Lexicons, apply_lexicons
 from ..text.lexicon_library import LexiconLibrary
 from ..text.release import ReleasePolicy
 from ..text.spans import Span, Traced
 from ..text.ssml import Break, Item, MarkPart, SpeechItem, SsmlStream, ssml_items
+from .items import MarkAt, Silence, Speak, StreamItem
 from .text_front_end import CallerText
 
 
