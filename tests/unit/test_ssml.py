@@ -470,7 +470,7 @@ def test_flush_and_idle_release_buffered_text_but_not_an_open_tag() -> None:
     assert readout(stream.end()) == [("four two", 5)]
 
 
-# -- as the timeline's stream items (api/ssml_text.py) --------------------------------------
+# -- as the timeline's stream items (stream/ssml_text.py) --------------------------------------
 
 
 def test_stream_items_carry_speed_silence_marks_and_the_callers_own_text() -> None:

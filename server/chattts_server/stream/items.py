@@ -1,6 +1,6 @@
 """What a stream's text side hands its speaking side, in order: the items of its timeline.
 
-The text front ends (api/text_front_end.py: plain text and markdown; api/ssml_text.py) produce
+The text front ends (stream/text_front_end.py: plain text and markdown; stream/ssml_text.py) produce
 the same items; the stream (stream/stream.py) answers each in turn on its one timeline of
 samples:
 

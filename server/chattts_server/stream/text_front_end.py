@@ -1,7 +1,7 @@
 """A stream's text front end as the reader sees it: fragments in, the timeline's items out.
 
 Two fill `TextFrontEnd`: `MarkdownText` (markdown or plain text through text/stream.py's
-`StreamText`) and `SsmlText` (api/ssml_text.py: SSML documents). Each `Speak` carries the
+`StreamText`) and `SsmlText` (stream/ssml_text.py: SSML documents). Each `Speak` carries the
 caller's own text of it, cut from everything the stream was sent (`CallerText`), and is read
 through the stream's pronunciation lexicons (text/lexicon.py).
 """

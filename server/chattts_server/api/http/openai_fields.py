@@ -34,7 +34,7 @@ _OPENAI_VOICES = "alloy ash ballad coral echo fable onyx nova sage shimmer verse
 OPENAI_VOICE_SEEDS = {name: 1001 + i for i, name in enumerate(_OPENAI_VOICES.split())}
 """Fixed speakers for OpenAI's built-in voice names (ChatTTS speaker seeds 1001, 1002, ...)."""
 
-# response_format -> (encoding name for Session, Content-Type)
+# response_format -> (encoding name for the stream, Content-Type)
 FORMAT_ENCODINGS = {
     "pcm": ("LINEAR16", "audio/L16; rate={rate}; channels=1"),
     "wav": ("WAV", "audio/wav"),

@@ -9,7 +9,7 @@ The document's text is released at sentence ends (punctuation, `<s>`, `<p>`), on
 after the policy's `idle_ms`, and cut to the duration budget; a `<break>`, a `<mark>`, a
 change of `<prosody rate>` and a new document naming other lexicons each end the text before
 them, so a silence or a mark always falls between utterances and an utterance has one speed
-and one set of lexicons (`SpeechItem.lexicons`, read by api/ssml_text.py). The policy's clause and word-count rules do
+and one set of lexicons (`SpeechItem.lexicons`, read by stream/ssml_text.py). The policy's clause and word-count rules do
 not apply: where they cut depends on how the document was split. Cuts come only from the document (tags are read
 when whole, a `<say-as>` or `<sub>` when closed), so a document sent in any pieces speaks the
 same words, silences and marks, in the same order, as the document sent whole.
