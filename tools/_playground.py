@@ -71,60 +71,28 @@ def run_playground(
 ) -> PlaygroundRun:
     """Open the page at `url`, speak `text` and wait until the stream is done and its audio is
     playing (with `until_played_out`, until the last of it has played)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
 
     profile = tempfile.mkdtemp(prefix="playground-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in [*FLAGS, f"--user-data-dir={profile}"]:
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver = _chromium(profile)
     try:
         driver.set_page_load_timeout(30)
         driver.get(url)
-        box = driver.find_element(By.ID, "text")
-        box.clear()
-        box.send_keys(text)
-        Select(driver.find_element(By.ID, "route")).select_by_value(route)
-        if route == "post":  # the WebSocket route has no stream format
-            Select(driver.find_element(By.ID, "streamFormat")).select_by_visible_text(stream_format)
-            Select(driver.find_element(By.ID, "format")).select_by_visible_text(response_format)
-        checkbox = driver.find_element(By.ID, "wordByWord")
-        if checkbox.is_selected() != word_by_word:
-            checkbox.click()
-        if token:
-            driver.find_element(By.ID, "token").send_keys(token)
-        if max_tokens:
-            driver.find_element(By.ID, "maxTokens").send_keys(str(max_tokens))
-        if min_tokens:
-            driver.find_element(By.ID, "minTokens").send_keys(str(min_tokens))
+        _fill_form(driver, text, route, stream_format, response_format, word_by_word)
+        for element_id, value in (
+            ("token", token),
+            ("maxTokens", max_tokens),
+            ("minTokens", min_tokens),
+        ):
+            if value:
+                driver.find_element(By.ID, element_id).send_keys(str(value))
         driver.find_element(By.ID, "speak").click()
-        deadline = time.monotonic() + timeout_s
-        state: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            state = driver.execute_script("return JSON.parse(JSON.stringify(window.playground))")
-            played = driver.execute_script(
-                "return window.playground.done && window.playground.peak > 0"
-                + (" && window.playground.playedOut" if until_played_out else "")
-            )
-            if state.get("done") and (played or state.get("error")):
-                break
-            time.sleep(0.1)
-        else:
-            raise TimeoutError(f"the playground did not finish in {timeout_s} s: {state}")
+        _wait_done(driver, timeout_s, until_played_out)
         # Let the live timeline draw the last playback, then read it.
         time.sleep(0.3)
         state = driver.execute_script("return JSON.parse(JSON.stringify(window.playground))")
-        pixels = driver.execute_script(
-            """const c = document.getElementById('timeline');
-               const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-               let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i + 3] && (d[i] < 240 || d[i + 1] < 240 || d[i + 2] < 240)) n++;
-               return n;"""
-        )
+        pixels = driver.execute_script(_COUNT_TIMELINE_PIXELS)
         stats = driver.find_element(By.ID, "stats").text
         spoken = driver.find_element(By.ID, "spoken").text
         if screenshot is not None:
@@ -135,3 +103,60 @@ def run_playground(
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+_COUNT_TIMELINE_PIXELS = """const c = document.getElementById('timeline');
+   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+   let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i + 3] && (d[i] < 240 || d[i + 1] < 240 || d[i + 2] < 240)) n++;
+   return n;"""
+
+
+def _chromium(profile: str) -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in [*FLAGS, f"--user-data-dir={profile}"]:
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+
+
+def _fill_form(
+    driver: Any,
+    text: str,
+    route: str,
+    stream_format: str,
+    response_format: str,
+    word_by_word: bool,
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    box = driver.find_element(By.ID, "text")
+    box.clear()
+    box.send_keys(text)
+    Select(driver.find_element(By.ID, "route")).select_by_value(route)
+    if route == "post":  # the WebSocket route has no stream format
+        Select(driver.find_element(By.ID, "streamFormat")).select_by_visible_text(stream_format)
+        Select(driver.find_element(By.ID, "format")).select_by_visible_text(response_format)
+    checkbox = driver.find_element(By.ID, "wordByWord")
+    if checkbox.is_selected() != word_by_word:
+        checkbox.click()
+
+
+def _wait_done(driver: Any, timeout_s: float, until_played_out: bool) -> None:
+    """Until the page says the stream is done and its audio plays (or it failed)."""
+    deadline = time.monotonic() + timeout_s
+    state: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        state = driver.execute_script("return JSON.parse(JSON.stringify(window.playground))")
+        played = driver.execute_script(
+            "return window.playground.done && window.playground.peak > 0"
+            + (" && window.playground.playedOut" if until_played_out else "")
+        )
+        if state.get("done") and (played or state.get("error")):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"the playground did not finish in {timeout_s} s: {state}")

@@ -16,6 +16,7 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "client"), str(REPO / "server"), str(REPO / "tools")]
@@ -26,7 +27,7 @@ TEXT = (
 )
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny", choices=["tiny", "full"])
     parser.add_argument("--route", default="ws", choices=["ws", "post"])
@@ -41,7 +42,11 @@ def main() -> int:
     if args.smoke:
         args.model, args.max_tokens = "tiny", 24
         args.out = tempfile.mkdtemp(prefix="playground_check-")
+    return args
 
+
+def main() -> int:
+    args = _args()
     from _playground import browser_missing, run_playground
 
     missing = browser_missing()
@@ -64,10 +69,14 @@ def main() -> int:
             until_played_out=True,
         )
         srv.stop()
-    state = run.state
     print(run.stats_text)
+    return _report(run, args.model, args.route, out)
+
+
+def _report(run: Any, model: str, route: str, out: Path) -> int:
+    state = run.state
     print(
-        f"{args.model} model, {args.route}: first audio {state['firstAudioMs']:.0f} ms, "
+        f"{model} model, {route}: first audio {state['firstAudioMs']:.0f} ms, "
         f"{len(state['chunks'])} chunks, {state['samplesScheduled'] / 24000:.2f} s of audio "
         f"scheduled, {state['underruns']} underruns, output peak {state['peak']:.3f}"
     )

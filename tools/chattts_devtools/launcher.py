@@ -141,6 +141,26 @@ def _with(base: dict[str, str], extra: dict[str, str] | None) -> dict[str, str]:
     return merged
 
 
+def _command(
+    args: Sequence[str],
+    dev_model: str | None,
+    cache: Path | str | None,
+    device: str,
+    metrics_port: int,
+    http: bool,
+) -> list[str]:
+    cmd = [sys.executable, "-m", "chattts_server.main", "--host", "127.0.0.1", "--port", "0"]
+    cmd += ["--device", device]
+    if dev_model is not None:
+        cmd += ["--dev-model", dev_model]
+    if cache is not None:
+        cmd += ["--dev-model-cache", str(cache)]
+    cmd += ["--metrics-port", str(metrics_port), *args]
+    if http:
+        cmd += ["--http-port", str(free_port())]
+    return cmd
+
+
 def launch(
     args: Sequence[str] = (),
     *,
@@ -164,16 +184,8 @@ def launch(
     first). Raises
     RuntimeError, with the output so far, when the server exits or stays silent too long.
     """
-    cmd = [sys.executable, "-m", "chattts_server.main", "--host", "127.0.0.1", "--port", "0"]
-    cmd += ["--device", device]
-    if dev_model is not None:
-        cmd += ["--dev-model", dev_model]
-    if cache is not None:
-        cmd += ["--dev-model-cache", str(cache)]
     metrics_port = free_port() if metrics else 0
-    cmd += ["--metrics-port", str(metrics_port), *args]
-    if http:
-        cmd += ["--http-port", str(free_port())]
+    cmd = _command(args, dev_model, cache, device, metrics_port, http)
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
