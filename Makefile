@@ -40,8 +40,8 @@ $(UV):
 # OpenMP (ggml's own pool waits at its barriers by spinning, and two busy replicas of it on
 # shared cores slowed each other 19x; libgomp spins GOMP_SPINCOUNT, which threads.py bounds,
 # then sleeps). The CPU's flags are one of the build's settings, so uv's cache (.cache/uv) keeps
-# one wheel per kind of CPU and a second install reuses it. A build that fails leaves the install without it: the server then serves
-# --backend torch and says why.
+# one wheel per kind of CPU and a second install reuses it. A build that fails leaves the install
+# without it: the GPT then runs on torch fp32 and the server says why.
 LLAMA_CPU_KEY = $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | md5sum | cut -c1-12)
 LLAMA_BUILD = --config-settings-package "llama-cpp-python:cmake.define.GGML_OPENMP=ON" \
 	--config-settings-package "llama-cpp-python:cmake.define.CHATTTS_CPU_KEY=$(LLAMA_CPU_KEY)"
@@ -75,7 +75,7 @@ $(STAMP): pyproject.toml uv.lock | $(UV)
 	  echo "make install: $$((free / 1048576)) GiB free here; a first install needs about 9 GiB" \
 	    "(torch's CUDA wheels, which PyPI's torch 2.9.1 depends on)"; fi
 	$(SYNC) --extra llamacpp $(LLAMA_BUILD) || { \
-	  echo "make install: llama-cpp-python did not build; the server will serve --backend torch"; \
+	  echo "make install: llama-cpp-python did not build; the GPT will run on torch fp32"; \
 	  $(SYNC); }
 	@[ -f $(GGML_AVX2)/libggml-cpu.so.0 ] || bash tools/build_ggml_avx2.sh $(UV_CACHE_DIR) \
 	  $(LLAMA_CPP_VERSION) $(GGML_AVX2) || echo "make install: no AVX2-only llama.cpp backend;" \
