@@ -54,22 +54,18 @@ def http_server(
     runner_factory: Callable[[ServerConfig], Any] | None = None,
     listen_when_ready: bool = True,
     lexicons: tuple[Path, ...] = (),
-    http_linger_s: float | None = None,
     **security: object,
 ) -> Iterator[InProcessServer]:
     """An in-process server (tiny model) with HTTP on, bearer tokens on (TOKEN) and one voice
     preset ("anna"); `security` adds TLS settings, `limits` overrides LimitsConfig fields,
     `runner_factory` builds the engine's runner (e.g. a FaultyRunner), `listen_when_ready`
-    False opens the ports while the model loads, `lexicons` are its --lexicon files,
-    `http_linger_s` its --http-linger-s."""
+    False opens the ports while the model loads, `lexicons` are its --lexicon files."""
     tokens = folder / "tokens.txt"
     tokens.write_text(f"# test tokens\n{TOKEN}\n")
     voices = folder / "voices"
     voices.mkdir(exist_ok=True)
     (voices / "anna.json").write_text(json.dumps({"description": "test voice", "seed": 4321}))
     base = tiny_server_config(DEV_MODEL_CACHE, max_streams=max_streams, max_queue=max_queue)
-    if http_linger_s is not None:
-        base = replace(base, admission=replace(base.admission, http_linger_s=http_linger_s))
     config = replace(
         base,
         network=replace(base.network, http_port=free_port(), listen_when_ready=listen_when_ready),

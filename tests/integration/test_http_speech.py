@@ -12,7 +12,6 @@ import json
 import logging
 import ssl
 import subprocess
-import threading
 
 import httpx2
 import numpy as np
@@ -32,6 +31,7 @@ from httputil import (
     streams_total,
 )
 from polling import wait_until
+from serverutil import refuses_connections
 
 N = 24  # audio tokens per sentence: (2 * 24 - 1) * 256 = 12032 samples
 TEXT = "Turn left in two hundred meters."
@@ -40,9 +40,7 @@ LONG = " ".join(f"Sentence number {w} is here." for w in ("one", "two", "three",
 
 @pytest.fixture(scope="module")
 def srv(tiny_model_dir, tmp_path_factory):
-    # The drain test's request on a kept-alive connection comes after its stream in flight has
-    # finished: past the default 2 s linger when that stream is slow on a loaded machine.
-    with http_server(tmp_path_factory.mktemp("http"), http_linger_s=10.0) as server:
+    with http_server(tmp_path_factory.mktemp("http")) as server:
         yield server
 
 
@@ -342,51 +340,61 @@ def test_tls_from_the_same_certificate_files_and_503_while_loading(
             httpx2.get(http_url(srv) + "/health", timeout=5)
 
 
-# -- draining (last: it stops the module's server) ------------------------------------------------
+# -- draining -------------------------------------------------------------------------------------
 
 
-def _refuses_connections(url: str) -> bool:
-    try:
-        httpx2.get(url + "/health", timeout=2)
-    except httpx2.ConnectError:
-        return True
-    return False
+@pytest.fixture
+def drained_srv(tiny_model_dir, tmp_path):
+    # No stall timeout: the test's steps wait on each other, never on a timer of the server's.
+    with http_server(tmp_path, max_streams=3, limits={"stall_timeout_s": 0}) as server:
+        yield server
 
 
-def test_drain_closes_the_listener_serves_what_comes_on_open_connections_and_ends_them(srv):
-    url = http_url(srv) + "/v1/audio/speech"
+def _finish(ws) -> tuple[int, int]:
+    """Send a waiting WebSocket stream its text and end: its audio bytes and utterances, read
+    up to its close (1000 after "done"; an error's close raises)."""
+    for message in ({"type": "text", "text": TEXT}, {"type": "end"}):
+        ws.send(json.dumps(message))
+    replies = [m if isinstance(m, bytes) else json.loads(m) for m in ws]
+    return sum(len(m) for m in replies if isinstance(m, bytes)), replies[-1]["num_utterances"]
+
+
+def test_drain_closes_the_listener_serves_what_comes_on_open_connections_and_ends_them(
+    drained_srv,
+):
+    srv, url = drained_srv, http_url(drained_srv) + "/v1/audio/speech"
     auth = {"authorization": f"Bearer {TOKEN}"}
     body = {"input": TEXT, "voice": "alloy", "response_format": "pcm", "chattts": fixed(N)}
-    started, checked, result = threading.Event(), threading.Event(), {}
-
-    def in_flight() -> None:
-        long = body | {"input": LONG, "chattts": fixed(60)}
-        with httpx2.stream("POST", url, json=long, headers=auth, timeout=60) as r:
-            chunks = r.iter_bytes()
-            first = next(chunks)
-            started.set()
-            checked.wait(30)  # hold the stream open (the engine waits for its reader)
-            result["bytes"] = len(first + b"".join(chunks))
-            result["connection"] = r.headers.get("connection")
-
-    reader = threading.Thread(target=in_flight, daemon=True)
-    reader.start()
-    assert started.wait(30)
-    with httpx2.Client(timeout=30) as kept:  # a keep-alive connection, as a proxy holds one
-        assert kept.get(http_url(srv) + "/health").status_code == 200
-        drained = asyncio.run_coroutine_threadsafe(srv.server.drain(grace_s=30), srv.loop)
-        # The listener closes (a proxy's next connect fails, its TCP or /health check too).
-        wait_until(lambda: _refuses_connections(http_url(srv)), 5, "the listener closed")
-        # The kept-alive connection stays open: closing it could cut a request a proxy is
-        # sending on it that very moment (HTTP/1.1 has no GOAWAY). A request sent on it is
-        # served whole and answered Connection: close, and the connection ends after it.
-        checked.set()
-        reader.join(60)  # the one stream place is free again
-        late = kept.post(url, json=body, headers=auth)
-        assert late.status_code == 200 and len(late.content) == 2 * samples_for(N)
-        assert late.headers["connection"] == "close"
-        with pytest.raises(httpx2.TransportError):  # a new connection: refused
-            kept.get(http_url(srv) + "/health")
-    assert result["bytes"] == 2 * 4 * samples_for(60)  # the stream in flight finished whole
-    assert result["connection"] != "close"  # its headers went out before the drain
-    drained.result(30)
+    long = body | {"input": LONG, "chattts": fixed(60)}
+    # A WebSocket waiting for its text holds its place until the test sends it, and the drain
+    # waits for it before its linger begins: no keep-alive connection closes before the late
+    # request goes out, however long the steps before it take (they once outlasted 10 s).
+    ws_url = http_url(srv, "ws") + "/v1/audio/speech/stream"
+    with (
+        connect(ws_url, additional_headers=auth, open_timeout=60) as held,
+        httpx2.Client(timeout=120) as kept,  # a keep-alive connection, as a proxy holds one
+    ):
+        held.send(json.dumps({"type": "config"} | fixed(N)))
+        wait_until(lambda: srv.server.admission.active == 1, 60, "the WebSocket admitted")
+        with httpx2.stream("POST", url, json=long, headers=auth, timeout=120) as in_flight:
+            chunks = in_flight.iter_bytes()
+            first = next(chunks)  # then unread a while: the engine waits for its reader
+            assert kept.get(http_url(srv) + "/health").status_code == 200
+            drained = asyncio.run_coroutine_threadsafe(srv.server.drain(grace_s=600), srv.loop)
+            # The listener closes (a proxy's next connect fails, its TCP or /health check too).
+            wait_until(lambda: refuses_connections(srv.server.http_port), 60, "listener closed")
+            # The kept-alive connection stays open: closing it could cut a request a proxy is
+            # sending on it that very moment (HTTP/1.1 has no GOAWAY). A request sent on it is
+            # served whole and answered Connection: close, and the connection ends after it.
+            late = kept.post(url, json=body, headers=auth)
+            assert late.status_code == 200 and len(late.content) == 2 * samples_for(N)
+            assert late.headers["connection"] == "close"
+            with pytest.raises(httpx2.TransportError):  # a new connection: refused
+                kept.get(http_url(srv) + "/health")
+            # The streams in flight finish whole: the POST (its headers went out before the
+            # drain) and the WebSocket, which runs on until the drain ends.
+            assert len(first + b"".join(chunks)) == 2 * 4 * samples_for(60)
+        assert in_flight.headers.get("connection") != "close"
+        num_bytes, num_utterances = _finish(held)
+        assert num_utterances and num_bytes == 2 * num_utterances * samples_for(N)
+    drained.result(120)
