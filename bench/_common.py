@@ -1,32 +1,21 @@
-"""What the benchmarks share: the client load loop, percentiles, the load-average line, results.
+"""What the benchmarks share: calls through the client library, load, figures, reports, captions.
 
 Import it before chattts_*: it puts client/, server/ and tools/ on sys.path, so a benchmark runs
 as `python bench/<name>.py` from a checkout. Calls go through the shipped client library (what
-users run), not raw stubs:
-- `Call`: one call as the client saw it: each audio chunk's arrival (s after the start) and
-  duration, the gRPC status; `ttfa_s`, `audio_s`, `total_s`, `rtf`, `gap_free_s` (the earliest
-  playback start that never stalls), `audio_between` / `gaps_between` (perf_counter windows).
-- `record(events, call, on_event)`: iterate an `AsyncEventStream` or `PushStream` into `call`;
-  `on_event(event, now)` sees every event (marks, word timings, utterance ends).
-- `synthesize(client, text, config)`: one `AsyncTTSClient.synthesize` call.
-- `push_words(client, words, config, interval_s, stop=)`: one `PushStream`, a word every
-  `interval_s` on an absolute schedule (a caption, an LLM), until the words or `stop` run out.
-- `run_load(num_callers, num_calls, one)`: `num_calls` calls (`one(i)` makes call i),
-  `num_callers` at a time; a `Load`: the calls, wall seconds, audio seconds per wall second.
-Figures: `pct(values, q)`; `load_line()`, "load average 1.23 0.98 0.80 (16 CPUs)", printed beside
-every figure (the machines are shared: a figure without its load cannot be read); `command()`;
-`table(header, rows)`, a markdown table; `write_result(path, text)`, written whole (a run killed
-mid-write keeps the previous file); `proc_mib(pid, field)`, VmRSS or VmHWM in MiB.
-Servers: `launch` (a `chattts-server` subprocess on a free loopback port), `bench_server` and
-`add_bench_server_arguments` (--target, --dev-model, --model-dir, --device, --server-arg), from
-chattts_devtools.launcher.
+users run), not raw stubs. Every figure is printed with `load_line()` beside it: the machines
+are shared, and a figure without its load cannot be read. Servers: `launch` (a `chattts-server`
+subprocess on a free loopback port), `bench_server` and `add_bench_server_arguments` (--target,
+--dev-model, --model-dir, --device, --server-arg, --server-log), from chattts_devtools.launcher.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import itertools
 import os
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -43,13 +32,29 @@ for _path in ("tools", "server", "client"):
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
-from chattts_client import AsyncTTSClient, AudioChunkEvent, Event, PushStream  # noqa: E402
+from chattts_client import AsyncTTSClient, AudioChunkEvent, Event, PushStream, make_config  # noqa: E402
 from chattts_devtools.launcher import add_bench_server_arguments as add_bench_server_arguments  # noqa: E402
 from chattts_devtools.launcher import bench_server as bench_server  # noqa: E402
 from chattts_devtools.launcher import launch as launch  # noqa: E402
 from chattts_proto.chattts.v1 import tts_pb2  # noqa: E402
 
-# -- figures ------------------------------------------------------------------------------------
+CAPTION_TEXT = (
+    "so what we are seeing here is that the traffic on the ring road is building up again "
+    "and if you are heading into the city this evening you should expect delays of around "
+    "twenty minutes near the bridge where the right lane is still closed for repairs so "
+    "consider taking the northern route instead"
+)
+CAPTION = CAPTION_TEXT.split()
+"""Live captions: ASR words without punctuation."""
+
+# -- figures and reports ------------------------------------------------------------------------
+
+
+def arguments(doc: str | None, smoke: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: the docstring's first line, and --smoke (what it does: `smoke`)."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help=smoke)
+    return parser
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -57,6 +62,7 @@ def pct(values: Sequence[float], q: float) -> float:
 
 
 def load_line() -> str:
+    """Like "load average 1.23 0.98 0.80 (16 CPUs)"."""
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f} ({len(os.sched_getaffinity(0))} CPUs)"
 
@@ -74,11 +80,13 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 
 def write_result(path: Path | str, text: str) -> None:
+    """Written whole (a run killed mid-write keeps the previous file), then 'wrote PATH'."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
     tmp.replace(path)
+    print(f"wrote {path}", flush=True)
 
 
 def proc_mib(pid: int, field_name: str = "VmRSS") -> float:
@@ -89,6 +97,18 @@ def proc_mib(pid: int, field_name: str = "VmRSS") -> float:
         return float("nan")
     line = next((ln for ln in text.splitlines() if ln.startswith(field_name + ":")), "")
     return int(line.split()[1]) / 1024 if line else float("nan")
+
+
+def server_log_facts(log: str) -> tuple[float, str, float]:
+    """From a server's log: engine ready s (load, GGUF, warm-up), its "GPT: ..." line, the GPT's
+    build s."""
+    ready = re.search(r"engine ready in (\d+\.\d+) s", log)
+    gpt = re.search(r"GPT: (.*), built in (\d+\.\d+) s", log)
+    return (
+        float(ready.group(1)) if ready else float("nan"),
+        gpt.group(1) if gpt else "?",
+        float(gpt.group(2)) if gpt else float("nan"),
+    )
 
 
 # -- calls --------------------------------------------------------------------------------------
@@ -133,11 +153,8 @@ class Call:
 
     def audio_between(self, start: float, end: float) -> float:
         """Audio seconds that arrived in [start, end) (perf_counter times)."""
-        return sum(
-            d
-            for a, d in zip(self.arrivals, self.durations, strict=True)
-            if start <= self.started + a < end
-        )
+        pairs = zip(self.arrivals, self.durations, strict=True)
+        return sum(d for a, d in pairs if start <= self.started + a < end)
 
     def gaps_between(self, start: float, end: float) -> list[float]:
         """Seconds between consecutive chunks that arrived in [start, end)."""
@@ -146,6 +163,20 @@ class Call:
 
 
 OnEvent = Callable[[Event, float], None]
+"""Sees every event of a call (marks, word timings, utterance ends) and its perf_counter time."""
+
+
+class Playout:
+    """When a listener who plays the stream in real time from its first chunk hears each chunk:
+    each plays once the one before it has ended, or when it arrives if the player ran dry."""
+
+    def __init__(self) -> None:
+        self.end_s: float | None = None
+
+    def play(self, arrival_s: float, seconds: float) -> float:  # -> its first sample's
+        start_s = arrival_s if self.end_s is None else max(arrival_s, self.end_s)
+        self.end_s = start_s + seconds
+        return start_s
 
 
 async def record(events: AsyncIterator[Event], call: Call, on_event: OnEvent | None = None) -> Call:
@@ -174,6 +205,7 @@ async def synthesize(
     timeout_s: float = 900,
     on_event: OnEvent | None = None,
 ) -> Call:
+    """One `AsyncTTSClient.synthesize` call."""
     call = Call()
     return await record(client.synthesize(text, config=config, timeout=timeout_s), call, on_event)
 
@@ -213,8 +245,8 @@ async def push_words(
     on_event: OnEvent | None = None,
     sent_at: list[float] | None = None,
 ) -> Call:
-    """One PushStream: each word (and a space) every `interval_s`, then half-close and read the
-    rest. The call's times run from its first word."""
+    """One PushStream (a caption, an LLM): each word (and a space) every `interval_s`, then
+    half-close and read the rest. The call's times run from its first word."""
     stream = client.open_stream(config=config, timeout=timeout_s)
     call = Call()
     sender = asyncio.create_task(_feed(stream, words, interval_s, stop, sent_at))
@@ -223,6 +255,30 @@ async def push_words(
     finally:
         sender.cancel()
     return call
+
+
+def caption_backlog(
+    client: AsyncTTSClient,
+    num_streams: int,
+    interval_s: float,
+    max_new_tokens: int,
+    *,
+    stop: asyncio.Event | None = None,
+    on_event: OnEvent | None = None,
+) -> list[asyncio.Task[Call]]:
+    """PRIORITY_BULK caption streams (stream i from word 7i, seed i), a word every `interval_s`
+    each, until `stop` (then each half-closes and speaks the rest) or cancelled."""
+    tasks = []
+    for i in range(num_streams):
+        config = make_config(seed=i, max_new_tokens=max_new_tokens)
+        config.priority = tts_pb2.PRIORITY_BULK
+        # No punctuation: release every few words, as live captions need.
+        policy = tts_pb2.TextReleasePolicy(first_words=4, max_words=12, idle_ms=600)
+        config.text_release.CopyFrom(policy)
+        words = itertools.islice(itertools.cycle(CAPTION), 7 * i, None)
+        call = push_words(client, words, config, interval_s, stop=stop, on_event=on_event)
+        tasks.append(asyncio.create_task(call))
+    return tasks
 
 
 # -- load ---------------------------------------------------------------------------------------

@@ -162,15 +162,14 @@ def report(args: argparse.Namespace, engine: dict, client: list[float], prompt_t
         "",
         table(["part", *schedules], rows),
     ]
-    if client:
-        default = med(r["total"] for r in engine[schedules[0]])
-        lines += [
-            "",
-            f"Through the server ({schedules[0]}, gRPC, the client library): first audio "
-            f"{1e3 * med(client):.1f} ms (p95 of {len(client)}: {1e3 * max(client):.1f} ms); "
-            f"encoding + gRPC + hand-off + the engine thread's wake-up: "
-            f"{1e3 * (med(client) - default):.1f} ms ({load}).",
-        ]
+    default = med(r["total"] for r in engine[schedules[0]])
+    lines += [
+        "",
+        f"Through the server ({schedules[0]}, gRPC, the client library): first audio "
+        f"{1e3 * med(client):.1f} ms (p95 of {len(client)}: {1e3 * max(client):.1f} ms); "
+        f"encoding + gRPC + hand-off + the engine thread's wake-up: "
+        f"{1e3 * (med(client) - default):.1f} ms ({load}).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -205,9 +204,7 @@ def _engine_parts(args: argparse.Namespace, text: str) -> tuple[dict, int]:
 def run_first_audio(args: argparse.Namespace) -> None:
     text = PROMPTS[args.language]
     results, prompt_tokens = _engine_parts(args, text)
-    client = [] if args.skip_server else server_first_audio(args, text)
-    markdown = report(args, results, client, prompt_tokens)
+    markdown = report(args, results, server_first_audio(args, text), prompt_tokens)
+    print(markdown)
     name = "first_audio.md" if args.language == "en" else f"first_audio_{args.language}.md"
     write_result(Path(args.out) / name, markdown)
-    print(markdown)
-    print(f"wrote {Path(args.out) / name}")

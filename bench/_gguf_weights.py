@@ -1,7 +1,7 @@
-"""What the GGUF benchmarks (bench_decode_step.py, bench_quality.py) share: the flags that say
-which weights, where their GGUF files are kept and how many threads run them; the loading those
-flags describe; llama.cpp contexts over them; and warm-up's quality probe against torch fp32,
-by which the server picks `--gguf-format auto`."""
+"""What the GGUF benchmarks (bench_decode_step.py, bench_quality.py) share: their flags (which
+formats, which weights, where their GGUF files are kept, how many threads, where the markdown
+goes); the loading those flags describe; llama.cpp contexts over them; and warm-up's quality
+probe against torch fp32, by which the server picks `--gguf-format auto`."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from _common import CACHE, REPO
+from _common import CACHE, REPO, arguments
 from torch import Tensor
 
+from chattts_server.defaults import GGUF_FORMATS
 from chattts_server.devmodel.assets import build_dev_assets
 from chattts_server.engine.gpt_build import QUALITY_PROBE, fp32_reference
-from chattts_server.engine.llamacpp_gpt import LlamaCppGPT
+from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
 from chattts_server.engine.prompts import PromptBuilder
 from chattts_server.engine.utterance import VoiceSpec
 from chattts_server.model.gguf_export import GGUFCache
@@ -28,22 +29,19 @@ from chattts_server.threads import cpu_budget, plan_threads
 CPU = torch.device("cpu")
 
 
-def add_weight_arguments(parser: argparse.ArgumentParser) -> None:
-    """--threads, --model-dir, --cache and --gguf-folder."""
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=0,
-        help="llama.cpp and torch threads (default: what the server would use: "
-        "OMP_NUM_THREADS or the CPU budget)",
-    )
+def gguf_arguments(doc: str | None, smoke: str, markdown: str) -> argparse.ArgumentParser:
+    """--formats, --threads, --model-dir, --cache, --gguf-folder, --markdown (bench/results/
+    `markdown` by default; none with --smoke) and --smoke."""
+    # fmt: off
+    parser = arguments(doc, smoke)
+    parser.add_argument("--formats", default=",".join(GGUF_FORMATS), help="GGUF formats")
+    parser.add_argument("--threads", type=int, default=0, help="llama.cpp and torch threads (default: what the server would use: OMP_NUM_THREADS or the CPU budget)")
     parser.add_argument("--model-dir", default="", help="official assets (default: full dev)")
     parser.add_argument("--cache", default=str(CACHE), help="dev model assets")
-    parser.add_argument(
-        "--gguf-folder",
-        default=str(REPO / ".cache" / "gguf"),
-        help="GGUF files, kept by the weights' digest for the next run",
-    )
+    parser.add_argument("--gguf-folder", default=str(REPO / ".cache" / "gguf"), help="GGUF files, kept by the weights' digest for the next run")
+    parser.add_argument("--markdown", default=str(REPO / "bench" / "results" / markdown), help="write the tables here ('': nowhere)")
+    # fmt: on
+    return parser
 
 
 @dataclass
@@ -58,9 +56,12 @@ class GGUFWeights:
     threads: int
 
     @classmethod
-    def load(cls, args: argparse.Namespace) -> GGUFWeights:
-        """The weights `add_weight_arguments`'s flags name (the tiny dev model with --smoke),
-        torch's pool sized as the server sizes it."""
+    def load(cls, args: argparse.Namespace) -> GGUFWeights | None:
+        """The weights `gguf_arguments`'s flags name (the tiny dev model with --smoke), torch's
+        pool sized as the server sizes it; None (said why) where llama.cpp does not load."""
+        if (missing := llamacpp_unavailable()) is not None:
+            print(f"nothing to measure: {missing}")
+            return None
         threads = plan_threads(args.threads or None, cpu_budget(), dict(os.environ)).intra_op
         torch.set_num_threads(threads)
         model_dir = Path(
@@ -77,16 +78,13 @@ class GGUFWeights:
             threads,
         )
 
-    def path(self, weight_format: str) -> Path:
-        """The GGUF file of `weight_format`, written now if need be."""
-        sd = self.modules.gpt_state_dict
-        return self.files.get(weight_format, sd, self.shape, self.rope_theta, self.threads)
-
     def llamacpp(
         self, weight_format: str, num_slots: int, max_tokens: int, batch: int, tap: bool = False
     ) -> LlamaCppGPT:
-        """A llama.cpp context of `weight_format` (`batch`: tokens per llama.cpp batch)."""
-        path, threads = self.path(weight_format), self.threads
+        """A llama.cpp context of `weight_format` (`batch`: tokens per llama.cpp batch), its
+        GGUF file written first if need be."""
+        sd, threads = self.modules.gpt_state_dict, self.threads
+        path = self.files.get(weight_format, sd, self.shape, self.rope_theta, threads)
         return LlamaCppGPT(
             path, self.shape, num_slots, max_tokens, batch, threads, weight_format, tap
         )

@@ -1,26 +1,31 @@
-"""bench_serving.py's start and priority parts, and the flags of every part but levels."""
+"""bench_serving.py's start and priority parts, and the flags of every part but levels.
+
+- start: engine ready cold (empty GGUF folder) and on a restart, resident memory ready, serving
+  and peak, `--start-rounds` times. Writes start.md.
+- priority: `--bulk` PRIORITY_BULK caption streams hold every place but `--reserved` ones while
+  PRIORITY_INTERACTIVE navigation prompts arrive every `--prompt-interval-s` (tiny model unless
+  --dev-model or --model-dir, or --target): prompts' first audio idle vs loaded, what the bulk
+  streams lose. Prints.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
-import re
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable
 from pathlib import Path
 
 from _common import (
-    Call,
     bench_server,
+    caption_backlog,
     command,
     launch,
     load_line,
     pct,
     proc_mib,
-    push_words,
+    server_log_facts,
     synthesize,
     table,
     write_result,
@@ -29,13 +34,6 @@ from _common import (
 from chattts_client import AsyncTTSClient
 from chattts_proto.chattts.v1 import tts_pb2
 
-CAPTION_TEXT = (
-    "so what we are seeing here is that the traffic on the ring road is building up again "
-    "and if you are heading into the city this evening you should expect delays of around "
-    "twenty minutes near the bridge where the right lane is still closed for repairs"
-)
-"""Live captions: ASR words without punctuation."""
-CAPTION = CAPTION_TEXT.split()
 PROMPTS = [
     "In three hundred metres, turn left onto Station Road.",
     "Keep right at the fork.",
@@ -50,7 +48,6 @@ def add_part_arguments(parser: argparse.ArgumentParser) -> None:
     first.add_argument("--repeats", type=int, default=5)
     first.add_argument("--schedules", default="4/4,8/8,4/8,4/2", help="first-chunk/lookahead tokens; the first is the default")
     first.add_argument("--language", default="en", choices=["en", "zh"], help="the navigation prompt's language")
-    first.add_argument("--skip-server", action="store_true", help="the engine's parts only")
     start = parser.add_argument_group("start")
     start.add_argument("--start-rounds", type=int, default=2, help="cold start + restart rounds")
     start.add_argument("--start-requests", type=int, default=4, help="streams before the serving figure")
@@ -97,16 +94,9 @@ def one_start(args: argparse.Namespace, folder: Path) -> dict[str, float | str]:
                     pass
         serving_rss, peak = proc_mib(srv.pid), proc_mib(srv.pid, "VmHWM")
         srv.stop()
-    ready = re.search(r"engine ready in (\d+\.\d+) s", srv.log_text())
-    gpt = re.search(r"GPT: (.*), built in (\d+\.\d+) s", srv.log_text())
-    return {
-        "ready_s": float(ready.group(1)) if ready else float("nan"),
-        "gpt": gpt.group(1) if gpt else "?",
-        "gpt_s": float(gpt.group(2)) if gpt else float("nan"),
-        "ready_rss": ready_rss,
-        "serving_rss": serving_rss,
-        "peak": peak,
-    }
+    ready_s, gpt, gpt_s = server_log_facts(srv.log_text())
+    return {"ready_s": ready_s, "gpt": gpt, "gpt_s": gpt_s, "ready_rss": ready_rss,
+            "serving_rss": serving_rss, "peak": peak}  # fmt: skip
 
 
 def run_start(args: argparse.Namespace) -> None:
@@ -139,35 +129,15 @@ def run_start(args: argparse.Namespace) -> None:
         f"{args.start_requests} streams before the serving figure; {load_line()} at the end. "
         f"Command: {command()}\n\n" + table([*header, "resident serving MiB", "peak MiB"], rows)
     )
-    write_result(Path(args.out) / "start.md", text)
     print(text)
+    write_result(Path(args.out) / "start.md", text)
     print(
         f"RESULT: engine ready cold {med('cold', 'ready_s', '.1f')} s, restart "
         f"{med('restart', 'ready_s', '.1f')} s; resident serving {med('restart', 'serving_rss')} MiB"
     )
-    print(f"wrote {Path(args.out) / 'start.md'}")
 
 
 # -- priority ------------------------------------------------------------------------------------
-
-
-async def caption_backlog(
-    client: AsyncTTSClient, num_streams: int, stop: asyncio.Event, interval_s: float, tokens: int
-) -> list[Call]:
-    """PRIORITY_BULK caption streams, a word every `interval_s` each (stream i from word 7i),
-    until `stop`; then each half-closes and reads the rest."""
-
-    def one(i: int) -> Awaitable[Call]:
-        config = tts_pb2.SynthesisConfig(
-            priority=tts_pb2.PRIORITY_BULK,
-            sampling=tts_pb2.Sampling(seed=i, max_new_tokens=tokens),
-            # No punctuation: release every few words, as live captions need.
-            text_release=tts_pb2.TextReleasePolicy(first_words=4, max_words=12, idle_ms=600),
-        )
-        words = (CAPTION[(7 * i + k) % len(CAPTION)] for k in itertools.count())
-        return push_words(client, words, config, interval_s, stop=stop, timeout_s=600)
-
-    return list(await asyncio.gather(*(one(i) for i in range(num_streams))))
 
 
 async def prompt_ttfa(client: AsyncTTSClient, args: argparse.Namespace, i: int) -> float:
@@ -197,10 +167,9 @@ async def measure_priority(target: str, args: argparse.Namespace) -> dict:
     async with AsyncTTSClient(target) as client:
         await prompt_ttfa(client, args, 0)  # warm the path
         idle = await prompts_every(client, args)
-        stop = asyncio.Event()
-        interval_s = args.word_interval_ms / 1000
-        backlog = asyncio.create_task(
-            caption_backlog(client, args.bulk, stop, interval_s, args.bulk_max_new_tokens)
+        stop, interval_s = asyncio.Event(), args.word_interval_ms / 1000
+        backlog = caption_backlog(
+            client, args.bulk, interval_s, args.bulk_max_new_tokens, stop=stop
         )
         await asyncio.sleep(args.settle_s)  # every caption stream is speaking
         t0 = time.perf_counter()
@@ -209,7 +178,7 @@ async def measure_priority(target: str, args: argparse.Namespace) -> dict:
         loaded = await prompts_every(client, args)
         t2 = time.perf_counter()
         stop.set()
-        bulk: list[Call] = await backlog
+        bulk = list(await asyncio.gather(*backlog))
     return {"idle": idle, "loaded": loaded, "bulk": bulk, "windows": [(t0, t1), (t1, t2)]}
 
 

@@ -1,8 +1,7 @@
-"""bench_serving.py's levels: the per-token cost from the server's timers, serving.md, serving.png."""
+"""bench_serving.py's levels: the per-token cost from the server's timers, and serving.md."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from dataclasses import dataclass, field
@@ -30,31 +29,26 @@ ALL_IN = "all-in (wall / tokens)"
 
 @dataclass
 class Level:
-    """One concurrency of one server (or upstream) and front door."""
+    """One concurrency of one server (or upstream)."""
 
     name: str
     mode: str
     concurrency: int
     load: Load
     cost_ms: dict[str, float] = field(default_factory=dict)  # per generated token
-    tokens: int = 0
     load_average: float = float("nan")  # 1-minute, as the level ended
-
-    def merge(self, part: Level) -> Level:
-        """Two runs of one level as one: calls pooled, walls and per-token costs added up."""
-        self.load.calls += part.load.calls
-        self.load.wall_s += part.load.wall_s
-        tokens = self.tokens + part.tokens
-        if tokens:
-            self.cost_ms = {
-                k: (self.cost_ms.get(k, 0) * self.tokens + v * part.tokens) / tokens
-                for k, v in part.cost_ms.items()
-            }
-        self.tokens = tokens
-        return self
 
     def p(self, name: str, q: float) -> float:
         return pct(self.load.figure(name), q)
+
+
+@dataclass
+class ServerFacts:
+    """What one server's log and process say beside its levels."""
+
+    ready_s: float = float("nan")  # "engine ready in X s": load, GGUF, warm-up
+    rss_mib: float = float("nan")  # resident memory after its levels
+    gpt: str = ""  # the log's "GPT: ..." line
 
 
 def read_profile(path: Path) -> dict[str, list[float]]:
@@ -66,20 +60,20 @@ def read_profile(path: Path) -> dict[str, list[float]]:
 
 def cost_per_token(
     before: dict[str, list[float]], after: dict[str, list[float]], wall_s: float
-) -> tuple[dict[str, float], int]:
+) -> dict[str, float]:
     def spent(keys: list[str]) -> float:
         return sum(after.get(k, [0, 0])[0] - before.get(k, [0, 0])[0] for k in keys)
 
     tokens = int(spent(["decode_rows"]))
     if tokens <= 0:
-        return {}, 0
+        return {}
     ms = {label: 1e3 * spent(keys) / tokens for label, keys in COST_ROWS if keys}
     engine = 1e3 * spent(["engine_step"]) / tokens
     inside = sum(ms[label] for label, _ in COST_ROWS[:3])
     ms["rest of the engine step"] = max(0.0, engine - inside)
     ms[ALL_IN] = 1e3 * wall_s / tokens
     ms["gRPC, asyncio, hand-off, idle"] = max(0.0, ms[ALL_IN] - engine - ms["audio encoding"])
-    return ms, tokens
+    return ms
 
 
 def _levels_table(up: Level | None, ours: list[Level]) -> str:
@@ -148,8 +142,9 @@ def _cost_table(levels: list[Level]) -> list[str]:
 
 
 def write_report(
-    args: argparse.Namespace, up: Level | None, ours: list[Level], servers: dict, out: Path
+    args: Any, up: Level | None, ours: list[Level], servers: dict[str, ServerFacts]
 ) -> str:
+    """serving.md in --out, written whole; its text."""
     lines = [
         "# Serving benchmark",
         "",
@@ -172,42 +167,5 @@ def write_report(
     if cost_levels:
         lines += _cost_table(cost_levels)
     text = "\n".join(lines)
-    write_result(out / "serving.md", text)
-    if ours:
-        plot(args, up, ours, out / "serving.tmp.png")
-        (out / "serving.tmp.png").replace(out / "serving.png")
+    write_result(Path(args.out) / "serving.md", text)
     return text
-
-
-def plot(args: argparse.Namespace, up: Level | None, ours: list[Level], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
-    panels = [
-        ("TTFA p50 (s)", lambda lv: lv.p("ttfa_s", 50)),
-        ("gap-free start p50 (s)", lambda lv: lv.p("gap_free_s", 50)),
-        ("RTF p50 per stream", lambda lv: lv.p("rtf", 50)),
-        ("audio s per wall s", lambda lv: lv.load.throughput),
-    ]
-    cs = sorted({lv.concurrency for lv in ours})
-    for ax, (title, value) in zip(axes, panels, strict=True):
-        for mode in dict.fromkeys(lv.mode for lv in ours):
-            levels = [lv for lv in ours if lv.mode == mode]
-            ax.plot(
-                [lv.concurrency for lv in levels], [value(lv) for lv in levels], "o-", label=mode
-            )
-        if up:
-            ax.axhline(value(up), color="r", ls=":", label="upstream (sequential)")
-        if "RTF" in title:
-            ax.axhline(1.0, color="k", ls="--", lw=0.8)
-        ax.set(xscale="log", xlabel="concurrent streams", title=title)
-        ax.set_xticks(cs, [str(c) for c in cs])
-        ax.grid(alpha=0.3)
-    axes[0].legend()
-    fig.suptitle(f"{args.tokens}-token streams, {args.model} dev model, {args.device}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)

@@ -35,9 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from _common import (
+    CAPTION,
     REPO,
     Call,
+    Playout,
     add_bench_server_arguments,
+    arguments,
     bench_server,
     command,
     load_line,
@@ -49,27 +52,6 @@ from _common import (
 
 from chattts_client import AsyncTTSClient, AudioChunkEvent, Event, UtteranceEndEvent, make_config
 from chattts_proto.chattts.v1 import tts_pb2
-
-CAPTION_TEXT = (
-    "so what we are seeing here is that the traffic on the ring road is building up again "
-    "and if you are heading into the city this evening you should expect delays of around "
-    "twenty minutes near the bridge where the right lane is still closed for repairs so "
-    "consider taking the northern route instead"
-)
-CAPTION = CAPTION_TEXT.split()
-
-
-class Playout:
-    """When a listener who plays the stream in real time from its first chunk hears each chunk:
-    each plays once the one before it has ended, or when it arrives if the player ran dry."""
-
-    def __init__(self) -> None:
-        self.end_s: float | None = None
-
-    def play(self, arrival_s: float, seconds: float) -> float:  # -> its first sample's
-        start_s = arrival_s if self.end_s is None else max(arrival_s, self.end_s)
-        self.end_s = start_s + seconds
-        return start_s
 
 
 def caption_config(
@@ -339,10 +321,11 @@ def plot_feed(args: argparse.Namespace, voice: float, runs: list[CaptionRun], pa
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    print(f"wrote {path}")
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, "12 words, then a 3 s feed at 1.3x; writes nothing")
     parser.add_argument("--words", type=int, default=60)
     parser.add_argument("--interval-ms", type=int, default=150)
     parser.add_argument("--runs", type=int, default=3)
@@ -361,9 +344,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--calibration-words", type=int, default=120, help="--feed-rate")
     parser.add_argument("--out-dir", type=Path, default=REPO / "bench" / "results")
     add_bench_server_arguments(parser)
-    parser.add_argument(
-        "--smoke", action="store_true", help="12 words, then a 3 s feed at 1.3x; writes nothing"
-    )
     args = parser.parse_args()
     if not 0.5 <= args.max_lag_s <= 600:
         parser.error("--max-lag-s must be in [0.5, 600]")
@@ -391,7 +371,6 @@ def main() -> None:
         if not args.smoke:
             write_result(feed.out_dir / "captions.md", markdown)
             plot_feed(feed, voice_rate(result[0]), result[1:], feed.out_dir / "captions_lag.png")
-            print(f"wrote {feed.out_dir / 'captions.md'} and captions_lag.png")
     if args.feed_rate is None and not any(r.call.ttfa_s is not None for r in runs):
         sys.exit(1)
 

@@ -35,16 +35,15 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
-from _common import REPO, command, table, write_result
-from _gguf_weights import GGUFWeights, Probe, add_weight_arguments, embeds
+from _common import command, table, write_result
+from _gguf_weights import GGUFWeights, Probe, embeds, gguf_arguments
 
 from chattts_server.config import EngineConfig
-from chattts_server.defaults import GGUF_FORMATS, MIN_SNR_DB
+from chattts_server.defaults import MIN_SNR_DB
 from chattts_server.engine.gpt_build import smallest_within_budget
-from chattts_server.engine.llamacpp_gpt import LlamaCppGPT, llamacpp_unavailable
+from chattts_server.engine.llamacpp_gpt import LlamaCppGPT
 from chattts_server.model.llama import DecodeBatch, PromptRun
 from chattts_server.timing.types import CaptureRow
 
@@ -175,33 +174,23 @@ def tap_table(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--formats", default=",".join(GGUF_FORMATS), help="GGUF formats to time")
+    parser = gguf_arguments(__doc__, "tiny model, 2 steps, no markdown", "decode_step.md")
     parser.add_argument("--batches", default="1,4,16", help="decode batch sizes")
     parser.add_argument("--context", type=int, default=100, help="positions per row (about)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per figure")
     parser.add_argument("--prefill-tokens", type=int, default=40)
     parser.add_argument("--probe-mib", type=int, default=512, help="bandwidth probe (>> LLC)")
-    add_weight_arguments(parser)
-    parser.add_argument(
-        "--markdown",
-        default=str(REPO / "bench" / "results" / "decode_step.md"),
-        help="write the tables here ('': nowhere)",
-    )
-    parser.add_argument("--smoke", action="store_true", help="tiny model, 2 steps, no markdown")
     args = parser.parse_args()
     if args.smoke:
         args.batches, args.context, args.steps, args.prefill_tokens = "1,2", 16, 2, 8
         args.probe_mib, args.markdown = 64, ""
-    if (missing := llamacpp_unavailable()) is not None:
-        print(f"nothing to time: {missing}")
-        return
     args.batches = [int(b) for b in args.batches.split(",")]
     # Mixed positions within about +/-10% of --context, as rows that joined at different times.
     spread, num_rows = max(1, args.context // 10), max(args.batches)
     args.rows = [args.context - spread + (7 * i) % (2 * spread + 1) for i in range(num_rows)]
     torch.manual_seed(0)
-    run(args, GGUFWeights.load(args))
+    if (weights := GGUFWeights.load(args)) is not None:
+        run(args, weights)
 
 
 def run(args: argparse.Namespace, weights: GGUFWeights) -> None:
@@ -250,8 +239,7 @@ smallest format within {MIN_SNR_DB:g} dB.{f" Not timed, hidden SNR dB measured f
         f"word-timing tap ({on / off:.2f}x), load average {load_average()}"
     )
     if args.markdown:
-        write_result(Path(args.markdown), text)
-        print(f"wrote {args.markdown}")
+        write_result(args.markdown, text)
 
 
 if __name__ == "__main__":

@@ -13,20 +13,17 @@ Per lookahead: SNR and max abs error of the streamed audio against the offline d
 tokens; time to first audio = generation wait (first chunk + lookahead tokens at real time,
 21.3 ms a token) + decode of the first chunk; mean decode ms per chunk; the most tokens one
 Decoder call read for the stream. Then the server's short first chunk against a first chunk
-like the others (SNR over the whole stream and over its first 16 tokens), and the serving load:
---streams streams of --tokens tokens with the default chunking, started one step apart and
-stepped together as the engine does, Decoder + vocoder ms per generated token (the least of
---repeats rounds). Writes lookahead.md and lookahead.png into --out (bench/results). Random
-weights only approximate real ones: rerun with --model-dir before trusting the SNR columns.
+like the others (SNR over the whole stream and over its first 16 tokens). Writes lookahead.md
+into --out (bench/results). Random weights only approximate real ones: rerun with --model-dir
+before trusting the SNR columns.
 
 Usage: python bench/bench_lookahead.py [--tokens 200] [--lookaheads 0,1,2,4,8,12,16,24,32,52]
-       [--repeats 3] [--threads N] [--recipes dev,strong | --model-dir DIR] [--streams 16]
+       [--repeats 3] [--threads N] [--recipes dev,strong | --model-dir DIR]
        python bench/bench_lookahead.py --smoke   # tiny dev model, 24 tokens, into a temp dir
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -36,7 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from _common import CACHE, REPO, command, load_line, table, write_result
+from _common import CACHE, REPO, arguments, command, load_line, table, write_result
 
 from chattts_devtools.decode_probe import DecodeProbe
 from chattts_server.config import EngineConfig
@@ -135,7 +132,7 @@ class Row:
         return (ChunkSchedule().first_chunk_tokens + self.lookahead) * MS_PER_TOKEN
 
 
-def sweep(args: argparse.Namespace, recipes: list[Recipe], hiddens: torch.Tensor) -> list[Row]:
+def sweep(args: Any, recipes: list[Recipe], hiddens: torch.Tensor) -> list[Row]:
     base = recipes[0]
     configs = [replace(args.base, lookahead_tokens=n) for n in args.lookaheads]
     audio, tokens = [], []  # the first runs also warm the kernels
@@ -166,9 +163,7 @@ def sweep(args: argparse.Namespace, recipes: list[Recipe], hiddens: torch.Tensor
     return rows
 
 
-def first_chunk_table(
-    args: argparse.Namespace, recipes: list[Recipe], hiddens: torch.Tensor
-) -> str:
+def first_chunk_table(args: Any, recipes: list[Recipe], hiddens: torch.Tensor) -> str:
     """What the server's first chunk (--first-chunk-tokens, --first-lookahead-tokens: the
     defaults) costs in accuracy against a first chunk like the others, and the GPT steps it
     saves before the first chunk can be decoded."""
@@ -198,34 +193,6 @@ def first_chunk_table(
         "`--first-lookahead-tokens`)\n\nLater chunks keep the stream's own lookahead.\n\n"
         + table(header, rows)
     )
-
-
-def serving_load(args: argparse.Namespace, recipe: Recipe, width: int) -> str:
-    """Decoder + vocoder ms per token over `--streams` streams started one step apart and
-    stepped together (as the engine's runner does), the least of `--repeats` rounds."""
-    inputs = [hidden_walk(args.tokens, width, seed=100 + i) for i in range(args.streams)]
-    best_ms, sd = float("inf"), recipe.sd
-    for round_ in range(args.repeats + 1):  # the first round warms up
-        streams, calls, total_s = [sd.open() for _ in inputs], recipe.probe.num_decoder_calls, 0.0
-        for step in range(args.tokens + args.streams - 1):
-            live = {i: s for i, s in enumerate(streams) if 0 <= step - i < args.tokens}
-            for i, stream in live.items():
-                stream.push(inputs[i][step - i : step - i + 1])
-            ended = {i: s for i, s in live.items() if step - i == args.tokens - 1}
-            t0 = time.perf_counter()
-            sd.step({i: s for i, s in live.items() if i not in ended})
-            sd.finish(ended)
-            total_s += time.perf_counter() - t0
-        if round_:
-            best_ms = min(best_ms, 1000.0 * total_s / (args.streams * args.tokens))
-    calls = recipe.probe.num_decoder_calls - calls
-    text = (
-        f"serving load: {args.streams} streams x {args.tokens} tokens: {best_ms:.3f} ms per token "
-        f"(Decoder + vocoder, default chunking, started one step apart, stepped together, the "
-        f"least of {args.repeats} rounds), {calls} Decoder calls a round [{load_line()}]"
-    )
-    print(text, flush=True)
-    return text
 
 
 def _db(value: float) -> str:
@@ -261,32 +228,7 @@ def summary(rows: list[Row]) -> str:
     )
 
 
-def plot(rows: list[Row], recipes: list[Recipe], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    x = [r.lookahead for r in rows]
-    fig, ax1 = plt.subplots(figsize=(7, 4))
-    for i, (recipe, style) in enumerate(zip(recipes, ["o-", "^--", "v:"], strict=False)):
-        ax1.plot(
-            x, [r.snr_db[i] for r in rows], style, color="tab:blue", label=f"SNR, {recipe.name}"
-        )
-    ax1.legend(loc="center right")
-    ax1.axhline(30, color="tab:blue", linestyle=":", linewidth=1)
-    ax1.set_xlabel("lookahead (tokens, 21.3 ms each)")
-    ax1.set_ylabel("SNR vs offline decode (dB)", color="tab:blue")
-    ax2 = ax1.twinx()
-    ax2.plot(x, [r.wait_ms + r.first_decode_ms for r in rows], "s-", color="tab:red")
-    ax2.set_ylabel("time to first audio (ms)", color="tab:red")
-    ax1.set_title("Streaming decode: accuracy vs time to first audio")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def run(args: argparse.Namespace, out: Path) -> None:
+def run(args: Any, out: Path) -> None:
     torch.set_num_threads(args.threads)
     names = ["tiny dev" if args.smoke else "real"] if args.model_dir else args.recipes.split(",")
     modules = [build_modules(args.model_dir, name) for name in names]
@@ -294,11 +236,8 @@ def run(args: argparse.Namespace, out: Path) -> None:
     hiddens = hidden_walk(args.tokens, width)
     recipes = [Recipe(name, m, hiddens) for name, m in zip(names, modules, strict=True)]
     left, right = recipes[0].sd.receptive_field_tokens
-    args.base = replace(ChunkSchedule(), left_context_tokens=left)
+    args.base = base = replace(ChunkSchedule(), left_context_tokens=left)
     rows = sweep(args, recipes, hiddens)
-    first = first_chunk_table(args, recipes, hiddens)
-    load = serving_load(args, recipes[0], width) if args.streams else ""
-    base = args.base
     text = (
         f"# Streaming decode: lookahead sweep\n\nCommand: {command()}, {args.threads} torch "
         f"threads, fp32. Weights: {args.model_dir or 'random, recipes ' + args.recipes}. "
@@ -307,34 +246,29 @@ def run(args: argparse.Namespace, out: Path) -> None:
         f"({left}, {right}) tokens); crossfade {base.crossfade_samples} samples when not exact. "
         f"TTFA = first-chunk generation wait at real time + first-chunk decode (the least of the "
         f"repeats per chunk; absolute values vary between machines and with load).\n\n"
-        f"{sweep_table(rows, recipes)}\n\n{summary(rows)}\n\n{first}\n\n{load}\n"
+        f"{sweep_table(rows, recipes)}\n\n{summary(rows)}\n\n"
+        f"{first_chunk_table(args, recipes, hiddens)}\n"
     )
     print(text)
     write_result(out / "lookahead.md", text)
-    plot(rows, recipes, out / "lookahead.png")
-    print(f"wrote {out / 'lookahead.md'} and lookahead.png")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, "tiny dev model, 24 tokens, 1 thread; a temp dir")
     parser.add_argument("--tokens", type=int, default=200, help="tokens streamed per run")
     parser.add_argument("--lookaheads", default="0,1,2,4,8,12,16,24,32,52", help="swept")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs, least taken")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch's")
     parser.add_argument("--recipes", default="dev,strong", help="random-weight recipes")
     parser.add_argument("--model-dir", default=None, help="real ChatTTS assets instead")
-    parser.add_argument("--streams", type=int, default=16, help="serving load's; 0 skips it")
-    parser.add_argument("--out", default=None, help="folder for lookahead.md/png (bench/results)")
-    parser.add_argument(
-        "--smoke", action="store_true", help="tiny dev model, 24 tokens, 1 thread; a temp dir"
-    )
+    parser.add_argument("--out", default=None, help="folder for lookahead.md (bench/results)")
     args = parser.parse_args()
     args.lookaheads = [int(v) for v in args.lookaheads.split(",")]
     if args.smoke:
         from chattts_server.devmodel.assets import build_dev_assets
 
         args.model_dir = str(build_dev_assets("tiny", CACHE))
-        args.tokens, args.lookaheads, args.repeats, args.streams = 24, [0, 4], 1, 2
+        args.tokens, args.lookaheads, args.repeats = 24, [0, 4], 1
         args.threads = 1  # on a busy machine, spinning OpenMP workers made chunks 100x slower
         if args.out is None:
             with tempfile.TemporaryDirectory(prefix="bench-lookahead-smoke-") as tmp:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import itertools
 import sys
 import time
 from collections import Counter
@@ -34,17 +33,18 @@ from pathlib import Path
 from _common import (
     REPO,
     Call,
+    Playout,
     add_bench_server_arguments,
+    arguments,
     bench_server,
+    caption_backlog,
     command,
     load_line,
     pct,
-    push_words,
     record,
     table,
     write_result,
 )
-from bench_captions import CAPTION, Playout
 
 from chattts_client import (
     AsyncTTSClient,
@@ -232,19 +232,10 @@ async def measure(target: str, args: argparse.Namespace) -> NavRun:
         def on_bulk(event: Event, now: float) -> None:
             bulk_audio[0] += event.duration_s if isinstance(event, AudioChunkEvent) else 0.0
 
-        bulk = []
-        for i in range(args.bulk):  # each its own seed, from its own word
-            config = make_config(seed=i, max_new_tokens=args.bulk_max_new_tokens)
-            config.priority = tts_pb2.PRIORITY_BULK  # released every few words (no punctuation):
-            policy = tts_pb2.TextReleasePolicy(first_words=4, max_words=12, idle_ms=600)
-            config.text_release.CopyFrom(policy)
-            caption = itertools.islice(itertools.cycle(CAPTION), 7 * i, None)
-            interval_s = args.word_interval_ms / 1000
-            bulk.append(
-                asyncio.create_task(
-                    push_words(client, caption, config, interval_s, on_event=on_bulk)
-                )
-            )
+        interval_s = args.word_interval_ms / 1000
+        bulk = caption_backlog(
+            client, args.bulk, interval_s, args.bulk_max_new_tokens, on_event=on_bulk
+        )
         await asyncio.sleep(args.settle_s)  # every caption stream is speaking
         try:
             run = await navigate(client, args)
@@ -354,11 +345,10 @@ See the docstring of bench/bench_navigation.py for what each column counts.
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # fmt: off
+    parser = arguments(__doc__, "2 junctions, 2 captions; no file")
     parser.add_argument("--junctions", type=int, default=10)
-    parser.add_argument(
-        "--junction-interval-s", type=float, default=12.0, help="holds 4 prompts of ~2 s audio"
-    )
+    parser.add_argument("--junction-interval-s", type=float, default=12.0, help="holds 4 prompts of ~2 s audio")
     parser.add_argument("--bulk", type=int, default=16, help="caption streams (PRIORITY_BULK)")
     parser.add_argument("--reserved", type=int, default=1, help="--reserved-slots")
     parser.add_argument("--word-interval-ms", type=int, default=30, help="captions' (~10x voice)")
@@ -371,7 +361,7 @@ def parse_args() -> argparse.Namespace:
     add_bench_server_arguments(parser)
     parser.add_argument("--timeline", action="store_true", help="print every prompt's fate")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "navigation.md")
-    parser.add_argument("--smoke", action="store_true", help="2 junctions, 2 captions; no file")
+    # fmt: on
     args = parser.parse_args()
     if args.smoke:
         args.junctions, args.junction_interval_s, args.bulk = 2, 3.0, 2
@@ -389,7 +379,6 @@ def main() -> None:
     markdown = report(args, run)
     if not args.smoke:
         write_result(args.out, markdown)
-        print(f"wrote {args.out}")
     if not run.call.ok or not any(p.first_audio_s is not None for p in run.prompts):
         sys.exit(1)
 

@@ -33,19 +33,17 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-from _common import REPO, command, table, write_result
-from _gguf_weights import CPU, GGUFWeights, Probe, add_weight_arguments
+from _common import command, table, write_result
+from _gguf_weights import CPU, GGUFWeights, Probe, gguf_arguments
 from torch import Tensor
 
 from chattts_server.config import EngineConfig
-from chattts_server.defaults import GGUF_FORMATS, MIN_SNR_DB
+from chattts_server.defaults import MIN_SNR_DB
 from chattts_server.engine.gpt import GPTModel, TorchGPT
 from chattts_server.engine.gpt_build import fp32_reference, smallest_within_budget
 from chattts_server.engine.heads import Heads
-from chattts_server.engine.llamacpp_gpt import llamacpp_unavailable
 from chattts_server.engine.prompts import PromptBuilder
 from chattts_server.engine.utterance import VoiceKind, VoiceSpec
 from chattts_server.model.llama import DecodeBatch, PromptRun
@@ -181,23 +179,13 @@ class Prompts:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--formats", default=",".join(GGUF_FORMATS), help="GGUF formats")
+    parser = gguf_arguments(__doc__, "tiny model, 12 steps, no markdown", "quality.md")
     parser.add_argument("--steps", type=int, default=200, help="teacher-forced decode steps")
-    add_weight_arguments(parser)
-    parser.add_argument(
-        "--markdown",
-        default=str(REPO / "bench" / "results" / "quality.md"),
-        help="write the tables here ('': nowhere)",
-    )
-    parser.add_argument("--smoke", action="store_true", help="tiny model, 12 steps, no markdown")
     args = parser.parse_args()
     if args.smoke:
         args.steps, args.markdown = 12, ""
-    if (missing := llamacpp_unavailable()) is not None:
-        print(f"nothing to measure: {missing}")
+    if (weights := GGUFWeights.load(args)) is None:
         return
-    weights = GGUFWeights.load(args)
     with torch.inference_mode():
         probe, prompts = Probe(weights), Prompts(weights, args.steps)
         rows = {f: prompts.measure(weights, probe, f) for f in args.formats.split(",") if f}
@@ -248,8 +236,7 @@ random weights have none that align, so only the difference from fp32 means anyt
         f"teacher-forced steps; word bounds {r['bound_mean_ms']:.1f} ms from fp32's on average"
     )
     if args.markdown:
-        write_result(Path(args.markdown), text)
-        print(f"wrote {args.markdown}")
+        write_result(args.markdown, text)
 
 
 if __name__ == "__main__":

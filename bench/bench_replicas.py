@@ -14,7 +14,7 @@ after round, until every load has made `--min-calls` calls. Then one replica is 
 SIGKILL. Printed per setup: the restarts' calls and failures (gRPC and HTTP apart), each failure's
 status and whether it had audio; the kill's failed calls, their statuses, the longest time from
 the kill to a failure, whether every call started after the kill succeeded, and the survivors'
-first-audio p95 before and during (5 s from) the kill.
+first-audio p95 before and during (5 s from) the kill; HAProxy's own log lines for its 5xx.
 
 Usage: python bench/bench_replicas.py [--setups haproxy,plain,operator,direct] [--min-calls 1000]
        python bench/bench_replicas.py --smoke   # two replicas, one round, a kill
@@ -22,10 +22,9 @@ Usage: python bench/bench_replicas.py [--setups haproxy,plain,operator,direct] [
 
 from __future__ import annotations
 
-import argparse
 import time
 
-from _common import CACHE, load_line
+from _common import CACHE, arguments, load_line
 
 from chattts_devtools.replica_load import Load, Outcome, judge_kill, p95
 from chattts_devtools.replicas import CONFIGS, REPLICA_ARGS, HAProxy, Replicas, haproxy_missing
@@ -44,24 +43,12 @@ def _count(outcomes: list[Outcome], http: bool) -> str:
     return f"{sum(not o.ok for o in mine)}/{len(mine)}"
 
 
-def _failures(outcomes: list[Outcome]) -> list[str]:
-    lines = {
-        f"{o.kind}:{o.status}@{o.served_by or '?'} "
-        f"{'after audio' if o.first_audio else 'before audio'} {o.detail}"
-        for o in outcomes
-        if not o.ok
-    }
-    return sorted(lines)
-
-
 def proxy_errors(proxies: dict[str, HAProxy], limit: int = 4) -> list[str]:
-    """HAProxy's own log lines for the requests it answered 5xx: which replica, and why
-    (termination state), for each setup that had any."""
+    """HAProxy's log lines for the requests it answered 5xx (which replica, and why: the
+    termination state), for each setup that had any."""
     rows = []
     for setup, proxy in proxies.items():
-        lines = [
-            line.strip() for line in proxy.log if any(f" {c} " in line for c in (502, 503, 504))
-        ]
+        lines = [ln.strip() for ln in proxy.log if any(f" {c} " in ln for c in (502, 503, 504))]
         rows += [f"  {setup} haproxy: {line[:220]}" for line in lines[:limit]]
     return rows
 
@@ -69,39 +56,46 @@ def proxy_errors(proxies: dict[str, HAProxy], limit: int = 4) -> list[str]:
 def start_loads(
     setups: list[str], replicas: Replicas, proxies: dict[str, HAProxy], callers: int
 ) -> dict[str, Load]:
-    loads = {}
-    for setup in setups:
+    def load(setup: str) -> Load:
         if setup == "direct":
-            loads[setup] = Load(replicas.direct_target, None, callers)
-        else:
-            loads[setup] = Load(proxies[setup].grpc_target, proxies[setup].http_url, callers)
-    return {name: load.start() for name, load in loads.items()}
+            return Load(replicas.direct_target, None, callers)
+        return Load(proxies[setup].grpc_target, proxies[setup].http_url, callers)
+
+    return {setup: load(setup).start() for setup in setups}
 
 
 def rolling_restarts(
     loads: dict[str, Load], replicas: Replicas, min_calls: int, max_rounds: int
-) -> int:
-    """Restart every replica in turn until each load has `min_calls` calls; returns the rounds."""
+) -> list[str]:
+    """Restart every replica in turn until each load has `min_calls` calls; the report."""
+    started = time.monotonic()
     time.sleep(SETTLE_S)
     rounds = 0
     while rounds < max_rounds:
         for replica in replicas.members:
-            code = replicas.restart(replica)
-            if code != 0:
+            if (code := replicas.restart(replica)) != 0:
                 raise RuntimeError(f"{replica.name} exited {code} on SIGTERM")
         rounds += 1
         if min(len(load.outcomes) for load in loads.values()) >= min_calls:
             break
     time.sleep(SETTLE_S)
-    return rounds
-
-
-def restart_rows(results: dict[str, list[Outcome]]) -> list[str]:
-    rows = [f"{'setup':9} {'calls':>6} {'gRPC failed':>12} {'HTTP failed':>12}"]
-    for setup, outcomes in results.items():
+    rows = [
+        f"rolling restarts: {rounds} rounds of {len(replicas.members)} replicas in "
+        f"{time.monotonic() - started:.0f} s, {load_line()}",
+        f"{'setup':9} {'calls':>6} {'gRPC failed':>12} {'HTTP failed':>12}",
+    ]
+    for setup, load in loads.items():
+        outcomes = load.stop()
         http = _count(outcomes, http=True) if setup != "direct" else "-"
         rows.append(f"{setup:9} {len(outcomes):>6} {_count(outcomes, http=False):>12} {http:>12}")
-        rows += [f"    {line}" for line in _failures(outcomes)]
+        rows += sorted(
+            {
+                f"    {o.kind}:{o.status}@{o.served_by or '?'} "
+                f"{'after audio' if o.first_audio else 'before audio'} {o.detail}"
+                for o in outcomes
+                if not o.ok
+            }
+        )
     return rows
 
 
@@ -132,16 +126,14 @@ def kill_9(loads: dict[str, Load], replicas: Replicas, revive: bool) -> list[str
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, "two replicas, one round, a kill")
     parser.add_argument("--setups", default="haproxy,plain,operator,direct", help="comma-separated")
     parser.add_argument("--callers", type=int, default=8, help="concurrent callers per setup")
     parser.add_argument("--min-calls", type=int, default=1000, help="calls per setup, at least")
     parser.add_argument("--max-rounds", type=int, default=12, help="rolling restarts, at most")
-    parser.add_argument("--smoke", action="store_true", help="two replicas, one round, a kill")
     args = parser.parse_args()
     setups = args.setups.split(",")
-    missing = haproxy_missing()
-    if missing:
+    if missing := haproxy_missing():
         print(f"skipping the proxy setups: {missing}")
         setups = [s for s in setups if s == "direct"]
     if args.smoke:
@@ -153,18 +145,13 @@ def main() -> None:
         try:
             for proxy in proxies.values():
                 proxy.start()
-            started = time.monotonic()
             loads = start_loads(setups, replicas, proxies, args.callers)
-            rounds = rolling_restarts(loads, replicas, args.min_calls, args.max_rounds)
-            results = {name: load.stop() for name, load in loads.items()}
-            print(
-                f"rolling restarts: {rounds} rounds of {len(replicas.members)} replicas in "
-                f"{time.monotonic() - started:.0f} s, {load_line()}"
-            )
-            print("\n".join(restart_rows(results)), flush=True)
+            rows = rolling_restarts(loads, replicas, args.min_calls, args.max_rounds)
+            print("\n".join(rows), flush=True)
             loads = start_loads(setups, replicas, proxies, args.callers)
-            print("\n".join(kill_9(loads, replicas, revive=not args.smoke)), flush=True)
-            print("\n".join(proxy_errors(proxies)) or "no 5xx in HAProxy's logs", flush=True)
+            rows = kill_9(loads, replicas, revive=not args.smoke)
+            rows += proxy_errors(proxies) or ["no 5xx in HAProxy's logs"]
+            print("\n".join(rows), flush=True)
         finally:
             for proxy in proxies.values():
                 proxy.stop()

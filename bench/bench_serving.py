@@ -3,30 +3,22 @@
 Each part (`--parts`: levels by default; all of them under --smoke and `make bench`) runs the
 full-size dev model (random weights at the official shapes: timings do not depend on weight
 values); compare ratios measured in one run, since a shared machine makes absolute times noisy.
-The load average is printed beside each figure.
 - levels: upstream `Chat.infer(text, stream=True, skip_refine_text=True)` first (sequential
   requests of exactly --tokens tokens), then one server per `--modes` entry (`default`, the
-  server's flags, or `gguf:<format>`) at each concurrency, through `AsyncTTSClient` (and with
-  `--transports grpc,http` also POST /v1/audio/speech, pcm, levels named "<mode>/http"): first
+  server's flags, or `gguf:<format>`) at each concurrency, through `AsyncTTSClient`: first
   audio (TTFA) p50/p95, the gap-free start (the earliest moment playback could start and never
   stall) p50/p95, per-stream RTF, audio seconds per wall second; from timers inside the server
-  (bench/serving_profile) the cost per generated token of the GPT step, heads + sampling,
-  Decoder + vocoder, the rest of the engine step, audio encoding and what is left; each
-  server's cold start and resident memory. Writes serving.md and serving.png after every level
-  (a run stopped part-way keeps what it measured); `--time-budget-s` skips later levels.
-- first-audio: where a navigation prompt's first audio goes at one caller, default flags: the
-  engine's parts per `--schedules` entry (first chunk / lookahead tokens), then the client's
-  first audio through the server. Writes first_audio.md (first_audio_<language>.md).
-- start: engine ready cold (empty GGUF folder) and on a restart, resident memory ready, serving
-  and peak, `--rounds` times. Writes start.md.
-- priority: `--bulk` PRIORITY_BULK caption streams hold every place but `--reserved` ones while
-  PRIORITY_INTERACTIVE navigation prompts arrive every `--prompt-interval-s` (tiny model unless
-  --dev-model or --model-dir, or --target): prompts' first audio idle vs loaded, what the bulk
-  streams lose. Prints.
+  (bench/serving_profile) the cost per generated token of each part of the step; each server's
+  cold start and resident memory. Writes serving.md after every level (a run stopped part-way
+  keeps what it measured); `--time-budget-s` skips later levels.
+- first-audio (bench/_first_audio.py): where a navigation prompt's first audio goes, one caller.
+  Writes first_audio.md (first_audio_<language>.md).
+- start, priority (bench/_serving_parts.py): start-up and memory (start.md); navigation prompts'
+  first audio beside a caption backlog (prints).
 
 Usage: python bench/bench_serving.py [--parts levels,first-audio,start,priority] [--tokens 200]
        [--requests 16] [--upstream-requests 3] [--concurrency 1,4,16] [--modes default,gguf:F16]
-       [--transports grpc,http] [--rounds 1] [--out bench/results] [--logs DIR] [--time-budget-s S]
+       [--out bench/results] [--logs DIR] [--time-budget-s S]
        python bench/bench_serving.py --parts first-audio [--repeats 5] [--language en|zh]
        python bench/bench_serving.py --parts start [--start-rounds 2] [--start-requests 4]
        python bench/bench_serving.py --parts priority [--bulk 16] [--reserved 2] [--prompts 10]
@@ -38,17 +30,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from _common import REPO, Call, Load, load_line, pct, proc_mib, run_load, synthesize
+from _common import (
+    CACHE,
+    REPO,
+    Call,
+    Load,
+    arguments,
+    load_line,
+    proc_mib,
+    run_load,
+    server_log_facts,
+    synthesize,
+)
 from _first_audio import run_first_audio
 from _serving_parts import add_part_arguments, run_priority, run_start, smoke
-from _serving_report import Level, cost_per_token, read_profile, write_report
+from _serving_report import Level, ServerFacts, cost_per_token, read_profile, write_report
 
 from chattts_client import AsyncTTSClient
 from chattts_devtools.launcher import ServerProcess, launch
@@ -64,63 +66,17 @@ def text_for(i: int) -> str:
     return "this is request " + " ".join(words[(i + k) % len(words)] for k in range(8)) + "."
 
 
-def config_for(i: int, tokens: int) -> tts_pb2.SynthesisConfig:
-    return tts_pb2.SynthesisConfig(
-        voice=tts_pb2.Voice(seed=2),
-        sampling=tts_pb2.Sampling(seed=i, min_new_tokens=tokens, max_new_tokens=tokens),
-    )
-
-
-# -- (a) our server ------------------------------------------------------------------------------
-
-
 async def grpc_load(target: str, concurrency: int, requests: int, tokens: int, base: int) -> Load:
+    def config(i: int) -> tts_pb2.SynthesisConfig:
+        sampling = tts_pb2.Sampling(seed=i, min_new_tokens=tokens, max_new_tokens=tokens)
+        return tts_pb2.SynthesisConfig(voice=tts_pb2.Voice(seed=2), sampling=sampling)
+
     async with AsyncTTSClient(target) as client:
         return await run_load(
             concurrency,
             requests,
-            lambda i: synthesize(client, text_for(base + i), config_for(base + i, tokens)),
+            lambda i: synthesize(client, text_for(base + i), config(base + i)),
         )
-
-
-async def http_load(url: str, concurrency: int, requests: int, tokens: int, base: int) -> Load:
-    """The same work through POST /v1/audio/speech (pcm): each body chunk's arrival and its
-    audio duration (s16le at 24 kHz)."""
-    import httpx2
-
-    limits = httpx2.Limits(max_connections=max(concurrency, 1) + 4)
-    async with httpx2.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
-
-        async def one(i: int) -> Call:
-            sampling = {"seed": base + i, "min_new_tokens": tokens, "max_new_tokens": tokens}
-            body = {
-                "model": "chattts",
-                "input": text_for(base + i),
-                "response_format": "pcm",
-                "chattts": {"voice": {"seed": 2}, "sampling": sampling},
-            }
-            call = Call()
-            try:
-                async with client.stream("POST", "/v1/audio/speech", json=body) as r:
-                    r.raise_for_status()
-                    async for chunk in r.aiter_bytes():
-                        call.arrivals.append(time.perf_counter() - call.started)
-                        call.durations.append(len(chunk) / 2 / 24000)
-            except Exception as exc:  # noqa: BLE001 - counted and reported
-                call.status, call.detail = type(exc).__name__, str(exc)
-            call.total_s = time.perf_counter() - call.started
-            return call
-
-        return await run_load(concurrency, requests, one)
-
-
-@dataclass
-class ServerFacts:
-    """What one server's log and process say beside its levels."""
-
-    ready_s: float = float("nan")  # "engine ready in X s": load, GGUF, warm-up
-    rss_mib: float = float("nan")  # resident memory after its levels
-    gpt: str = ""  # the log's "GPT: ..." line
 
 
 def server_args(args: argparse.Namespace, mode: str) -> list[str]:
@@ -138,39 +94,23 @@ def server_args(args: argparse.Namespace, mode: str) -> list[str]:
 
 def measure_level(
     srv: ServerProcess, args: argparse.Namespace, mode: str, c: int, profile: Path
-) -> list[Level]:
-    """One concurrency on each front door; with --rounds R the doors take turns R times (a
-    shared machine's noise then falls on both alike)."""
+) -> Level:
+    """One concurrency: its calls, and the cost per token from the server's timers."""
     n = max(args.requests, c) if c > 1 else max(1, args.upstream_requests)
-    levels: dict[str, Level] = {}
-    for _ in range(args.rounds):
-        for door in args.transports.split(","):
-            time.sleep(0.5)
-            before = read_profile(profile)
-            if door == "http":
-                load = asyncio.run(http_load(srv.http_url, c, n, args.tokens, 1000 * c))
-            else:
-                load = asyncio.run(grpc_load(srv.target, c, n, args.tokens, 1000 * c))
-            time.sleep(0.5)  # the profile file is rewritten every 0.2 s
-            name, tag = (
-                (f"ours {mode} over HTTP", f"{mode}/http")
-                if door == "http"
-                else (f"ours {mode}", mode)
-            )
-            part = Level(name, tag, c, load)
-            part.cost_ms, part.tokens = cost_per_token(before, read_profile(profile), load.wall_s)
-            levels[door] = levels[door].merge(part) if door in levels else part
-    for level in levels.values():
-        level.load_average = os.getloadavg()[0]
-        ld = level.load
-        print(
-            f"  {level.mode} c{c}: {len(ld.calls)} requests, wall {ld.wall_s:.1f} s, TTFA p50 "
-            f"{pct(ld.figure('ttfa_s'), 50):.2f} s, gap-free p50 {pct(ld.figure('gap_free_s'), 50):.2f}"
-            f" s, RTF p50 {pct(ld.figure('rtf'), 50):.2f}, {ld.throughput:.2f} audio s/s, errors "
-            f"{ld.errors} {[c.detail[:200] for c in ld.calls if not c.ok][:2]}, {load_line()}",
-            flush=True,
-        )
-    return list(levels.values())
+    time.sleep(0.5)
+    before = read_profile(profile)
+    load = asyncio.run(grpc_load(srv.target, c, n, args.tokens, 1000 * c))
+    time.sleep(0.5)  # the profile file is rewritten every 0.2 s
+    cost_ms = cost_per_token(before, read_profile(profile), load.wall_s)
+    level = Level(f"ours {mode}", mode, c, load, cost_ms, os.getloadavg()[0])
+    print(
+        f"  {mode} c{c}: {len(load.calls)} requests, wall {load.wall_s:.1f} s, TTFA p50 "
+        f"{level.p('ttfa_s', 50):.2f} s, gap-free p50 {level.p('gap_free_s', 50):.2f} s, RTF p50 "
+        f"{level.p('rtf', 50):.2f}, {load.throughput:.2f} audio s/s, errors {load.errors} "
+        f"{[c.detail[:200] for c in load.calls if not c.ok][:2]}, {load_line()}",
+        flush=True,
+    )
+    return level
 
 
 def run_mode(args: argparse.Namespace, mode: str, logs: Path, report: Report) -> None:
@@ -181,8 +121,7 @@ def run_mode(args: argparse.Namespace, mode: str, logs: Path, report: Report) ->
     env = {"CHATTTS_PROFILE_OUT": str(profile), "PYTHONPATH": str(PROFILE_HOOK)}
     with launch(
         server_args(args, mode), dev_model=args.model, cache=args.cache, env=env,
-        http="http" in args.transports, start_timeout_s=args.server_timeout,
-        log_path=logs / f"server-{mode}.log",
+        start_timeout_s=args.server_timeout, log_path=logs / f"server-{mode}.log",
     ) as srv:  # fmt: skip
         srv.wait_serving(args.server_timeout)
         asyncio.run(grpc_load(srv.target, 1, 1, min(args.tokens, 24), 10_000))  # warm
@@ -190,22 +129,14 @@ def run_mode(args: argparse.Namespace, mode: str, logs: Path, report: Report) ->
             if time.monotonic() > report.deadline:
                 print(f"  {mode} c{c}: skipped, past --time-budget-s", flush=True)
                 continue
-            for level in measure_level(srv, args, mode, c, profile):
-                report.ours.append(level)
-                report.write()  # as each level ends: a timeout keeps what ran
+            report.ours.append(measure_level(srv, args, mode, c, profile))
+            report.write()  # as each level ends: a timeout keeps what ran
         facts = ServerFacts(rss_mib=proc_mib(srv.pid))
         srv.stop()
-    log = srv.log_text()
-    ready = re.search(r"engine ready in (\d+\.\d+) s", log)
-    gpt = re.search(r"GPT: (.*), built in .*$", log, re.M)
-    facts.ready_s = float(ready.group(1)) if ready else float("nan")
-    facts.gpt = gpt.group(1) if gpt else "?"
+    facts.ready_s, facts.gpt, _ = server_log_facts(srv.log_text())
     report.servers[mode] = facts
     print(f"  {mode}: {facts.gpt}, ready in {facts.ready_s:.1f} s, {facts.rss_mib:.0f} MiB")
     report.write()
-
-
-# -- (b) upstream --------------------------------------------------------------------------------
 
 
 def run_upstream(model_dir: Path, device: str, tokens: int, requests: int) -> Level:
@@ -248,9 +179,6 @@ def run_upstream(model_dir: Path, device: str, tokens: int, requests: int) -> Le
     return level
 
 
-# -- the run -------------------------------------------------------------------------------------
-
-
 @dataclass
 class Report:
     """The levels so far, written out whole after each."""
@@ -262,7 +190,7 @@ class Report:
     servers: dict[str, ServerFacts] = field(default_factory=dict)
 
     def write(self) -> str:
-        return write_report(self.args, self.upstream, self.ours, self.servers, Path(self.args.out))
+        return write_report(self.args, self.upstream, self.ours, self.servers)
 
 
 def run_levels(args: argparse.Namespace) -> None:
@@ -281,11 +209,10 @@ def run_levels(args: argparse.Namespace) -> None:
         print(f"(a) our server, {mode}", flush=True)
         run_mode(args, mode, logs, report)
     print(report.write())
-    print(f"wrote {Path(args.out) / 'serving.md'} and {Path(args.out) / 'serving.png'}")
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__, "every part, tiny model, few tokens, output to a temp folder")
     # fmt: off
     parser.add_argument("--parts", help="comma-separated: " + ", ".join(PARTS) + " (default: levels; with --smoke, all)")
     parser.add_argument("--tokens", type=int, default=200, help="audio tokens per stream")
@@ -293,8 +220,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--upstream-requests", type=int, default=3, help="sequential upstream requests (and c1)")
     parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument("--modes", default="default", help="servers to run, in turn: default (the server's default flags), gguf:<format>")
-    parser.add_argument("--rounds", type=int, default=1, help="repeat each level, the transports taking turns")
-    parser.add_argument("--transports", default="grpc", help="front doors to drive, each level in turn on the same server: grpc (the client library), http (POST /v1/audio/speech, pcm) or grpc,http")
     parser.add_argument("--max-streams", type=int, default=16)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="server device")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"], help="the server's GPT dtype on CUDA (a CPU serves llama.cpp's GGUF format)")
@@ -302,12 +227,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--skip-upstream", action="store_true")
     parser.add_argument("--server-arg", action="append", default=[], help="extra chattts-server flag (repeatable)")
     parser.add_argument("--server-timeout", type=float, default=600)
-    parser.add_argument("--cache", default=str(REPO / ".cache" / "dev-models"))
+    parser.add_argument("--cache", default=str(CACHE))
     parser.add_argument("--out", default=str(REPO / "bench" / "results"))
     parser.add_argument("--logs", help="folder for the server logs and timer dumps (default: a temporary one)")
     parser.add_argument("--time-budget-s", type=float, default=float("inf"), help="start no load level after this many seconds (the report says which were skipped)")
     add_part_arguments(parser)
-    parser.add_argument("--smoke", action="store_true", help="every part, tiny model, few tokens, output to a temp folder")
     # fmt: on
     args = parser.parse_args()
     args.parts = args.parts or (",".join(PARTS) if args.smoke else "levels")
@@ -315,7 +239,7 @@ def parse_args() -> argparse.Namespace:
         smoke(args)
         args.model, args.tokens, args.requests, args.upstream_requests = "tiny", 24, 2, 1
         args.concurrency, args.max_streams, args.modes = "1,2", 2, "default"
-        args.transports, args.out = "grpc,http", tempfile.mkdtemp(prefix="bench_serving-")
+        args.out = tempfile.mkdtemp(prefix="bench_serving-")
     return args
 
 

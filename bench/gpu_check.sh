@@ -6,8 +6,8 @@
 # upstream), then the serving benchmark (upstream first, then our server on cuda/float16 with
 # CUDA graphs at 1, 16, 64, 128 and 256 streams, one wave each) while GPU memory is sampled.
 # Results go to $OUT as they come, in at most 6 files: gpu_check.log (everything), gpu.md (one
-# line per step as it ends, then the benchmark), serving.md and serving.png (rewritten after
-# every load level), gpu_memory_mib.txt. Commit gpu.md and serving.png as bench/results/gpu.*.
+# line per step as it ends, then the benchmark), serving.md (rewritten after every load level),
+# gpu_memory_mib.txt. Commit gpu.md as bench/results/gpu.md.
 #
 # Usage (repo root):
 #   bash bench/gpu_check.sh --dry-run   here, on the CPU: what needs no GPU, in under a minute

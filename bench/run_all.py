@@ -1,24 +1,18 @@
 """`make bench`: every benchmark (bench/bench_*.py), one after another, each in its own process.
 
-bench_serving.py (upstream vs our server, first audio, start-up, priority) runs first, then
-bench_decode_step.py (the decode step on llama.cpp per GGUF format against its memory floor),
-bench_lookahead.py and any other bench_*.py. Results land in bench/results/.
+bench_serving.py (every part: upstream vs our server, first audio, start-up, priority) runs
+first, then bench_decode_step.py (--steps 5), bench_lookahead.py and the other bench_*.py in
+name order, each with its default flags. Results land in bench/results/. Exits 1 if any fails.
 
-    python bench/run_all.py [ARGS for bench_serving.py]   e.g. --tokens 100 --requests 4
+    python bench/run_all.py
     python bench/run_all.py --smoke   # each benchmark in its smoke mode; writes nothing here
     python bench/run_all.py --smoke --only bench_serving.py,bench_replicas   # just those
-
-Extra arguments per benchmark come from BENCH_<NAME>_ARGS, NAME being the file name without
-`bench_` in capitals: BENCH_DECODE_STEP_ARGS (default "--steps 5"), BENCH_LOOKAHEAD_ARGS (e.g.
-"--tokens 100 --repeats 1" shrinks the lookahead sweep), BENCH_SERVING_ARGS.
-Exits 1 if any benchmark fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import subprocess
 import sys
 import time
@@ -28,8 +22,8 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 FIRST = ["bench_serving.py", "bench_decode_step.py", "bench_lookahead.py"]
 DEFAULT_ARGS = {
-    "bench_decode_step.py": "--steps 5",
-    "bench_serving.py": "--parts levels,first-audio,start,priority",
+    "bench_decode_step.py": ["--steps", "5"],
+    "bench_serving.py": ["--parts", "levels,first-audio,start,priority"],
 }
 
 
@@ -38,11 +32,6 @@ def benchmarks() -> list[Path]:
     found = sorted(BENCH.glob("bench_*.py"))
     rank = {name: i for i, name in enumerate(FIRST)}
     return sorted(found, key=lambda p: (rank.get(p.name, len(FIRST)), p.name))
-
-
-def env_args(script: Path) -> list[str]:
-    name = script.stem.removeprefix("bench_").upper()
-    return shlex.split(os.environ.get(f"BENCH_{name}_ARGS", DEFAULT_ARGS.get(script.name, "")))
 
 
 def run(cmd: list[str]) -> int:
@@ -59,11 +48,11 @@ def run(cmd: list[str]) -> int:
 
 def main() -> int:
     # fmt: off
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="Unknown arguments go to bench_serving.py.")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="run each benchmark with --smoke (tiny model, seconds each, output to temp dirs)")
     parser.add_argument("--only", default="", help="comma-separated bench_*.py names to run (default: all); the tests run each apart")
     # fmt: on
-    args, serving_args = parser.parse_known_args()
+    args = parser.parse_args()
     chosen = benchmarks()
     if args.only:
         # With or without ".py": bench_serving and bench_serving.py name the same script.
@@ -74,10 +63,7 @@ def main() -> int:
         chosen = [p for p in chosen if p.name in names]
     failed = []
     for script in chosen:
-        if args.smoke:
-            extra = ["--smoke"]
-        else:
-            extra = env_args(script) + (serving_args if script.name == "bench_serving.py" else [])
+        extra = ["--smoke"] if args.smoke else DEFAULT_ARGS.get(script.name, [])
         if run([sys.executable, str(script), *extra]) != 0:
             failed.append(script.name)
     if not args.smoke:

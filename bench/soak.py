@@ -11,7 +11,6 @@ statuses. Exits 1 if slots or streams stay above zero or fds grow by more than a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import os
@@ -22,7 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from _common import CACHE, Call, launch, load_line, proc_mib, run_load
+from _common import CACHE, Call, arguments, launch, load_line, proc_mib, run_load
 
 from chattts_client import AsyncTTSClient
 from chattts_proto.chattts.v1 import tts_pb2
@@ -31,8 +30,7 @@ GAUGES = ("chattts_kv_slots_in_use", "chattts_active_streams", "chattts_queued_s
 
 
 def proc_figures(pid: int) -> dict[str, float]:
-    status = Path(f"/proc/{pid}/status").read_text()
-    threads = re.search(r"Threads:\s+(\d+)", status)
+    threads = re.search(r"Threads:\s+(\d+)", Path(f"/proc/{pid}/status").read_text())
     return {
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
         "threads": int(threads.group(1)) if threads else float("nan"),
@@ -40,10 +38,17 @@ def proc_figures(pid: int) -> dict[str, float]:
     }
 
 
-def metrics(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    found = {name: re.search(rf"^{name} (\S+)$", text, re.M) for name in GAUGES}
-    return {name: float(m.group(1)) if m else float("nan") for name, m in found.items()}
+def settle(port: int, timeout_s: float = 10.0) -> dict[str, float]:
+    """The server's gauges once no stream is active or queued (or whatever they are at timeout):
+    cancelled streams free their slots asynchronously."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        found = {name: re.search(rf"^{name} (\S+)$", text.decode(), re.M) for name in GAUGES}
+        figures = {name: float(m.group(1)) if m else float("nan") for name, m in found.items()}
+        if not any(figures.values()) or time.monotonic() > deadline:
+            return figures
+        time.sleep(0.1)
 
 
 async def one_stream(client: AsyncTTSClient, i: int, tokens: int, cancel: bool) -> Call:
@@ -68,80 +73,56 @@ async def one_stream(client: AsyncTTSClient, i: int, tokens: int, cancel: bool) 
     return call
 
 
-async def drive(
-    target: str, streams: int, concurrency: int, cancel_fraction: float, tokens: int
-) -> collections.Counter[str]:
+def drive(target: str, streams: int, concurrency: int, cancel_fraction: float, tokens: int) -> dict:
+    """The calls' status codes, counted."""
     rng = random.Random(0)
     cancels = [rng.random() < cancel_fraction for _ in range(streams)]
-    async with AsyncTTSClient(target) as client:
-        load = await run_load(
-            concurrency, streams, lambda i: one_stream(client, i, tokens, cancels[i])
-        )
-    return collections.Counter(call.status for call in load.calls)
 
+    async def go() -> list[Call]:
+        async with AsyncTTSClient(target) as client:
+            load = await run_load(
+                concurrency, streams, lambda i: one_stream(client, i, tokens, cancels[i])
+            )
+        return load.calls
 
-def settle(port: int, timeout_s: float = 10.0) -> dict[str, float]:
-    """The server's gauges once no stream is active or queued (or whatever they are at timeout)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        figures = metrics(port)
-        if not any(figures.values()) or time.monotonic() > deadline:
-            return figures
-        time.sleep(0.1)
-
-
-def soak(a: argparse.Namespace, server_args: list[str]) -> dict:
-    """The server's figures before and after the streams, their statuses, its exit code."""
-    with launch(server_args, dev_model="tiny", cache=a.cache, metrics=True) as srv:
-        srv.wait_serving()
-        # A few streams first so lazily created threads and buffers exist before the baseline.
-        asyncio.run(drive(srv.target, 16, 16, 0.0, a.tokens))
-        m_before, before = settle(srv.metrics_port), proc_figures(srv.pid)
-        started = time.monotonic()
-        codes = asyncio.run(
-            drive(srv.target, a.streams, a.concurrency, a.cancel_fraction, a.tokens)
-        )
-        wall = time.monotonic() - started
-        m_after = settle(srv.metrics_port)  # cancelled streams free their slots asynchronously
-        after = proc_figures(srv.pid)
-        rc = srv.stop(timeout_s=60)
-    return {"m_before": m_before, "m_after": m_after, "before": before, "after": after,
-            "codes": codes, "wall": wall, "rc": rc}  # fmt: skip
+    return dict(sorted(collections.Counter(call.status for call in asyncio.run(go())).items()))
 
 
 def main() -> int:
     # fmt: off
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = arguments(__doc__, "a few seconds: 24 streams of 4 tokens, no warm-up")
     p.add_argument("--streams", type=int, default=2000, help="streams to run (%(default)s)")
     p.add_argument("--concurrency", type=int, default=16, help="streams open at once (%(default)s)")
     p.add_argument("--cancel-fraction", type=float, default=0.3, help="share of streams cancelled after their first chunk (%(default)s)")
     p.add_argument("--tokens", type=int, default=8, help="audio tokens per stream (%(default)s)")
     p.add_argument("--cache", default=str(CACHE), help="dev-model cache folder (%(default)s)")
-    p.add_argument("--smoke", action="store_true", help="a few seconds: 24 streams of 4 tokens, no warm-up")
     # fmt: on
     a = p.parse_args()
     server_args = ["--max-streams", "16", "--max-queue", "64", "--log-level", "WARNING"]
     if a.smoke:
         a.streams, a.concurrency, a.tokens = 24, 8, 4
         server_args.append("--no-warmup")
-    f = soak(a, server_args)
+    with launch(server_args, dev_model="tiny", cache=a.cache, metrics=True) as srv:
+        srv.wait_serving()
+        # A few streams first so lazily created threads and buffers exist before the baseline.
+        drive(srv.target, 16, 16, 0.0, a.tokens)
+        gauges_before, before = settle(srv.metrics_port), proc_figures(srv.pid)
+        started = time.monotonic()
+        codes = drive(srv.target, a.streams, a.concurrency, a.cancel_fraction, a.tokens)
+        wall_s = time.monotonic() - started
+        gauges, after = settle(srv.metrics_port), proc_figures(srv.pid)
+        rc = srv.stop(timeout_s=60)
     print(f"streams={a.streams} concurrency={a.concurrency} cancel_fraction={a.cancel_fraction} "
           f"tokens={a.tokens}; {load_line()}")  # fmt: skip
-    print(f"wall_s={f['wall']:.1f} streams_per_s={a.streams / f['wall']:.1f}")
-    print("status codes:", dict(sorted(f["codes"].items())))
-    before, after, m_after = f["before"], f["after"], f["m_after"]
+    print(f"wall_s={wall_s:.1f} streams_per_s={a.streams / wall_s:.1f}\nstatus codes: {codes}")
     for key in before:
         delta = after[key] - before[key]
         print(f"server {key}: before={before[key]:.1f} after={after[key]:.1f} delta={delta:+.1f}")
-    for key in f["m_before"]:
-        print(f"{key}: before={f['m_before'][key]:g} after={m_after[key]:g}")
-    print(f"server exit code after SIGTERM: {f['rc']}")
-    leaked = (
-        m_after["chattts_kv_slots_in_use"] != 0
-        or m_after["chattts_active_streams"] != 0
-        or after["fds"] - before["fds"] > 4
-        or f["rc"] != 0
-    )
+    for key in gauges:
+        print(f"{key}: before={gauges_before[key]:g} after={gauges[key]:g}")
+    print(f"server exit code after SIGTERM: {rc}")
+    leaked = gauges["chattts_kv_slots_in_use"] != 0 or gauges["chattts_active_streams"] != 0
+    leaked = leaked or after["fds"] - before["fds"] > 4 or rc != 0
     print("RESULT:", "LEAK/FAIL" if leaked else "OK")
     return 1 if leaked else 0
 

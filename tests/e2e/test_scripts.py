@@ -30,9 +30,10 @@ BENCHMARKS = [p for p in SCRIPTS if p.parent.name == "bench" and p.name.startswi
 SMOKE_SAYS = {
     "soak.py": r"^RESULT: OK$",
     "gen_proto.py": r"up to date with protos/",
-    # The serving-load timing (Decoder + vocoder per token), then the results file.
+    # The sweep's verdict, the server's first chunk against a longer one, then the results file.
     "bench_lookahead.py": (
-        r"^serving load: \d+ streams x \d+ tokens: \d+\.\d+ ms per token(?s:.*)^wrote .*lookahead\.md"
+        r"^Smallest lookahead with SNR >= 30 dB(?s:.*)^## The server's shorter first chunk"
+        r"(?s:.*)^wrote .*lookahead\.md"
     ),
     "run_all.py": r"^0 of \d+ benchmarks failed",
     # Time to first audio, then captions fed faster than the voice, without and with max_lag_s.
