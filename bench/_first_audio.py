@@ -37,14 +37,9 @@ does, so the Chinese prompt's length is what real weights would see."""
 TOKENS = 48
 """Audio tokens of each utterance, exactly: the random-weight model would otherwise stop at any
 step, and an early end code brings first audio forward (the flush)."""
-PARTS = [
-    ("text front end", "prepare"),
-    ("prefill", "prefill"),
-    ("decode steps to the first chunk (GPT)", "decode_gpt"),
-    ("heads + sampling", "heads"),
-    ("Decoder + vocoder, first chunk", "audio"),
-    ("rest of the engine steps", "rest"),
-]
+PARTS = [("text front end", "prepare"), ("prefill", "prefill"),
+         ("decode steps to the first chunk (GPT)", "decode_gpt"), ("heads + sampling", "heads"),
+         ("Decoder + vocoder, first chunk", "audio"), ("rest of the engine steps", "rest")]  # fmt: skip
 
 
 def _timed(times: dict[str, float], key: str, fn: Callable[..., Any]) -> Callable[..., Any]:

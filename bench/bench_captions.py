@@ -6,13 +6,11 @@ first audio (the target is 1.5 s on the tiny model), the utterances ended and th
 while the stream was open, and when it ended after the half-close. Prints; writes nothing.
 
 `--feed-rate R`: captions faster than the voice. A calibration stream (the run's first words at
-once, same policy and seed) measures the voice's rate (words spoken per audio second); then
-words are fed at R x that rate for `--duration-s`, without `SynthesisConfig.max_lag_s` and with
-`--max-lag-s`, each on a fresh stream. The client plays the audio on a playout clock (each chunk
-once the one before it has ended; nothing sleeps) and records per utterance the lag it hears
-(the playout of its first sample minus the send of its first word, found from
-UtteranceEnd.source_start) beside the server's lag_s, speed and finish_reason. Writes
-captions.md and captions_lag.png into `--out-dir` (bench/results).
+once, same policy and seed) measures the voice's rate; then words are fed at R x that rate for
+`--duration-s`, without `SynthesisConfig.max_lag_s` and with `--max-lag-s`, each on a fresh
+stream, and per utterance the lag a real-time listener hears (on a playout clock: nothing
+sleeps) is held beside the server's lag_s, speed and finish_reason (report_feed says how).
+Writes captions.md and captions_lag.png into `--out-dir` (bench/results).
 
 Tiny random-weight dev model unless --model-dir or --target; random weights speak no words, so
 an utterance's length is sampled (--min-new-tokens to --max-new-tokens), not set by its text.

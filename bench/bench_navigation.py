@@ -57,14 +57,8 @@ from chattts_client import (
 )
 from chattts_proto.chattts.v1 import tts_pb2
 
-STREETS = [
-    ("left", "Zhongguancun Street"),
-    ("right", "Chengfu Road"),
-    ("left", "Xueyuan Road"),
-    ("right", "Haidian Street"),
-    ("left", "Suzhou Street"),
-    ("right", "Wudaokou Road"),
-]
+STREETS = [("left", "Zhongguancun Street"), ("right", "Chengfu Road"), ("left", "Xueyuan Road"),
+           ("right", "Haidian Street"), ("left", "Suzhou Street"), ("right", "Wudaokou Road")]  # fmt: skip
 JUNCTION = [  # share of the interval, text, kind, deadline s, if_started, expires_in_ms
     (0.00, "In 800 metres, turn {turn} onto {street}.", "announce", 2.0, "", 0),
     (0.30, "In 400 metres, turn {turn} onto {street}.", "update-cut", 3.0, "cut", 3000),
