@@ -44,6 +44,7 @@ from chattts_client import (  # noqa: E402
 )
 from chattts_client.livekit import TTS  # noqa: E402
 from chattts_server.config import SecurityConfig
+from httputil import streams_total  # noqa: E402
 from serverutil import (  # noqa: E402
     DEV_MODEL_CACHE,  # noqa: E402
     REPO,
@@ -255,16 +256,20 @@ def test_refusals_are_the_api_errors_the_framework_retries_right(tiny_model_dir,
         async with stream:
             return sum([a.frame.samples_per_channel async for a in stream])
 
-    async def run(target: str) -> None:
-        good = TTS(ClientOptions(target, token="agent-secret"), OPTIONS)
+    async def run(srv: InProcessServer) -> None:
+        good = TTS(ClientOptions(srv.target, token="agent-secret"), OPTIONS)
         assert await speak(good) > 0
-        for token, status in ((None, 401), ("wrong", 403)):
-            started = time.monotonic()
+        for token, status, name in (
+            (None, 401, "UNAUTHENTICATED"),
+            ("wrong", 403, "PERMISSION_DENIED"),
+        ):
+            before = streams_total(srv, "StreamingSynthesize", name)
             with pytest.raises(APIStatusError) as refused:
-                bad = TTS(ClientOptions(target, token=token), OPTIONS)
+                bad = TTS(ClientOptions(srv.target, token=token), OPTIONS)
                 await speak(bad)  # default retries: a final error skips them
             assert refused.value.status_code == status and not refused.value.retryable
-            assert time.monotonic() - started < 1.5  # not retried (2 s between retries)
+            # Not retried: the server refused this one attempt, no second after 2 s.
+            assert streams_total(srv, "StreamingSynthesize", name) == before + 1
         # The one stream held open: the next is refused as full, 429, which the framework
         # retries (after its interval) and a FallbackAdapter moves on from.
         busy = good.stream()
@@ -278,7 +283,7 @@ def test_refusals_are_the_api_errors_the_framework_retries_right(tiny_model_dir,
         await good.aclose()
 
     with InProcessServer(config) as srv:
-        asyncio.run(run(srv.target))
+        asyncio.run(run(srv))
 
 
 def test_readme_example_runs(server, tmp_path):

@@ -98,15 +98,14 @@ def test_a_cancelled_stream_completes_at_once(state: str) -> None:
             if state == "reader waiting":
                 reader = asyncio.ensure_future(call.read())
             await asyncio.sleep(0.05)  # in the backoff: the first retry waits 0-100 ms (jitter)
-            cancelled_at = time.monotonic()
             call.cancel()
-            assert await asyncio.wait_for(call.code(), 2) == grpc.StatusCode.CANCELLED
-            assert time.monotonic() - cancelled_at < 1.0
+            assert call.done()  # at once: the cancel itself ends the call, waiting on nothing
+            assert await call.code() == grpc.StatusCode.CANCELLED
             if reader is not None:
                 with pytest.raises(asyncio.CancelledError):
-                    await asyncio.wait_for(reader, 2)
+                    await reader
             if state != "in a retry's backoff":
-                await asyncio.wait_for(replica.cancelled.wait(), 5)
+                await replica.cancelled.wait()  # bounded by _run
             attempts = len(replica.attempts)
             await asyncio.sleep(0.3)
             assert len(replica.attempts) == attempts  # the caller's cancel is not retried
