@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 import httpx2
 import pytest
@@ -103,9 +102,8 @@ def test_bad_bodies_are_400_naming_the_field(srv, log, body, param):
 
 def test_a_declared_body_over_the_limit_is_413_before_it_is_read(srv, log):
     # 1 GiB declared, nothing sent: the answer comes at once, from the header alone.
-    started = time.monotonic()
     response = _raw(srv, _head("/v1/audio/speech", "Content-Length: 1073741824"))
-    assert _status(response) == 413 and time.monotonic() - started < 5
+    assert _status(response) == 413  # a server waiting for the body would never answer
     assert b"connection: close" in response.lower() and b'"param": "body"' in response
 
 
@@ -140,7 +138,7 @@ def test_a_client_leaving_mid_upload_is_one_info_line(srv, log):
     head = _head("/v1/audio/speech", "Content-Length: 1000", "Content-Type: application/json")
     with socket.create_connection(("127.0.0.1", srv.server.http_port)) as s:
         s.sendall(head + b'{"input": ')  # 10 of the 1000 bytes, then away
-    wait_until(lambda: _lines_about_it(log), 5, "the server to notice")
+    wait_until(lambda: _lines_about_it(log), 30, "the server to notice")
     (line,) = _lines_about_it(log)
     assert line.startswith("INFO ") and "went away before its request was read" in line
 
@@ -149,7 +147,7 @@ def test_a_malformed_chunk_is_400_and_one_info_line(srv, log):
     head = _head("/v1/audio/speech", "Transfer-Encoding: chunked", "Content-Type: application/json")
     response = _raw(srv, head + b"zz\r\nnot a chunk\r\n")
     assert _status(response) == 400
-    wait_until(lambda: _lines_about_it(log), 5, "the server to notice")
+    wait_until(lambda: _lines_about_it(log), 30, "the server to notice")
     assert [line.split(" ")[0] for line in _lines_about_it(log)] == ["INFO"]
 
 
@@ -222,7 +220,7 @@ def test_a_bad_frame_mid_stream_fails_the_stream(srv, log, frame, param):
     assert events[-1]["error"]["param"] == param
     wait_until(
         lambda: streams_total(srv, WS_METHOD, "INVALID_ARGUMENT") == failed_before + 1,
-        5,
+        30,
         "the stream to be counted failed",
     )
     assert streams_total(srv, WS_METHOD, "OK") == ok_before
@@ -270,7 +268,7 @@ def test_a_message_over_the_limit_closes_1009_and_fails_the_stream(srv, log):
     assert not [e for e in events if isinstance(e, dict) and e["type"] == "done"]
     wait_until(
         lambda: streams_total(srv, WS_METHOD, "INVALID_ARGUMENT") == failed_before + 1,
-        5,
+        30,
         "the stream to be counted failed",
     )
     # The `log` fixture then collects garbage and finds no "Task exception was never retrieved".
