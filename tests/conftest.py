@@ -51,3 +51,15 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from pki import make_pki  # cryptography: not on the GPU machine, which runs tests too
 
     return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def fake():  # type: ignore[no-untyped-def]
+    """A fake TextToSpeech servicer (tests/helpers/fake_tts.py) on a loopback port of its own, for
+    the client library tests: (servicer, target)."""
+    from fake_tts import FakeServicer, start_fake_server
+
+    servicer = FakeServicer()
+    server, port = start_fake_server(servicer)
+    yield servicer, f"127.0.0.1:{port}"
+    server.stop(grace=None)

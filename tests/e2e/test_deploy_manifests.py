@@ -1,174 +1,49 @@
-"""Deployment files under deploy/: Kubernetes manifests, Envoy, Docker. Offline and fast.
+"""Deployment files under deploy/: the Kubernetes manifests and ingress examples, Envoy and
+HAProxy. Offline and fast; the Docker files are in test_deploy_docker.py.
 
-The kustomize overlays are rendered by a small loader below, not by the kustomize binary. It
-implements only what the kustomizations use (resources, namespace, images, and `patches` of
-JSON 6902 operations with a kind/name target) and fails on any other key, so it cannot drift
-silently from kustomize's meaning. Where kubectl is installed, one test compares its output with
-`kubectl kustomize`. Every rendered object is validated against the Kubernetes 1.30 OpenAPI
-schemas bundled with kubernetes-validate (strict: unknown fields fail), then checked against the
-server's real command-line parser and the facts the probes, drain and autoscaling depend on.
+The kustomize overlays are rendered by the minimal loader in tests/helpers/deploy_files.py. Where
+kubectl is installed, one test compares its output with `kubectl kustomize`. Every rendered
+object is validated against the Kubernetes 1.30 OpenAPI schemas bundled with
+kubernetes-validate (strict: unknown fields fail), then checked against the server's real
+command-line parser and the facts the probes, drain and autoscaling depend on.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import re
 import shutil
 import subprocess
-import sys
-from concurrent import futures
-from pathlib import Path
-from typing import Any
 
-import grpc
 import kubernetes_validate
 import pytest
 import yaml
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-REPO = Path(__file__).resolve().parents[2]
-DEPLOY = REPO / "deploy"
-K8S = DEPLOY / "k8s"
-DOCKER = DEPLOY / "docker"
-OVERLAYS = {"cpu": K8S / "overlays" / "cpu", "gpu": K8S / "overlays" / "gpu"}
+from chattts_server.api.voices import VoiceLibrary
+from deploy_files import (
+    DEPLOY,
+    DOCKER,
+    EXIT_MARGIN_S,
+    GRPC_PORT,
+    HTTP_PORT,
+    K8S,
+    METRICS_PORT,
+    OVERLAYS,
+    apply_json_patch,
+    by_kind,
+    load_yaml_docs,
+    one,
+    pod_spec,
+    render,
+    selects,
+    server_config,
+    server_container,
+)
+
 K8S_VERSION = "1.30"
 METRIC = "chattts_active_streams"
-GRPC_PORT = 50051
-HTTP_PORT = 8000
-METRICS_PORT = 9090
-# Seconds between the end of --grace-s and SIGKILL for cancelling leftovers and exiting.
-EXIT_MARGIN_S = 10
 # The startup probe must allow model load + warm-up (and, on a GPU, compilation).
 MIN_STARTUP_BUDGET_S = 300
-
-try:
-    from chattts_server.api.voices import VoiceLibrary
-    from chattts_server.config_cli import config_from_args
-except ImportError:  # an editable install made before the packages existed maps nothing
-    sys.path.insert(0, str(REPO / "server"))
-    from chattts_server.api.voices import VoiceLibrary
-    from chattts_server.config_cli import config_from_args
-
-
-# ---------------------------------------------------------------------------------------------
-# A minimal kustomize: exactly the features deploy/k8s uses.
-
-_KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "namespace", "images", "patches"}
-_CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PersistentVolume"}
-
-
-def _pointer(path: str) -> list[str]:
-    assert path.startswith("/"), path
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-
-
-def _parent(doc: Any, path: str) -> tuple[Any, str]:
-    *head, last = _pointer(path)
-    node = doc
-    for key in head:
-        node = node[int(key)] if isinstance(node, list) else node[key]
-    return node, last
-
-
-def apply_json_patch(doc: dict, ops: list[dict]) -> None:
-    """RFC 6902 add/remove/replace/test, in place; raises on a missing path or a failed test."""
-    for op in ops:
-        parent, key = _parent(doc, op["path"])
-        kind = op["op"]
-        index: int | str = key
-        if isinstance(parent, list):
-            if kind == "add":
-                parent.insert(len(parent) if key == "-" else int(key), op["value"])
-                continue
-            index = int(key)
-            assert 0 <= index < len(parent), f"{op['path']}: index out of range"
-        elif kind != "add":
-            assert key in parent, f"{op['path']}: no such member"
-        if kind in ("add", "replace"):
-            parent[index] = op["value"]
-        elif kind == "remove":
-            del parent[index]
-        elif kind == "test":
-            assert parent[index] == op["value"], f"JSON patch test failed at {op['path']}"
-        else:
-            raise AssertionError(f"unsupported JSON patch op {kind!r}")
-
-
-def _load_yaml_docs(path: Path) -> list[dict]:
-    return [d for d in yaml.safe_load_all(path.read_text()) if d]
-
-
-def _set_image(containers: list[dict], images: list[dict]) -> None:
-    for c in containers:
-        name = re.split(r"[:@]", c["image"], maxsplit=1)[0]
-        for img in images:
-            if img["name"] == name:
-                c["image"] = f"{img.get('newName', name)}:{img['newTag']}"
-
-
-def render(folder: Path) -> list[dict]:
-    """What `kustomize build folder` gives for the subset of kustomize that deploy/k8s uses."""
-    k = yaml.safe_load((folder / "kustomization.yaml").read_text())
-    unknown = set(k) - _KUSTOMIZATION_KEYS
-    assert not unknown, (
-        f"{folder}: kustomization keys the test loader does not implement: {unknown}"
-    )
-    docs: list[dict] = []
-    for entry in k.get("resources", []):
-        path = folder / entry
-        docs += render(path) if path.is_dir() else _load_yaml_docs(path)
-    for patch in k.get("patches", []):
-        assert set(patch) == {"path", "target"}, f"{folder}: only path+target patches: {patch}"
-        assert set(patch["target"]) <= {"kind", "name"}, patch["target"]
-        ops = yaml.safe_load((folder / patch["path"]).read_text())
-        assert isinstance(ops, list), f"{patch['path']}: expected JSON 6902 operations"
-        targets = [
-            d
-            for d in docs
-            if d["kind"] == patch["target"]["kind"]
-            and d["metadata"]["name"] == patch["target"].get("name", d["metadata"]["name"])
-        ]
-        assert len(targets) == 1, f"{patch}: matches {len(targets)} objects"
-        apply_json_patch(targets[0], ops)
-    if "namespace" in k:
-        for d in docs:
-            if d["kind"] not in _CLUSTER_SCOPED:
-                d["metadata"]["namespace"] = k["namespace"]
-    for d in docs:
-        pod = d.get("spec", {}).get("template", {}).get("spec", {})
-        for field in ("containers", "initContainers"):
-            _set_image(pod.get(field, []), k.get("images", []))
-    return docs
-
-
-def by_kind(docs: list[dict], kind: str) -> list[dict]:
-    return [d for d in docs if d["kind"] == kind]
-
-
-def one(docs: list[dict], kind: str, name: str | None = None) -> dict:
-    found = [d for d in by_kind(docs, kind) if name is None or d["metadata"]["name"] == name]
-    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
-    return found[0]
-
-
-def pod_spec(docs: list[dict]) -> dict:
-    return one(docs, "Deployment")["spec"]["template"]["spec"]
-
-
-def server_container(docs: list[dict]) -> dict:
-    containers = pod_spec(docs)["containers"]
-    assert len(containers) == 1
-    return containers[0]
-
-
-def server_config(container: dict):
-    assert "command" not in container, "the image's ENTRYPOINT (chattts-server) must be kept"
-    return config_from_args([str(a) for a in container["args"]])
-
-
-def selects(selector: dict, labels: dict) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
 
 
 @pytest.fixture(scope="module", params=sorted(OVERLAYS))
@@ -388,7 +263,7 @@ def test_monitoring_files_agree_with_the_manifests():
     assert set(rule["resources"]["overrides"]) == {"namespace", "pod"}
     # A CRD (monitoring.coreos.com): not in the kustomizations, so not schema-validated;
     # kubernetes-validate has no schema for it. Checked structurally instead.
-    (monitor,) = _load_yaml_docs(K8S / "monitoring" / "servicemonitor.yaml")
+    (monitor,) = load_yaml_docs(K8S / "monitoring" / "servicemonitor.yaml")
     assert monitor["kind"] == "ServiceMonitor"
     selected = [
         s
@@ -488,177 +363,6 @@ def test_haproxy_checks_readiness_on_the_http_door():
     grpc_servers = [ln for ln in lines if ln.startswith("server ") and " proto h2 " in ln]
     assert all("check port" in ln and "check-proto h1" in ln for ln in grpc_servers)
     assert "httpchk" not in " ".join(_haproxy_lines("haproxy-plain.cfg"))
-
-
-# ---------------------------------------------------------------------------------------------
-# Docker
-
-
-def _dockerfile(name: str) -> str:
-    return (DOCKER / name).read_text().replace("\\\n", "")
-
-
-def _instructions(text: str, keyword: str) -> list[str]:
-    return [
-        line.split(None, 1)[1] for line in text.splitlines() if line.split(None, 1)[:1] == [keyword]
-    ]
-
-
-@pytest.mark.parametrize("name", ["Dockerfile.cpu", "Dockerfile.gpu"])
-def test_dockerfile_runs_the_server_non_root_with_ports_and_healthcheck(name):
-    text = _dockerfile(name)
-    assert json.loads(_instructions(text, "ENTRYPOINT")[-1]) == ["chattts-server"]
-    exposed = set(_instructions(text, "EXPOSE")[-1].split())
-    assert exposed == {str(GRPC_PORT), str(HTTP_PORT), str(METRICS_PORT)}
-    user = _instructions(text, "USER")[-1].split(":")[0]
-    assert user.isdigit() and int(user) != 0
-    pod = pod_spec(render(K8S / "base"))["securityContext"]
-    assert int(user) == pod["runAsUser"], "image user and Kubernetes runAsUser differ"
-    assert "chattts-healthcheck" in _instructions(text, "HEALTHCHECK")[-1]
-    cfg = config_from_args(json.loads(_instructions(text, "CMD")[-1]))
-    assert cfg.network.metrics_port == METRICS_PORT
-    assert cfg.network.http_port == HTTP_PORT
-    for source in _instructions(text, "COPY"):
-        src = source.split()[0]
-        assert src == "." or (REPO / src).exists(), src
-    # torch/torchaudio pinned like the `server` extra (the native library must match torch).
-    pins = _requirements_from_dockerfile(text)
-    (arg,) = [a for a in _instructions(text, "ARG") if a.startswith("TORCH_VERSION=")]
-    torch_version = arg.split("=", 1)[1]
-    assert f"torch=={torch_version}" in pins and f"torchaudio=={torch_version}" in pins
-    assert "chattts-stream" not in " ".join(pins)
-    if name == "Dockerfile.cpu":  # the GPT's CPU path, built for any AVX2 CPU, not the builder's
-        assert any(p.startswith("llama-cpp-python==") for p in pins), pins
-        assert "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON" in text
-
-
-def _requirements_from_dockerfile(text: str) -> list[str]:
-    """Run the Dockerfile's own pyproject -> requirements one-liner on the real pyproject."""
-    (code,) = re.findall(r'python -c "(import tomllib.*?)" > /tmp/requirements.txt', text)
-    code = code.replace("/src/pyproject.toml", str(REPO / "pyproject.toml"))
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
-    )
-    reqs = out.stdout.split()
-    assert "grpcio-health-checking" in " ".join(reqs) and "prometheus-client" in " ".join(reqs)
-    return reqs
-
-
-def test_dockerfile_bases_and_device_defaults():
-    cpu, gpu = _dockerfile("Dockerfile.cpu"), _dockerfile("Dockerfile.gpu")
-    assert _instructions(cpu, "FROM") == ["python:3.11-slim"]
-    assert "download.pytorch.org/whl/cpu" in cpu
-    assert re.search(r"nvidia/cuda:12\.8\.\d+-", gpu)
-    assert "download.pytorch.org/whl/cu128" in gpu
-    gpu_cfg = config_from_args(json.loads(_instructions(gpu, "CMD")[-1]))
-    assert (gpu_cfg.model.device, gpu_cfg.model.dtype) == ("cuda", "float16")
-    cpu_cfg = config_from_args(json.loads(_instructions(cpu, "CMD")[-1]))
-    assert cpu_cfg.model.device == "cpu" and cpu_cfg.model.model_dir is None
-
-
-def test_dockerignore_keeps_the_build_context_small():
-    # `COPY . /src` in the Dockerfiles sends the whole repo without it (the venv alone is GBs).
-    path = REPO / ".dockerignore"
-    assert path.exists(), "add .dockerignore at the repo root (see deploy/k8s/README.md)"
-    lines = {line.strip().rstrip("/") for line in path.read_text().splitlines()}
-    assert {".venv", ".git"} <= lines
-
-
-def test_compose_services_build_existing_dockerfiles_with_valid_commands():
-    compose_file = DOCKER / "docker-compose.yml"
-    compose = yaml.safe_load(compose_file.read_text())
-    services = compose["services"]
-    assert set(services) == {"chattts-cpu", "chattts-gpu"}
-    for name, svc in services.items():
-        context = (compose_file.parent / svc["build"]["context"]).resolve()
-        assert context == REPO, name
-        assert (context / svc["build"]["dockerfile"]).is_file(), name
-        cfg = config_from_args(svc["command"])
-        grace_period_s = int(svc["stop_grace_period"].rstrip("s"))
-        assert grace_period_s >= cfg.admission.grace_s + EXIT_MARGIN_S, name
-        container_ports = {int(p.split(":")[1]) for p in svc["ports"]}
-        assert container_ports == {GRPC_PORT, HTTP_PORT, METRICS_PORT}, name
-        assert cfg.network.metrics_port == METRICS_PORT and cfg.network.http_port == HTTP_PORT
-        assert any(v.startswith("./models:/models") for v in svc["volumes"]), name
-    assert "profiles" not in services["chattts-cpu"]
-    gpu = services["chattts-gpu"]
-    assert gpu["profiles"] == ["gpu"]
-    (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
-    assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
-    assert config_from_args(gpu["command"]).model.device == "cuda"
-    host_ports = [p.split(":")[0] for s in services.values() for p in s["ports"]]
-    assert len(host_ports) == len(set(host_ports)), "both services must be able to run at once"
-
-
-# ---------------------------------------------------------------------------------------------
-# The image's HEALTHCHECK script, against a real grpc.health.v1 server.
-
-HEALTHCHECK = DOCKER / "healthcheck.py"
-
-
-@pytest.fixture
-def health_server():
-    sys.path.insert(0, str(DOCKER))
-    try:
-        import healthcheck  # deploy/docker/healthcheck.py
-    finally:
-        sys.path.remove(str(DOCKER))
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    servicer = health.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield healthcheck, servicer, f"127.0.0.1:{port}"
-    server.stop(None)
-
-
-def test_healthcheck_exit_status_follows_serving_status(health_server, capsys):
-    healthcheck, servicer, addr = health_server
-    servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
-    assert healthcheck.main(["--addr", addr]) == 1
-    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    assert healthcheck.main(["--addr", addr]) == 0
-    assert healthcheck.main(["--addr", addr, "--service", "no.such.Service"]) == 1
-    assert "NOT_FOUND" in capsys.readouterr().out
-    servicer.enter_graceful_shutdown()  # what the server does on SIGTERM: all NOT_SERVING
-    assert healthcheck.main(["--addr", addr]) == 1
-
-
-def test_healthcheck_script_runs_standalone(health_server):
-    _, servicer, addr = health_server
-    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    run = subprocess.run(
-        [sys.executable, str(HEALTHCHECK), "--addr", addr, "--timeout-s", "5"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    closed = subprocess.run(  # nothing listens: fails within the timeout, not hangs
-        [sys.executable, str(HEALTHCHECK), "--addr", "127.0.0.1:1", "--timeout-s", "1"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert (run.returncode, run.stdout.strip()) == (0, "SERVING"), run.stderr
-    assert closed.returncode == 1 and "UNAVAILABLE" in closed.stdout, closed.stdout + closed.stderr
-
-
-def test_readme_round_robin_channel_example_runs(health_server):
-    # The client-side load-balancing snippet in deploy/k8s/README.md, pointed at a local server:
-    # gRPC rejects a channel whose service config it cannot parse, so this catches a broken one.
-    _, servicer, addr = health_server
-    servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    readme = (K8S / "README.md").read_text()
-    (code,) = re.findall(r"```python\n(.*?)```", readme, re.S)
-    target = "chattts-stream-headless.chattts.svc.cluster.local:50051"
-    assert f"dns:///{target}" in code
-    namespace: dict[str, Any] = {}
-    exec(code.replace(target, addr), namespace)
-    with namespace["channel"] as channel:
-        reply = health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(), timeout=10
-        )
-    assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
 @pytest.mark.parametrize("overlay", ["cpu", "gpu"])

@@ -2,7 +2,7 @@
 
 Each carries the words it must be spoken as (`says`: normalized, lowercase, in order, checked
 on UtteranceEnd.text), its breaks in seconds and its marks, in order. Shared by the SSML unit
-tests (test_ssml.py) and the end-to-end checks through the real server (test_ssml_e2e.py).
+tests (test_ssml_stream.py) and the end-to-end checks through the real server (test_ssml_e2e.py).
 """
 
 from __future__ import annotations

@@ -1,141 +1,41 @@
-"""The client library, WAV writer and CLI against a fake in-process TextToSpeech servicer.
+"""The client library (sync and async clients, their options, mutual TLS, make_config) against
+a fake in-process TextToSpeech servicer (tests/helpers/fake_tts.py).
 
-The client is what is under test here; tests against the real server live elsewhere.
+The client is what is under test here; tests against the real server live elsewhere. The push
+stream is in test_client_push_stream.py, the WAV writer and the CLI in test_client_cli.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import io
 import threading
-from concurrent import futures
-from dataclasses import dataclass, field
 
 import grpc
-import numpy as np
 import pytest
-import soundfile as sf
 
 from chattts_client import (
     AsyncTTSClient,
     AudioChunkEvent,
     ClientOptions,
-    MarkEvent,
     SynthesisOptions,
     TTSClient,
     UtteranceEndEvent,
     VoiceInfo,
-    WavWriter,
     make_config,
     parse_voice,
-    pcm16_to_float,
 )
-from chattts_client.cli import main
-from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-
-SAMPLE_RATE_HZ = 24000
-NUM_CHUNKS = 3
-CHUNK_SAMPLES = 2400  # 0.1 s
-TOKEN = "s3cret"
-CALL_TIMEOUT_S = 10.0
-
-
-def _chunk_pcm(index: int) -> bytes:
-    t = np.arange(CHUNK_SAMPLES) + index * CHUNK_SAMPLES
-    return (np.sin(2 * np.pi * 440 * t / SAMPLE_RATE_HZ) * 8000).astype("<i2").tobytes()
-
-
-EXPECTED_PCM = b"".join(_chunk_pcm(i) for i in range(NUM_CHUNKS))
-
-
-@dataclass
-class FakeServicer(tts_pb2_grpc.TextToSpeechServicer):
-    """Answers every utterance with NUM_CHUNKS fixed LINEAR16 chunks and an UtteranceEnd."""
-
-    metadata: list[dict[str, str]] = field(default_factory=list)
-    synthesize_requests: list[tts_pb2.SynthesizeRequest] = field(default_factory=list)
-    stream_requests: list[tts_pb2.StreamingSynthesizeRequest] = field(default_factory=list)
-
-    def _responses(self, cls, utterance_index, text):  # type: ignore[no-untyped-def]
-        offset = utterance_index * NUM_CHUNKS * CHUNK_SAMPLES
-        for i in range(NUM_CHUNKS):
-            yield cls(
-                audio=tts_pb2.AudioChunk(
-                    audio=_chunk_pcm(i),
-                    sample_offset=offset + i * CHUNK_SAMPLES,
-                    num_samples=CHUNK_SAMPLES,
-                    utterance_index=utterance_index,
-                    sample_rate_hz=SAMPLE_RATE_HZ,
-                    encoding=tts_pb2.LINEAR16,
-                )
-            )
-        yield cls(
-            utterance_end=tts_pb2.UtteranceEnd(
-                utterance_index=utterance_index,
-                text=text,
-                audio_duration_s=NUM_CHUNKS * CHUNK_SAMPLES / SAMPLE_RATE_HZ,
-                time_to_first_audio_s=0.01,
-                generation_time_s=0.02,
-                num_tokens=14,
-                finish_reason="eos",
-            )
-        )
-
-    def Synthesize(self, request, context):  # type: ignore[no-untyped-def]
-        self.metadata.append(dict(context.invocation_metadata()))
-        self.synthesize_requests.append(request)
-        if request.text == "fail":
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "text: rejected by fake")
-        yield from self._responses(tts_pb2.SynthesizeResponse, 0, request.text)
-
-    def StreamingSynthesize(self, request_iterator, context):  # type: ignore[no-untyped-def]
-        self.metadata.append(dict(context.invocation_metadata()))
-        utterance_index = 0
-        for request in request_iterator:
-            self.stream_requests.append(request)
-            if request.WhichOneof("request") == "text":
-                yield from self._responses(
-                    tts_pb2.StreamingSynthesizeResponse, utterance_index, request.text.text
-                )
-                utterance_index += 1
-                if request.text.mark:  # answered after the audio of the text before it
-                    offset = utterance_index * NUM_CHUNKS * CHUNK_SAMPLES
-                    yield tts_pb2.StreamingSynthesizeResponse(
-                        mark=tts_pb2.Mark(
-                            name=request.text.mark,
-                            sample_offset=offset,
-                            offset_s=offset / SAMPLE_RATE_HZ,
-                        )
-                    )
-
-    def ListVoices(self, request, context):  # type: ignore[no-untyped-def]
-        self.metadata.append(dict(context.invocation_metadata()))
-        return tts_pb2.ListVoicesResponse(
-            voices=[
-                tts_pb2.VoiceInfo(name="alice", description="calm, female"),
-                tts_pb2.VoiceInfo(name="bob", description="fast, male"),
-            ]
-        )
-
-
-def _start_server(servicer: FakeServicer, credentials=None):  # type: ignore[no-untyped-def]
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-    tts_pb2_grpc.add_TextToSpeechServicer_to_server(servicer, server)
-    if credentials is None:
-        port = server.add_insecure_port("127.0.0.1:0")
-    else:
-        port = server.add_secure_port("127.0.0.1:0", credentials)
-    server.start()
-    return server, port
-
-
-@pytest.fixture
-def fake():  # type: ignore[no-untyped-def]
-    servicer = FakeServicer()
-    server, port = _start_server(servicer)
-    yield servicer, f"127.0.0.1:{port}"
-    server.stop(grace=None)
+from chattts_proto.chattts.v1 import tts_pb2
+from fake_tts import (
+    CALL_TIMEOUT_S,
+    CHUNK_SAMPLES,
+    EXPECTED_PCM,
+    NUM_CHUNKS,
+    SAMPLE_RATE_HZ,
+    TOKEN,
+    FakeServicer,
+    start_fake_server,
+)
 
 
 def _check_synthesize_events(events: list) -> None:  # type: ignore[type-arg]
@@ -266,72 +166,6 @@ def test_async_client_error_is_rpc_error(fake) -> None:  # type: ignore[no-untyp
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-# --- push stream ----------------------------------------------------------------------------
-
-
-def test_push_stream_sends_each_call_as_it_is_made_and_yields_events(fake) -> None:  # type: ignore[no-untyped-def]
-    """Text pushed after audio came back (requests and responses flow at once), a mark, a clear
-    with a mark at the cut, end_input half-closes; the timeline keeps the text and events."""
-    servicer, target = fake
-
-    async def run():  # type: ignore[no-untyped-def]
-        async with AsyncTTSClient(target, token=TOKEN) as client:
-            stream = client.open_stream(config=make_config(voice="alice"), timeout=CALL_TIMEOUT_S)
-            stream.push("one ")
-            events = []
-            async with stream:
-                async for event in stream:
-                    events.append(event)
-                    if isinstance(event, UtteranceEndEvent) and event.text == "one ":
-                        stream.mark("turn-1", "two ")
-                    elif isinstance(event, MarkEvent) and event.name == "turn-1":
-                        stream.flush()
-                        stream.clear("three", mark="cut")
-                    elif isinstance(event, UtteranceEndEvent) and event.text == "three":
-                        stream.end_input()
-                        stream.end_input()  # idempotent
-                        with pytest.raises(RuntimeError, match="ended"):
-                            stream.push("four")
-            return events, stream
-
-    events, stream = asyncio.run(asyncio.wait_for(run(), 2 * CALL_TIMEOUT_S))
-    requests = servicer.stream_requests
-    assert requests[0].config.voice.preset == "alice"
-    sent = [(r.text.text, r.text.flush, r.text.clear, r.text.mark) for r in requests[1:]]
-    assert sent == [
-        ("one ", False, False, ""),
-        ("two ", False, False, "turn-1"),
-        ("", True, False, ""),
-        ("", False, True, ""),
-        ("", False, False, "cut"),  # a mark at the cut, before the text after it
-        ("three", False, False, ""),
-    ]
-    marks = [e for e in events if isinstance(e, MarkEvent)]
-    assert [m.name for m in marks] == ["turn-1", "cut"]
-    assert marks[0].sample_offset == 2 * NUM_CHUNKS * CHUNK_SAMPLES and not marks[0].dropped
-    assert stream.sent_text == "one two three" and stream.input_ended
-    assert stream.timeline.marks == marks  # the stream's timeline saw every event
-    assert stream.stats.num_chunks == 6 * NUM_CHUNKS and stream.stats.num_utterances == 6
-    assert servicer.metadata[0]["authorization"] == f"Bearer {TOKEN}"
-
-
-def test_push_stream_cancel_ends_the_call(fake) -> None:  # type: ignore[no-untyped-def]
-    _, target = fake
-
-    async def run():  # type: ignore[no-untyped-def]
-        async with AsyncTTSClient(target) as client:
-            stream = client.open_stream(timeout=CALL_TIMEOUT_S)
-            stream.push("one")  # never half-closed: only the cancel ends the call
-            first = await stream.__anext__()
-            stream.cancel()
-            rest = [e async for e in stream]  # ends: no CancelledError into this task
-            return first, rest, await stream.call.code()  # type: ignore[attr-defined]
-
-    first, rest, code = asyncio.run(asyncio.wait_for(run(), 2 * CALL_TIMEOUT_S))
-    assert isinstance(first, AudioChunkEvent) and rest == []
-    assert code == grpc.StatusCode.CANCELLED
-
-
 # --- options --------------------------------------------------------------------------------
 
 
@@ -437,7 +271,7 @@ def test_mutual_tls_with_token_sync_and_async(tmp_path) -> None:  # type: ignore
         require_client_auth=True,
     )
     servicer = FakeServicer()
-    server, port = _start_server(servicer, credentials)
+    server, port = start_fake_server(servicer, credentials)
     ca_path = tmp_path / "ca.pem"
     ca_path.write_bytes(certs["ca"])
     try:
@@ -525,137 +359,3 @@ def test_make_config_sets_only_given_fields() -> None:
     assert config.audio_format.sample_rate_hz == 48000
     with pytest.raises(ValueError, match="encoding"):
         make_config(encoding="mp3")
-
-
-# --- WAV ------------------------------------------------------------------------------------
-
-
-class UnseekableBytesIO(io.BytesIO):
-    """Behaves like a pipe: write-only forward, no seek or tell."""
-
-    def seekable(self) -> bool:
-        return False
-
-    def seek(self, *args):  # type: ignore[no-untyped-def]
-        raise io.UnsupportedOperation("seek")
-
-    def tell(self):  # type: ignore[no-untyped-def]
-        raise io.UnsupportedOperation("tell")
-
-
-def _write_in_odd_pieces(writer: WavWriter) -> None:
-    # Piece boundaries fall inside samples: the writer must carry the odd byte over.
-    for start in range(0, len(EXPECTED_PCM), 1001):
-        writer.write(EXPECTED_PCM[start : start + 1001])
-
-
-def _assert_expected_wav(data: bytes | str) -> None:
-    source = io.BytesIO(data) if isinstance(data, bytes) else data
-    info = sf.info(source)
-    assert (info.samplerate, info.channels, info.frames) == (
-        SAMPLE_RATE_HZ,
-        1,
-        NUM_CHUNKS * CHUNK_SAMPLES,
-    )
-    if isinstance(source, io.BytesIO):
-        source.seek(0)
-    samples, _ = sf.read(source, dtype="int16")
-    assert samples.tobytes() == EXPECTED_PCM
-
-
-def test_wav_writer_to_path(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    path = tmp_path / "out.wav"
-    with WavWriter(path, SAMPLE_RATE_HZ) as writer:
-        _write_in_odd_pieces(writer)
-    assert writer.num_frames == NUM_CHUNKS * CHUNK_SAMPLES
-    assert path.stat().st_size == 44 + len(EXPECTED_PCM)
-    _assert_expected_wav(str(path))
-
-
-def test_wav_writer_to_seekable_file_object() -> None:
-    buf = io.BytesIO()
-    with WavWriter(buf, SAMPLE_RATE_HZ) as writer:
-        _write_in_odd_pieces(writer)
-    assert not buf.closed  # a caller's file is left open
-    _assert_expected_wav(buf.getvalue())
-
-
-def test_wav_writer_to_unseekable_stream_writes_streaming_header() -> None:
-    pipe = UnseekableBytesIO()
-    writer = WavWriter(pipe, SAMPLE_RATE_HZ)
-    assert len(pipe.getvalue()) == 44  # header out before any audio
-    _write_in_odd_pieces(writer)
-    assert len(pipe.getvalue()) == 44 + len(EXPECTED_PCM)  # audio out as it comes
-    writer.close()
-    data = pipe.getvalue()
-    assert data[4:8] == b"\xff\xff\xff\xff" and data[40:44] == b"\xff\xff\xff\xff"
-    _assert_expected_wav(data)
-
-
-def test_pcm16_to_float() -> None:
-    pcm = np.array([0, 16384, -32768, 32767], dtype="<i2").tobytes()
-    out = pcm16_to_float(pcm)
-    assert out.dtype == np.float32
-    np.testing.assert_allclose(out, [0.0, 0.5, -1.0, 32767 / 32768])
-
-
-# --- CLI ------------------------------------------------------------------------------------
-
-
-def test_cli_say_writes_wav_and_prints_timings(fake, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    servicer, target = fake
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
-    out = tmp_path / "hello.wav"
-    argv = ["say", "Hello.", "-o", str(out), "--server", target, "--voice", "alice"]
-    argv += ["--speed", "4", "--seed", "3", "--token-file", str(token_file), "--timeout", "10"]
-    assert main(argv) == 0
-    _assert_expected_wav(str(out))
-    err = capsys.readouterr().err
-    assert "time to first audio:" in err and " ms" in err
-    assert "real-time factor:" in err and "chunks: 3" in err and "audio: 0.300 s" in err
-    request = servicer.synthesize_requests[0]
-    assert request.text == "Hello." and request.config.voice.preset == "alice"
-    assert request.config.prosody.speed == 4 and request.config.sampling.seed == 3
-    assert servicer.metadata[0]["authorization"] == f"Bearer {TOKEN}"
-
-
-def test_cli_say_stdin_streams_lines_to_stdout(fake, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    servicer, target = fake
-    stdout = io.TextIOWrapper(UnseekableBytesIO())
-    monkeypatch.setattr("sys.stdin", io.StringIO("one\n\n   \ntwo\n"))
-    monkeypatch.setattr("sys.stdout", stdout)
-    assert main(["say", "--stdin", "-o", "-", "--server", target]) == 0
-    data = stdout.buffer.getvalue()  # type: ignore[attr-defined]
-    samples, rate = sf.read(io.BytesIO(data), dtype="int16")
-    assert rate == SAMPLE_RATE_HZ and samples.tobytes() == EXPECTED_PCM * 2
-    texts = [(r.text.text, r.text.flush) for r in servicer.stream_requests[1:]]
-    assert texts == [("one\n", True), ("two\n", True)]  # blank lines are not sent
-    err = capsys.readouterr().err
-    assert "utterance 0:" in err and "utterance 1:" in err and "'two" in err
-    assert "real-time factor:" in err
-
-
-def test_cli_maps_server_error_to_exit_2(fake, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    _, target = fake
-    out = tmp_path / "x.wav"
-    assert main(["say", "fail", "-o", str(out), "--server", target]) == 2
-    err = capsys.readouterr().err
-    assert "error: INVALID_ARGUMENT: text: rejected by fake" in err
-    assert "Traceback" not in err
-    assert not out.exists()
-
-
-def test_cli_usage_errors_exit_2(fake, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
-    _, target = fake
-    out = str(tmp_path / "x.wav")
-    assert main(["say", "-o", out, "--server", target]) == 2  # neither text nor --stdin
-    assert main(["say", "hi", "-o", out, "--server", target, "--voice", "seed:x"]) == 2
-    assert "error: voice: bad seed" in capsys.readouterr().err
-
-
-def test_cli_voices(fake, capsys) -> None:  # type: ignore[no-untyped-def]
-    _, target = fake
-    assert main(["voices", "--server", target]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines == ["alice  calm, female", "bob    fast, male"]

@@ -1,4 +1,5 @@
-"""Reliability promises (docs RELIABILITY.md): admission, deadlines, cancellation, shutdown, bad input.
+"""Reliability promises (docs RELIABILITY.md): admission, deadlines, cancellation, engine faults,
+shutdown. Bad input at the gRPC door is in test_grpc_bad_input.py.
 
 Every test runs a real server on loopback and checks that it is still healthy afterwards.
 """
@@ -20,84 +21,17 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from polling import wait_until
+from reliability_calls import Streamer, assert_healthy, fixed, request, rpc_error
 from serverutil import (
     DEV_MODEL_CACHE,
     REPO,
     FaultyRunner,
     InProcessServer,
-    bad_request_field,
     launch,
     refuses_connections,
     tiny_server_config,
     wait_serving,
 )
-
-SYNTH = "/chattts.v1.TextToSpeech/Synthesize"
-
-
-def fixed(num_tokens: int, seed: int = 7) -> tts_pb2.SynthesisConfig:
-    return tts_pb2.SynthesisConfig(
-        voice=tts_pb2.Voice(seed=1234),
-        sampling=tts_pb2.Sampling(seed=seed, min_new_tokens=num_tokens, max_new_tokens=num_tokens),
-    )
-
-
-def request(text: str = "Hello there.", tokens: int = 6) -> tts_pb2.SynthesizeRequest:
-    return tts_pb2.SynthesizeRequest(text=text, config=fixed(tokens))
-
-
-def assert_healthy(target: str) -> None:
-    """A follow-up small Synthesize succeeds and health says SERVING."""
-    with grpc.insecure_channel(target) as channel:
-        replies = list(tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(request(), timeout=60))
-        assert any(r.HasField("utterance_end") for r in replies)
-        status = (
-            health_pb2_grpc.HealthStub(channel)
-            .Check(health_pb2.HealthCheckRequest(), timeout=5)
-            .status
-        )
-        assert status == health_pb2.HealthCheckResponse.SERVING
-
-
-class Streamer(threading.Thread):
-    """Runs one Synthesize on its own thread; records the first-chunk event and the final code."""
-
-    def __init__(
-        self,
-        target: str,
-        req: tts_pb2.SynthesizeRequest,
-        timeout: float = 60,
-        gate: threading.Event | None = None,
-    ) -> None:
-        super().__init__(daemon=True)
-        self.target, self.req, self.timeout = target, req, timeout
-        self.gate = gate
-        """If given, the reader stops after its first reply until the gate opens (it holds its place)."""
-        self.first = threading.Event()
-        self.code: grpc.StatusCode | None = None
-        self.details = ""
-        self.replies = 0
-
-    def run(self) -> None:
-        with grpc.insecure_channel(self.target) as channel:
-            try:
-                for _ in tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(
-                    self.req, timeout=self.timeout
-                ):
-                    self.replies += 1
-                    self.first.set()
-                    if self.gate is not None:
-                        self.gate.wait(30)
-                self.code = grpc.StatusCode.OK
-            except grpc.RpcError as exc:
-                self.code, self.details = exc.code(), exc.details() or ""
-            finally:
-                self.first.set()
-
-    def result(self, timeout_s: float = 60) -> grpc.StatusCode | None:
-        self.join(timeout_s)
-        assert not self.is_alive(), "stream did not finish"
-        return self.code
 
 
 @pytest.fixture(scope="module")
@@ -239,110 +173,6 @@ def test_engine_exception_fails_only_that_stream(small):
     assert_healthy(small.target)
 
 
-# -- bad input on the shared server ---------------------------------------------------------------
-
-
-def _code(target: str, req: tts_pb2.SynthesizeRequest) -> grpc.RpcError:
-    with grpc.insecure_channel(target) as channel, pytest.raises(grpc.RpcError) as info:
-        list(tts_pb2_grpc.TextToSpeechStub(channel).Synthesize(req, timeout=30))
-    return info.value
-
-
-def test_oversized_message_is_resource_exhausted(server):
-    err = _code(server.target, tts_pb2.SynthesizeRequest(text="a" * (2 << 20), config=fixed(4)))
-    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert_healthy(server.target)
-
-
-def test_text_over_the_limit_is_invalid_argument(server):
-    err = _code(server.target, tts_pb2.SynthesizeRequest(text="word " * 1000, config=fixed(4)))
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "text" in err.details()
-    assert_healthy(server.target)
-
-
-def test_unknown_encoding_enum_is_invalid_argument(server):
-    req = request()
-    req.config.audio_format.encoding = 99
-    err = _code(server.target, req)
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "config.audio_format.encoding" in err.details()
-    assert_healthy(server.target)
-
-
-def _with(**config: object) -> tts_pb2.SynthesizeRequest:
-    req = request()
-    for path, value in config.items():
-        message = req.config
-        *parents, leaf = path.split("__")
-        for name in parents:
-            message = getattr(message, name)
-        setattr(message, leaf, value)
-    return req
-
-
-@pytest.mark.parametrize(
-    "req, field",
-    [
-        (tts_pb2.SynthesizeRequest(text=" \n\t ", config=fixed(4)), "text"),
-        (_with(audio_format__sample_rate_hz=12345), "config.audio_format.sample_rate_hz"),
-        (_with(sampling__top_p=float("inf")), "config.sampling.top_p"),
-        (_with(sampling__temperature=float("nan")), "config.sampling.temperature"),
-        (_with(text_format=99), "config.text_format"),
-        (_with(prosody__speed=-1.0), "config.prosody.speed"),
-    ],
-    ids=["whitespace-text", "bad-rate", "inf", "nan", "unknown-enum", "out-of-range"],
-)
-def test_bad_values_are_invalid_argument_naming_the_field(server, req, field):
-    """RELIABILITY.md's bad-input rows at the gRPC door (the HTTP doors: test_http_hostile)."""
-    err = _code(server.target, req)
-    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert bad_request_field(err) == field
-
-
-def test_invalid_utf8_in_a_string_field(server):
-    raw = b"\x0a\x02\xff\xfe"  # field 1 (text), length-delimited, two bytes that are not UTF-8
-    with grpc.insecure_channel(server.target) as channel:
-        call = channel.unary_stream(
-            SYNTH, request_serializer=lambda b: b, response_deserializer=lambda b: b
-        )
-        with pytest.raises(grpc.RpcError) as info:
-            list(call(raw, timeout=10))
-    # Left to grpcio, a failed deserialization answers UNKNOWN with the exception's text; the
-    # server parses requests itself and answers INVALID_ARGUMENT.
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "UTF-8" in (info.value.details() or "")
-    assert "Traceback" not in (info.value.details() or "")
-    assert_healthy(server.target)
-
-
-def test_invalid_utf8_in_a_streaming_message(server):
-    config = tts_pb2.StreamingSynthesizeRequest(config=fixed(4)).SerializeToString()
-    bad_text = (
-        b"\x12\x04\x0a\x02\xff\xfe"  # field 2 (text) -> TextInput field 1 (text) = invalid UTF-8
-    )
-    with grpc.insecure_channel(server.target) as channel:
-        call = channel.stream_stream(
-            "/chattts.v1.TextToSpeech/StreamingSynthesize",
-            request_serializer=lambda b: b,
-            response_deserializer=lambda b: b,
-        )
-        for messages in ([bad_text], [config, bad_text]):
-            with pytest.raises(grpc.RpcError) as info:
-                list(call(iter(messages), timeout=10))
-            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert_healthy(server.target)
-
-
-def test_health_check_on_unknown_service_is_not_found(server):
-    with grpc.insecure_channel(server.target) as channel, pytest.raises(grpc.RpcError) as info:
-        health_pb2_grpc.HealthStub(channel).Check(
-            health_pb2.HealthCheckRequest(service="no.Such"), timeout=5
-        )
-    assert info.value.code() == grpc.StatusCode.NOT_FOUND
-    assert_healthy(server.target)
-
-
 # -- SIGTERM on a subprocess server ---------------------------------------------------------------
 
 
@@ -388,7 +218,7 @@ def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
             assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
             watch.cancel()
         wait_until(lambda: refuses_connections(srv.port), 5, "the listener closed")
-        err = _code(target, request())
+        err = rpc_error(target, request())
         assert err.code() == grpc.StatusCode.UNAVAILABLE
         assert s.result(30) == grpc.StatusCode.OK
         assert queued.result(30) == grpc.StatusCode.OK and queued.replies > 0
