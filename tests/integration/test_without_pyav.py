@@ -92,7 +92,7 @@ def test_the_server_package_imports_without_pyav_and_refuses_what_needs_it(
         else:
             raise SystemExit("the blocker did not hide PyAV")
         assert importlib.util.find_spec("av") is None
-        import chattts_server.main, chattts_server.server, chattts_server.stream.session
+        import chattts_server.main, chattts_server.server, chattts_server.stream.stream
         from chattts_server.audio.containers import CONTAINER_ENCODINGS
         import chattts_server.audio.opus  # its rate table is there without PyAV
         from chattts_server.audio.encoding import (
