@@ -71,8 +71,20 @@ def cluster(dev_model_cache: Path, tiny_model_dir: Path) -> Iterator[Cluster]:
 
 
 def _summary(outcomes: list[Outcome]) -> str:
-    failed = [f"{o.kind}:{o.status}@{o.served_by}" for o in outcomes if not o.ok]
+    failed = [f"{o.kind}:{o.status}@{o.served_by} {o.detail!r}" for o in outcomes if not o.ok]
     return f"{len(outcomes)} calls, {len(failed)} failed: {failed[:10]}"
+
+
+def _drain_lines(cluster: Cluster) -> str:
+    """What the drained replicas said of streams that did not end OK, and of their drain."""
+    wanted = ("status=", "drain", "grace", "Traceback", "ERROR")
+    return "\n".join(
+        f"{replica.name}: {line}"
+        for replica in cluster.replicas.members
+        for log in replica.drained_logs
+        for line in log.splitlines()
+        if any(w in line for w in wanted) and "status=OK" not in line
+    )
 
 
 def test_rolling_restart_under_load_fails_no_call(cluster: Cluster) -> None:
@@ -85,7 +97,9 @@ def test_rolling_restart_under_load_fails_no_call(cluster: Cluster) -> None:
     time.sleep(1.5)
     results = {name: load.stop() for name, load in loads.items()}
     for name, outcomes in results.items():
-        assert outcomes and all(o.ok for o in outcomes), f"{name}: {_summary(outcomes)}"
+        assert outcomes and all(o.ok for o in outcomes), (
+            f"{name}: {_summary(outcomes)}\n{_drain_lines(cluster)}"
+        )
         kinds = {o.kind for o in outcomes}
         http_kinds = {"post", "websocket"} if name != "direct" else set()
         assert kinds == {"synthesize", "stream"} | http_kinds, kinds

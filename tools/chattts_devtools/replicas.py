@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx2
@@ -58,6 +58,8 @@ class Replica:
     grpc_port: int
     http_port: int
     process: ServerProcess | None = None
+    drained_logs: list[str] = field(default_factory=list)
+    """The output of each process of it that `Replicas.restart` drained, oldest first."""
 
     @property
     def target(self) -> str:
@@ -112,6 +114,7 @@ class Replicas:
         serves again; returns the drained process's exit code."""
         assert replica.process is not None
         code = replica.process.stop(timeout_s=45)
+        replica.drained_logs.append(replica.process.log_text())
         self._launch(replica)
         self.wait_ready(replica, timeout_s)
         return code
