@@ -111,9 +111,10 @@ class Utterance:
         """Its last events: `done` from the engine, or None when it was stopped (what was sent
         is the utterance)."""
         events: list[SessionEvent] = list(out.end_utterance(self.index))
-        said = self.spoken if done is None else (done.spoken or self.spoken)
-        if done is None:
-            said = said if said is not None else self.item.text
+        if done is None:  # what was sent is the utterance: its words as read, or as asked
+            said: Traced | None = self.spoken if self.spoken is not None else self.item.text
+        else:
+            said = done.spoken or self.spoken
         if word_timing and said is not None:
             events.append(self._timings(out, said, done, samples_per_token))
         if done is None:
