@@ -1,13 +1,37 @@
 """Shared fixtures: the tiny random-weight ChatTTS model, a real server on a loopback port and
-a throw-away PKI. Helpers the tests import live in tests/helpers/ (on the tests' path)."""
+a throw-away PKI. Helpers the tests import live in tests/helpers/ (on the tests' path).
+
+Nothing here reaches the real model hub, or any address beyond the loopback: the suite runs with
+HF_HUB_OFFLINE=1 (set before anything imports huggingface_hub, which reads it at import, and
+inherited by the servers tests start; the tests of `--model` point HF_ENDPOINT at a local
+imitation and turn it off for that server alone), and a test whose process connects outside the
+loopback fails (tests/helpers/network_guard.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+from collections.abc import Iterator
 
-import pytest
+os.environ["HF_HUB_OFFLINE"] = "1"
 
-from serverutil import DEV_MODEL_CACHE, InProcessServer, tiny_server_config
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+import network_guard  # noqa: E402
+from serverutil import DEV_MODEL_CACHE, InProcessServer, tiny_server_config  # noqa: E402
+
+network_guard.install()
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only() -> Iterator[None]:
+    """Fail the test if it (or a thread during it) connected outside the loopback."""
+    network_guard.take_refused()
+    yield
+    refused = network_guard.take_refused()
+    if refused:
+        pytest.fail(f"connected outside the loopback: {', '.join(refused)}", pytrace=False)
 
 
 def pytest_report_header() -> list[str]:

@@ -41,6 +41,33 @@ class ModelConfig:
     model_dir: Path | None = option(
         None, "ChatTTS asset folder in the official layout", unset="none, serve the dev model"
     )
+    model: str | None = option(
+        None,
+        "ChatTTS weights on the Hugging Face hub, REPO[@REVISION] (2Noise/ChatTTS: at the "
+        "revision this release pins), fetched into the Hugging Face cache (HF_HOME), checked "
+        "against the sha256 map, and read from the cache with no network once complete "
+        "(HF_HUB_OFFLINE=1: never contact the hub)",
+        unset="none, serve the dev model",
+    )
+    dev_model_fallback: bool = option(
+        False,
+        "where --model cannot be fetched (offline, hub unreachable, disk full), serve the dev "
+        "model instead, saying why in one line (make run)",
+    )
+    hub_timeout_s: float = option(
+        10.0,
+        "how long --model waits for the hub to answer before calling it unreachable, in seconds",
+        bounds=(0.1, 600),
+    )
+    sha256_map: Path | None = option(
+        None,
+        "JSON map of the weights' sha256 in ChatTTS's format (res/sha256_map.json), which "
+        "--model-dir and --model files are checked against",
+        unset="ChatTTS's published map",
+    )
+    # Set at start-up once --model's snapshot in the cache has passed the sha256 check, so the
+    # model runner does not hash 1.2 GB a second time; never a flag.
+    model_dir_checked: bool = field(default=False)
     dev_model: str = option(
         "tiny",
         "random-weight model served without --model-dir; its audio is noise",
@@ -76,6 +103,20 @@ class ModelConfig:
         "kept per weights (~ is expanded); a restart with the same weights reads them back",
         unset="gguf/ beside --dev-model-cache",
     )
+
+    def check(self) -> None:
+        _check(
+            self.model is None or self.model_dir is None,
+            "--model and --model-dir are two sources of weights: give one",
+        )
+        _check(
+            self.model is None or _is_repo_spec(self.model),
+            f"--model must be REPO[@REVISION] like 2Noise/ChatTTS, got {self.model!r}",
+        )
+        _check(
+            self.model is not None or not self.dev_model_fallback,
+            "--dev-model-fallback needs --model",
+        )
 
     def gguf_folder(self) -> Path:
         """Where the GGUF files and the warm-up answers are written once and reused."""
@@ -342,6 +383,12 @@ class ServerConfig:
         "same grapheme; SIGHUP reads them again",
         group="model",
     )
+    download_only: bool = option(
+        False,
+        "fetch and check --model into the Hugging Face cache, then exit (an image build, an "
+        "init container)",
+        group="model",
+    )
     log_level: str = option(
         "INFO", "Python logging level", choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
@@ -350,6 +397,9 @@ class ServerConfig:
         _check(
             self.admission.reserved_slots < self.engine.max_streams,
             "--reserved-slots must be < --max-streams",
+        )
+        _check(
+            not self.download_only or self.model.model is not None, "--download-only needs --model"
         )
         names = [path.name.removesuffix(".pls") for path in self.lexicon]
         twice = sorted({name for name in names if names.count(name) > 1})
@@ -369,6 +419,12 @@ class ServerConfig:
     def _sections(self) -> list[Any]:
         # The top level last: its rules between sections assume each section's own bounds.
         return [*(getattr(self, name) for name, _ in SECTIONS), self]
+
+
+def _is_repo_spec(spec: str) -> bool:
+    repo_id, _, revision = spec.partition("@")
+    owner, slash, name = repo_id.partition("/")
+    return bool(owner and slash and name and "/" not in name) and "@" not in revision
 
 
 SECTIONS = (

@@ -1,4 +1,5 @@
-"""`chattts-server`: parse flags, start the server, serve until SIGTERM/SIGINT, exit 0 (1 on engine failure)."""
+"""`chattts-server`: parse flags, fetch `--model` into the Hugging Face cache, start the server,
+serve until SIGTERM/SIGINT, exit 0 (1 on engine failure, 2 on a start-up error)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import logging
 import os
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .config import ConfigError
@@ -38,6 +40,17 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if config.model.model is not None:
+        # Before torch loads: a hub that cannot be reached or a wrong token shows in seconds.
+        from .model.hub import HubError, resolved
+
+        try:
+            config = replace(config, model=resolved(config.model))
+        except HubError as exc:
+            print(f"chattts-server: {exc}", file=sys.stderr)
+            return 2
+        if config.download_only:
+            return 0
     # Before torch loads (the server's imports load it): OpenMP reads its settings then, and
     # the inter-op pool can be sized only before its first use.
     configure_threads(config.model.threads or None, config.model.adaptive_threads)

@@ -24,6 +24,10 @@ FLAGS = {
     "--max-connection-age-s": 0.0,
     "--max-connection-age-grace-s": 60.0,
     "--model-dir": None,
+    "--model": None,  # issue 51: the hub, beside --model-dir
+    "--dev-model-fallback": False,
+    "--hub-timeout-s": 10.0,
+    "--sha256-map": None,
     "--dev-model": "tiny",
     "--dev-model-cache": "~/.cache/chattts-stream/dev-models",  # expanded where it is used
     "--allow-unverified": False,
@@ -35,6 +39,7 @@ FLAGS = {
     "--adaptive-threads": "on",
     "--voices-dir": None,
     "--lexicon": None,  # repeatable: () once parsed
+    "--download-only": False,
     "--max-streams": 16,
     "--max-tokens": 1536,
     "--max-new-tokens": 768,
@@ -114,12 +119,27 @@ def test_every_kind_of_flag_maps_back_to_its_field() -> None:
         (["--http-port", "50051"], "--http-port must differ from --port"),
         (["--reserved-slots", "16"], "--reserved-slots must be < --max-streams"),
         (["--lexicon", "a/nav.pls", "--lexicon", "b/nav"], "--lexicon: two files are named nav"),
+        (["--model", "a/b", "--model-dir", "/m"], "--model and --model-dir are two sources"),
+        (["--model", "ChatTTS"], "--model must be REPO[@REVISION] like 2Noise/ChatTTS"),
+        (["--model", "a/b/c"], "--model must be REPO[@REVISION]"),
+        (["--dev-model-fallback"], "--dev-model-fallback needs --model"),
+        (["--download-only"], "--download-only needs --model"),
     ],
 )
 def test_bounds_and_rules_between_fields_are_checked(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError) as info:
         config_from_args(argv)
     assert message in str(info.value)
+
+
+def test_the_hub_flags_map_to_the_model_section() -> None:
+    cfg = config_from_args(
+        ["--model", "2Noise/ChatTTS@main", "--dev-model-fallback", "--hub-timeout-s", "3"]
+        + ["--sha256-map", "m.json", "--download-only"]
+    )
+    assert cfg.model.model == "2Noise/ChatTTS@main" and cfg.model.dev_model_fallback
+    assert cfg.model.hub_timeout_s == 3 and cfg.model.sha256_map == Path("m.json")
+    assert cfg.download_only and not cfg.model.model_dir_checked
 
 
 def test_configs_built_in_code_are_checked_the_same_way() -> None:

@@ -24,6 +24,7 @@ from ..audio_constants import FRAMES_PER_TOKEN
 from ..config import EngineConfig, ModelConfig
 from ..devmodel import dev_model_dir
 from ..errors import EngineError, InvalidRequestError
+from ..model import hub
 from ..model.hifigan import HiFiGANVocoder
 from ..model.llama import DecodeBatch, PromptRun
 from ..model.loader import (
@@ -146,6 +147,8 @@ class ModelRunner:
         device = pick_device(model_config.device)
         dtype = pick_dtype(model_config.dtype, device)
         started = time.monotonic()
+        if model_config.model is not None:  # main fetches it first; a config built in code not
+            model_config = hub.resolved(model_config)
         dev = model_config.model_dir is None
         model_dir = dev_model_dir(model_config) if dev else verified_model_dir(model_config)
         modules = load_chattts(model_dir, device, dtype)

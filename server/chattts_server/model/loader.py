@@ -17,7 +17,7 @@ from ..config import ModelConfig
 from .chattts_config import build_vocos, chattts_config
 from .errors import ModelLoadError
 from .shapes import ModelShapes, check_consistent, read_shapes
-from .verify import resolve_model_dir, verify_assets
+from .verify import config_sha256_map, resolve_model_dir, verify_assets
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +42,16 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def verified_model_dir(config: ModelConfig) -> str:
-    """`--model-dir`, its files checked against ChatTTS's published sha256 map."""
+    """`--model-dir`, its files checked against the sha256 map (ChatTTS's published one unless
+    --sha256-map); a `--model` snapshot the start-up has checked already is not hashed again."""
     assert config.model_dir is not None
     try:
         root = resolve_model_dir(config.model_dir)
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"--model-dir {config.model_dir}: {exc}") from None
-    problems = verify_assets(root)
+    if config.model_dir_checked:
+        return str(root)
+    problems = verify_assets(root, config_sha256_map(config))
     if problems:
         listing = "; ".join(problems[:5])
         if not config.allow_unverified:

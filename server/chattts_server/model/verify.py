@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
+
+from ..config import ModelConfig
+from .errors import ModelLoadError
 
 # The official asset files, relative to the model dir (the folder that holds `asset/`).
 OFFICIAL_FILES: tuple[str, ...] = (
@@ -34,8 +37,30 @@ def resolve_model_dir(path: Path | str) -> Path:
 
 def official_sha256_map() -> dict[str, str]:
     """ChatTTS's published sha256 map (keys like `sha256_asset_gpt_config_json`)."""
-    text = resources.files("ChatTTS").joinpath("res", "sha256_map.json").read_text()
+    # Found, not imported: importing ChatTTS imports torch, seconds before --model can fail.
+    spec = importlib.util.find_spec("ChatTTS")
+    assert spec is not None and spec.origin is not None, "ChatTTS is not installed"
+    text = (Path(spec.origin).parent / "res" / "sha256_map.json").read_text()
     return dict(json.loads(text))
+
+
+def load_sha256_map(path: Path | None) -> dict[str, str]:
+    """The map in ChatTTS's format at `path` (--sha256-map), or ChatTTS's own when None.
+    Raises OSError or ValueError naming what is wrong with the file."""
+    if path is None:
+        return official_sha256_map()
+    data = json.loads(path.expanduser().read_text())
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise ValueError(f"{path} is not a JSON object of sha256 strings")
+    return dict(data)
+
+
+def config_sha256_map(config: ModelConfig) -> dict[str, str]:
+    """The map the weights are checked against: --sha256-map, else ChatTTS's published one."""
+    try:
+        return load_sha256_map(config.sha256_map)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"--sha256-map {config.sha256_map}: {exc}") from None
 
 
 def sha256_key(relpath: str) -> str:
@@ -61,14 +86,18 @@ def verify_assets(model_dir: Path | str, sha256_map: Mapping[str, str] | None = 
         root = resolve_model_dir(model_dir)
     except FileNotFoundError:
         return [f"missing {relpath}" for relpath in OFFICIAL_FILES]
-    problems = []
-    for relpath in OFFICIAL_FILES:
-        path = root / relpath
-        expected = sha256_map.get(sha256_key(relpath))
-        if not path.is_file():
-            problems.append(f"missing {relpath}")
-        elif expected is None:
-            problems.append(f"{relpath}: no sha256 in the map")
-        elif file_sha256(path) != expected:
-            problems.append(f"{relpath}: sha256 mismatch")
-    return problems
+    problems = (check_file(root, relpath, sha256_map) for relpath in OFFICIAL_FILES)
+    return [problem for problem in problems if problem is not None]
+
+
+def check_file(root: Path, relpath: str, sha256_map: Mapping[str, str]) -> str | None:
+    """What is wrong with one official file under `root`, or None when it matches the map."""
+    path = root / relpath
+    expected = sha256_map.get(sha256_key(relpath))
+    if not path.is_file():
+        return f"missing {relpath}"
+    if expected is None:
+        return f"{relpath}: no sha256 in the map"
+    if file_sha256(path) != expected:
+        return f"{relpath}: sha256 mismatch"
+    return None
