@@ -1,4 +1,5 @@
-# chattts-stream: `make run` serves the dev model, `make test` runs every test. Both install first.
+# chattts-stream: `make run` serves ChatTTS (the official weights, else the dev model), `make test`
+# runs every test. Both install first.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +7,13 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 50051
 HTTP_PORT ?= 8000
-DEV_MODEL ?= tiny
+# make run: the official weights (MODEL, at the revision the server pins), from the Hugging Face
+# cache, fetched and sha-checked first where the hub answers within 5 s; where they cannot be
+# (offline, hub unreachable, disk full) the tiny dev model, with one line saying why.
+# DEV_MODEL=tiny (or full) serves that random-weight dev model straight away.
+MODEL ?= 2Noise/ChatTTS
+DEV_MODEL ?=
+RUN_MODEL = $(if $(DEV_MODEL),--dev-model $(DEV_MODEL),--model $(MODEL) --dev-model-fallback --hub-timeout-s 5)
 PYTEST_ARGS ?=
 # make test: the suite on TEST_WORKERS pytest-xdist workers, then the `serial` tests alone, which
 # assert timing ratios under loads they make themselves. Each phase prints its 20 slowest tests.
@@ -119,7 +126,7 @@ proxy:
 	else echo "make proxy: no root apt-get; the proxy tests will be skipped"; fi
 
 run: install
-	$(BIN)/chattts-server --host $(HOST) --port $(PORT) --http-port $(HTTP_PORT) --dev-model $(DEV_MODEL)
+	$(BIN)/chattts-server --host $(HOST) --port $(PORT) --http-port $(HTTP_PORT) $(RUN_MODEL)
 
 # Exit 5 is "no tests collected": PYTEST_ARGS chose tests of one phase only.
 test: install browser ffmpeg proxy

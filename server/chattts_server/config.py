@@ -401,6 +401,10 @@ class ServerConfig:
         _check(
             not self.download_only or self.model.model is not None, "--download-only needs --model"
         )
+        _check(
+            not (self.download_only and self.model.dev_model_fallback),
+            "--download-only fetches --model or fails: no --dev-model-fallback",
+        )
         names = [path.name.removesuffix(".pls") for path in self.lexicon]
         twice = sorted({name for name in names if names.count(name) > 1})
         _check(not twice, f"--lexicon: two files are named {', '.join(twice)}")

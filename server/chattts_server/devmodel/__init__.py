@@ -13,10 +13,10 @@ log = logging.getLogger(__name__)
 
 
 def dev_model_dir(config: ModelConfig) -> str:
-    """The dev model's folder (built on first use), served where no `--model-dir` is given."""
+    """The dev model's folder (built on first use), served where no weights are given."""
     log.warning(
-        "no --model-dir given: serving the RANDOM-WEIGHT '%s' dev model. Its audio is noise; "
-        "point --model-dir at real ChatTTS weights for speech.",
+        "serving the RANDOM-WEIGHT '%s' dev model. Its audio is noise; for speech, serve "
+        "ChatTTS's weights: --model 2Noise/ChatTTS (make run), or --model-dir FOLDER.",
         config.dev_model,
     )
     return str(build_dev_assets(config.dev_model, config.dev_model_cache))

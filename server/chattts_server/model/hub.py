@@ -344,6 +344,8 @@ def resolved(config: ModelConfig) -> ModelConfig:
     except HubError as exc:
         if not (config.dev_model_fallback and exc.environmental):
             raise
-        log.warning("--model %s not served (%s): serving the dev model instead", model, exc)
+        log.warning(
+            "--model %s: %s; serving the RANDOM-WEIGHT dev model instead", model.repo_id, exc
+        )
         return replace(config, model=None, dev_model_fallback=False)
     return replace(config, model=None, model_dir=snapshot, model_dir_checked=True)
