@@ -124,6 +124,7 @@ def test_every_kind_of_flag_maps_back_to_its_field() -> None:
         (["--model", "a/b/c"], "--model must be REPO[@REVISION]"),
         (["--dev-model-fallback"], "--dev-model-fallback needs --model"),
         (["--download-only"], "--download-only needs --model"),
+        (["--model", "a/b", "--download-only", "--dev-model-fallback"], "no --dev-model-fallback"),
     ],
 )
 def test_bounds_and_rules_between_fields_are_checked(argv: list[str], message: str) -> None:
@@ -135,11 +136,12 @@ def test_bounds_and_rules_between_fields_are_checked(argv: list[str], message: s
 def test_the_hub_flags_map_to_the_model_section() -> None:
     cfg = config_from_args(
         ["--model", "2Noise/ChatTTS@main", "--dev-model-fallback", "--hub-timeout-s", "3"]
-        + ["--sha256-map", "m.json", "--download-only"]
+        + ["--sha256-map", "m.json"]
     )
     assert cfg.model.model == "2Noise/ChatTTS@main" and cfg.model.dev_model_fallback
     assert cfg.model.hub_timeout_s == 3 and cfg.model.sha256_map == Path("m.json")
-    assert cfg.download_only and not cfg.model.model_dir_checked
+    assert not cfg.download_only and not cfg.model.model_dir_checked
+    assert config_from_args(["--model", "a/b", "--download-only"]).download_only
 
 
 def test_configs_built_in_code_are_checked_the_same_way() -> None:
