@@ -213,21 +213,16 @@ def test_pdb_and_services_select_the_server_pods(overlay):
         assert http_ports and http_ports[0]["port"] == HTTP_PORT, "the HTTP door's Service port"
 
 
-def test_gpu_overlay_requests_a_gpu_and_mounts_real_weights():
-    docs = render(OVERLAYS["gpu"])
-    c = server_container(docs)
+@pytest.mark.parametrize("name", ["gpu", "gpu-weights"])
+def test_gpu_overlays_request_a_gpu_and_serve_the_official_weights(name):
+    """Where the weights come from, volume or image: test_deploy_weights.py."""
+    c = server_container(render(OVERLAYS[name]))
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert c["resources"]["requests"]["nvidia.com/gpu"] == 1
-    assert c["image"].endswith("-gpu")
+    assert c["image"].endswith("-gpu" if name == "gpu" else "-gpu-weights")
     cfg = server_config(c)
     assert (cfg.model.device, cfg.model.dtype) == ("cuda", "float16")
-    assert cfg.model.model_dir is not None
-    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
-    mount = mounts[str(cfg.model.model_dir)]
-    assert mount["readOnly"] is True
-    volumes = {v["name"]: v for v in pod_spec(docs)["volumes"]}
-    claim = volumes[mount["name"]]["persistentVolumeClaim"]["claimName"]
-    one(docs, "PersistentVolumeClaim", claim)
+    assert cfg.model.model == "2Noise/ChatTTS" and cfg.model.model_dir is None
 
 
 def test_cpu_overlay_requests_no_gpu_and_runs_the_dev_model():
