@@ -338,6 +338,13 @@ class NetworkConfig:
         "the model loads: only behind a proxy that checks readiness (deploy/haproxy/haproxy.cfg)",
         switch="both",
     )
+    http_idle_s: float = option(
+        75.0,
+        "close an idle HTTP keep-alive connection after this long, in seconds: longer than a "
+        "proxy keeps its idle connections to a replica (nginx and cloud load balancers: 60 s), "
+        "so the replica never closes one while the proxy sends a request on it",
+        bounds=(1, 3600),
+    )
     keepalive_time_s: float = option(
         30.0, "ping idle connections this often, in seconds", bounds=(1, None)
     )

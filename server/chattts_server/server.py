@@ -201,7 +201,9 @@ class TTSServer:
         assert self.synthesis is not None and self.admission is not None
         cfg, admission = self.config, self.admission
         app = build_app(self.synthesis, lambda: admission.accepting, cfg.limits)
-        self.http = HTTPServer(app, cfg.network.host, port, cfg.security, cfg.limits)
+        self.http = HTTPServer(
+            app, cfg.network.host, port, cfg.security, cfg.limits, cfg.network.http_idle_s
+        )
         try:
             self.http_port = await self.http.start()
         except HTTPServerError as exc:

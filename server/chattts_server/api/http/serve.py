@@ -59,7 +59,13 @@ def _listen_host(host: str) -> str:
 
 class HTTPServer:
     def __init__(
-        self, app: Any, host: str, port: int, security: SecurityConfig, limits: LimitsConfig
+        self,
+        app: Any,
+        host: str,
+        port: int,
+        security: SecurityConfig,
+        limits: LimitsConfig,
+        idle_s: float,
     ) -> None:
         options: dict[str, Any] = {}
         if security.tls_cert is not None and security.tls_key is not None:
@@ -76,6 +82,7 @@ class HTTPServer:
             log_config=None,  # our logging setup, not uvicorn's
             access_log=False,
             timeout_graceful_shutdown=1,
+            timeout_keep_alive=idle_s,  # uvicorn's 5 s would race a proxy's reuse of the connection
             http=protocol_class(limits.max_header_bytes),
             ws_max_size=limits.max_ws_message_bytes,
             **options,
