@@ -1,6 +1,7 @@
 """Nothing in the suite reaches beyond this machine: a socket `connect` to an address outside the
 loopback is refused and remembered, and the test that made it fails (tests/conftest.py). Unix
-sockets, 127.0.0.0/8, ::1 and `localhost` connect as usual.
+sockets, 127.0.0.0/8, ::1, `localhost` and the unspecified addresses (this machine) connect
+as usual.
 
 Only this process's Python sockets pass through here; servers the tests start as subprocesses
 get HF_HUB_OFFLINE=1 from the suite's environment instead (tests/conftest.py).
@@ -32,7 +33,7 @@ def _is_local(sock: socket.socket, address: Any) -> bool:
         return False  # a name other than localhost would be looked up and reached
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    return ip.is_loopback
+    return ip.is_loopback or ip.is_unspecified  # 0.0.0.0 and :: reach this machine
 
 
 def _guarded(name: str) -> Any:
