@@ -42,11 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     if config.model.model is not None:
         # Before torch loads: a hub that cannot be reached or a wrong token shows in seconds.
-        from .model.hub import HubError, resolved
+        from .model.errors import ModelLoadError
+        from .model.hub import resolved
 
         try:
             config = replace(config, model=resolved(config.model))
-        except HubError as exc:
+        except ModelLoadError as exc:  # HubError, or an unreadable --sha256-map
             print(f"chattts-server: {exc}", file=sys.stderr)
             return 2
         if config.download_only:

@@ -214,3 +214,16 @@ def test_the_default_map_is_chattts_published_one(tmp_path: Path, hub: FakeHub) 
     line = one_error_line(run)
     assert "sha256 mismatch" in line
     assert os.environ["HF_HUB_OFFLINE"] == "1", "the suite's own setting is untouched"
+
+
+def test_a_cache_that_cannot_be_written(tmp_path: Path, hub: FakeHub, sha_map: Path) -> None:
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    line = one_error_line(fetch(not_a_folder, hub.url, sha_map))
+    assert "the Hugging Face cache" in line and "cannot be written" in line
+
+
+def test_an_unreadable_sha256_map(tmp_path: Path, hub: FakeHub) -> None:
+    line = one_error_line(fetch(tmp_path, hub.url, tmp_path / "missing.json"))
+    assert line.startswith("chattts-server: --sha256-map ") and "missing.json" in line
+    assert hub.requests == []

@@ -103,6 +103,15 @@ def fetch(
 ) -> Path:
     """The snapshot folder of `model` in the cache, complete and checked; downloaded (or its
     missing files) first where the cache lacks it. Raises HubError."""
+    try:
+        return _fetch(model, sha256_map, timeout_s, allow_unverified)
+    except OSError as exc:  # the cache's own folders: making them, writing a ref
+        raise cache_error(exc) from None
+
+
+def _fetch(
+    model: HubModel, sha256_map: Mapping[str, str], timeout_s: float, allow_unverified: bool
+) -> Path:
     cached = _cached_snapshot(model)
     offline = hf_constants.HF_HUB_OFFLINE
     if cached is not None and (REGEX_COMMIT_HASH.match(model.revision) or offline):
@@ -203,13 +212,6 @@ def _download_file(model: HubModel, commit: str, relpath: str, timeout_s: float)
 
 def _download_error(exc: OSError, relpath: str) -> HubError:
     endpoint = hf_constants.ENDPOINT
-    if exc.errno == errno.ENOSPC:
-        return HubError(
-            f"no space left on the device of the Hugging Face cache ({hf_constants.HF_HUB_CACHE})"
-            f" while fetching {relpath}: free some, or point HF_HOME elsewhere; the next run "
-            "resumes",
-            environmental=True,
-        )
     # huggingface_hub reports a HEAD call that failed as LocalEntryNotFoundError from the cause.
     cause = exc.__cause__ if isinstance(exc, LocalEntryNotFoundError) else exc
     if isinstance(cause, HfHubHTTPError) and cause.response is not None:
@@ -220,7 +222,23 @@ def _download_error(exc: OSError, relpath: str) -> HubError:
             "download resumes where it stopped",
             environmental=True,
         )
+    if exc.errno is not None:
+        return cache_error(exc)
     return HubError(f"fetching {relpath} from {endpoint} failed: {_reason(exc)}")
+
+
+def cache_error(exc: OSError) -> HubError:
+    """The cache folder itself failed (read-only, not ours, full)."""
+    if exc.errno == errno.ENOSPC:
+        return HubError(
+            f"no space left on the device of the Hugging Face cache ({hf_constants.HF_HUB_CACHE})"
+            ": free some, or point HF_HOME elsewhere; the next run resumes",
+            environmental=True,
+        )
+    return HubError(
+        f"the Hugging Face cache ({hf_constants.HF_HUB_CACHE}) cannot be written: "
+        f"{exc.strerror or exc}; point HF_HOME (or HF_HUB_CACHE) at a folder of yours"
+    )
 
 
 def _http_error(exc: HfHubHTTPError, endpoint: str) -> HubError:
@@ -278,8 +296,14 @@ def _checked(
     if allow_unverified:
         log.warning("--model %s: loading UNVERIFIED files: %s", model, listing)
         return snapshot
-    for relpath, _ in bad:
-        _remove_from_cache(snapshot / relpath)
+    try:
+        for relpath, _ in bad:
+            _remove_from_cache(snapshot / relpath)
+    except OSError as exc:  # a read-only cache: a volume filled elsewhere
+        raise HubError(
+            f"{model}: {listing} against the sha256 map; refused, and not removed from the "
+            f"read-only cache ({exc.strerror}): fill it again"
+        ) from None
     raise HubError(
         f"{model}: {listing} against the sha256 map; refused and removed from the cache "
         "(a next run fetches it again; --allow-unverified loads such files)"
@@ -337,10 +361,9 @@ def resolved(config: ModelConfig) -> ModelConfig:
     dev model), saying why in one line. Raises HubError (a ModelLoadError)."""
     assert config.model is not None
     model = HubModel.parse(config.model)
+    sha256_map = config_sha256_map(config)
     try:
-        snapshot = fetch(
-            model, config_sha256_map(config), config.hub_timeout_s, config.allow_unverified
-        )
+        snapshot = fetch(model, sha256_map, config.hub_timeout_s, config.allow_unverified)
     except HubError as exc:
         if not (config.dev_model_fallback and exc.environmental):
             raise
