@@ -328,13 +328,11 @@ def _progress(model: HubModel, total_bytes: int) -> Iterator[None]:
     disable_progress_bars()
     stop = threading.Event()
     blobs = model.storage / "blobs"
-    start = {p.name: p.stat().st_size for p in blobs.glob("*")} if blobs.is_dir() else {}
+    start = _blob_sizes(blobs)
 
     def report() -> None:
         while not stop.wait(_PROGRESS_EVERY_S):
-            done = sum(
-                p.stat().st_size - start.get(p.name, 0) for p in blobs.glob("*") if p.is_file()
-            )
+            done = sum(size - start.get(name, 0) for name, size in _blob_sizes(blobs).items())
             log.info("--model %s: %.0f of %.0f MB", model, done / _MB, total_bytes / _MB)
 
     thread = threading.Thread(target=report, name="hub-progress", daemon=True)
@@ -353,6 +351,17 @@ def _progress(model: HubModel, total_bytes: int) -> Iterator[None]:
         total_bytes / _MB,
         time.monotonic() - started,
     )
+
+
+def _blob_sizes(blobs: Path) -> dict[str, int]:
+    """Bytes per file in the cache's blobs/ (a `.incomplete` one renamed meanwhile is skipped)."""
+    sizes = {}
+    for path in blobs.glob("*"):
+        try:
+            sizes[path.name] = path.stat().st_size
+        except OSError:
+            continue
+    return sizes
 
 
 def resolved(config: ModelConfig) -> ModelConfig:
