@@ -338,8 +338,8 @@ class NetworkConfig:
         "the model loads: only behind a proxy that checks readiness (deploy/haproxy/haproxy.cfg)",
         switch="both",
     )
-    http_idle_s: float = option(
-        75.0,
+    http_idle_s: int = option(
+        75,
         "close an idle HTTP keep-alive connection after this long, in seconds: longer than a "
         "proxy keeps its idle connections to a replica (nginx and cloud load balancers: 60 s), "
         "so the replica never closes one while the proxy sends a request on it",

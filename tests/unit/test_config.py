@@ -19,7 +19,7 @@ FLAGS = {
     "--metrics-port": 0,
     "--http-port": 0,
     "--listen-when-ready": True,
-    "--http-idle-s": 75.0,
+    "--http-idle-s": 75,
     "--keepalive-time-s": 30.0,
     "--keepalive-timeout-s": 10.0,
     "--max-connection-age-s": 0.0,

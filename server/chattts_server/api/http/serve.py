@@ -65,7 +65,7 @@ class HTTPServer:
         port: int,
         security: SecurityConfig,
         limits: LimitsConfig,
-        idle_s: float,
+        idle_s: int,
     ) -> None:
         options: dict[str, Any] = {}
         if security.tls_cert is not None and security.tls_key is not None:
