@@ -15,6 +15,7 @@ client-side balancer). bench/bench_replicas.py runs the same for 1,000 calls and
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,19 @@ def _drain_lines(cluster: Cluster) -> str:
     )
 
 
+def _proxy_lines(cluster: Cluster, name: str) -> str:
+    """What the proxy logged of requests that did not end cleanly (HAProxy's termination state,
+    four characters before the timers, other than `----`) and of its servers going up or down."""
+    proxy = cluster.proxies.get(name)
+    if proxy is None:
+        return ""
+    return "".join(
+        line
+        for line in proxy.log
+        if " is DOWN" in line or " is UP" in line or re.search(r" (?!----)\S{4} \d+/\d+/", line)
+    )
+
+
 def test_rolling_restart_under_load_fails_no_call(cluster: Cluster) -> None:
     loads = cluster.loads()
     time.sleep(1.5)
@@ -98,7 +112,7 @@ def test_rolling_restart_under_load_fails_no_call(cluster: Cluster) -> None:
     results = {name: load.stop() for name, load in loads.items()}
     for name, outcomes in results.items():
         assert outcomes and all(o.ok for o in outcomes), (
-            f"{name}: {_summary(outcomes)}\n{_drain_lines(cluster)}"
+            f"{name}: {_summary(outcomes)}\n{_drain_lines(cluster)}\n{_proxy_lines(cluster, name)}"
         )
         kinds = {o.kind for o in outcomes}
         http_kinds = {"post", "websocket"} if name != "direct" else set()
