@@ -16,6 +16,7 @@ import numpy as np
 import openai
 
 from chattts_server.config import SecurityConfig, ServerConfig
+from polling import wait_until
 from serverutil import DEV_MODEL_CACHE, InProcessServer, free_port, tiny_server_config
 
 TOKEN = "http-test-token"
@@ -34,6 +35,17 @@ def fixed(num_tokens: int, seed: int = 7) -> dict[str, object]:
 def engine_idle(srv: InProcessServer) -> bool:
     assert srv.server is not None
     return srv.server.engine.stats().active_requests == 0 and srv.server.admission.active == 0
+
+
+IDLE_WAIT_S = 60
+"""How long a slot may take to be released. Generous on purpose: on a loaded machine a release is
+slow, not wrong, so what a test asserts is the ending's status and the engine idle, never how fast."""
+
+
+def wait_idle(srv: InProcessServer, what: str) -> None:
+    """Return once no request holds a KV slot or an admission place (AssertionError after
+    IDLE_WAIT_S, naming `what`)."""
+    wait_until(lambda: engine_idle(srv), IDLE_WAIT_S, what)
 
 
 def streams_total(srv: InProcessServer, method: str, status: str) -> float:

@@ -37,6 +37,11 @@ def assert_healthy(target: str) -> None:
         assert status == health_pb2.HealthCheckResponse.SERVING
 
 
+LONG_WAIT_S = 300
+"""The deadline of a call whose deadline is not under test, and how long a test waits for it: only
+a broken call reaches it, however loaded the machine."""
+
+
 class Streamer(threading.Thread):
     """Runs one Synthesize on its own thread; records the first-chunk event and the final code."""
 
@@ -44,7 +49,7 @@ class Streamer(threading.Thread):
         self,
         target: str,
         req: tts_pb2.SynthesizeRequest,
-        timeout: float = 60,
+        timeout: float = LONG_WAIT_S,
         gate: threading.Event | None = None,
     ) -> None:
         super().__init__(daemon=True)
@@ -65,14 +70,14 @@ class Streamer(threading.Thread):
                     self.replies += 1
                     self.first.set()
                     if self.gate is not None:
-                        self.gate.wait(30)
+                        self.gate.wait(LONG_WAIT_S)
                 self.code = grpc.StatusCode.OK
             except grpc.RpcError as exc:
                 self.code, self.details = exc.code(), exc.details() or ""
             finally:
                 self.first.set()
 
-    def result(self, timeout_s: float = 60) -> grpc.StatusCode | None:
+    def result(self, timeout_s: float = LONG_WAIT_S) -> grpc.StatusCode | None:
         self.join(timeout_s)
         assert not self.is_alive(), "stream did not finish"
         return self.code

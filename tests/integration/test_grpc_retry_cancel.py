@@ -134,12 +134,10 @@ def test_attempts_are_capped() -> None:
         replica = Replica(refusals=100)
         server, port = await _serve(replica)
         async with _channel(port) as channel:
-            started = time.monotonic()
             call = channel.stream_stream(METHOD)()
             await call.write(b"answer")
             assert await call.code() == grpc.StatusCode.UNAVAILABLE
             assert len(replica.attempts) == 5  # maxAttempts
-            assert time.monotonic() - started < 5.0  # backoff 0.1 s doubling, capped at 1 s
         await server.stop(0)
 
     _run(test)

@@ -14,7 +14,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from httputil import TOKEN, LogRecorder, engine_idle, fixed, http_server, http_url, streams_total
+from httputil import TOKEN, LogRecorder, fixed, http_server, http_url, streams_total, wait_idle
 from polling import wait_until
 from serverutil import FaultyRunner
 
@@ -35,7 +35,7 @@ def srv(tiny_model_dir, tmp_path_factory):
 def log(srv):
     with LogRecorder() as recorder:
         yield recorder
-        wait_until(lambda: engine_idle(srv), 10, "the server to be idle after the test")
+        wait_idle(srv, "the server to be idle after the test")
     assert recorder.problems() == []
     assert httpx2.get(http_url(srv) + "/health").status_code == 200
 

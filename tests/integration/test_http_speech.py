@@ -23,12 +23,12 @@ from websockets.sync.client import connect
 from httputil import (
     TOKEN,
     decode,
-    engine_idle,
     fixed,
     http_server,
     http_url,
     samples_for,
     streams_total,
+    wait_idle,
 )
 from polling import wait_until
 from serverutil import refuses_connections
@@ -50,7 +50,7 @@ def client(srv):
         base_url=http_url(srv) + "/v1", api_key=TOKEN, max_retries=0, timeout=60
     ) as c:
         yield c
-    wait_until(lambda: engine_idle(srv), 10, "the server to be idle after the test")
+    wait_idle(srv, "the server to be idle after the test")
 
 
 def _speech(client, response_format: str, stream_format: str = "audio", **kw) -> bytes:
@@ -289,7 +289,7 @@ def test_full_server_is_429_with_retry_after_and_a_disconnect_cancels(client, sr
         assert srv.server.engine.stats().active_requests == 1
         holder.close()  # the client goes away mid-stream
         # Its generation stops: the slot is free and the stream ends CANCELLED.
-        wait_until(lambda: engine_idle(srv), 5, "the disconnected stream's slot to be freed")
+        wait_idle(srv, "the disconnected stream's slot to be freed")
     assert streams_total(srv, "HTTPSpeech", "CANCELLED") == cancelled_before + 1
 
 

@@ -11,8 +11,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from httputil import TOKEN, engine_idle, fixed, http_server, samples_for, streams_total
-from polling import wait_until
+from httputil import TOKEN, fixed, http_server, samples_for, streams_total, wait_idle
 
 N = 24
 
@@ -26,7 +25,7 @@ def srv(tiny_model_dir, tmp_path_factory):
 @pytest.fixture
 def ws_url(srv):
     yield f"ws://127.0.0.1:{srv.server.http_port}/v1/audio/speech/stream"
-    wait_until(lambda: engine_idle(srv), 10, "the server to be idle after the test")
+    wait_idle(srv, "the server to be idle after the test")
 
 
 @contextmanager
@@ -163,5 +162,5 @@ def test_disconnect_cancels_generation(ws_url, srv):
         assert isinstance(ws.recv(timeout=30), bytes)
         assert srv.server.engine.stats().active_requests == 1
     # closed: the client went away mid-utterance
-    wait_until(lambda: engine_idle(srv), 5, "the closed socket's slot to be freed")
+    wait_idle(srv, "the closed socket's slot to be freed")
     assert streams_total(srv, "HTTPSpeechStream", "CANCELLED") == before + 1

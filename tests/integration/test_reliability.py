@@ -20,8 +20,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
+from httputil import wait_idle
 from polling import wait_until
-from reliability_calls import Streamer, assert_healthy, fixed, request, rpc_error
+from reliability_calls import LONG_WAIT_S, Streamer, assert_healthy, fixed, request, rpc_error
 from serverutil import (
     DEV_MODEL_CACHE,
     REPO,
@@ -49,11 +50,6 @@ def small(tiny_model_dir):
         yield srv
 
 
-def engine_idle(srv: InProcessServer) -> bool:
-    assert srv.server is not None
-    return srv.server.engine.stats().active_requests == 0 and srv.server.admission.active == 0
-
-
 # -- admission ----------------------------------------------------------------------------------
 
 
@@ -67,13 +63,13 @@ def test_over_admission_is_refused_fast_and_admitted_streams_finish(small):
     for s in long:
         s.start()
     for s in long:
-        assert s.first.wait(30)
+        assert s.first.wait(LONG_WAIT_S)
     assert adm.active == 2
 
     # A queued stream whose deadline passes while it waits: DEADLINE_EXCEEDED, queue emptied.
     expired = Streamer(small.target, request(), timeout=0.5)
     expired.start()
-    assert expired.result(10) == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert expired.result() == grpc.StatusCode.DEADLINE_EXCEEDED
     wait_until(lambda: adm.waiting == 0, 30, "the expired waiter to leave the queue")
 
     queued = Streamer(small.target, request("Queued stream.", 6))
@@ -92,7 +88,7 @@ def test_over_admission_is_refused_fast_and_admitted_streams_finish(small):
     gate.set()
     assert [s.result() for s in long] == [grpc.StatusCode.OK] * 2
     assert queued.result() == grpc.StatusCode.OK
-    wait_until(lambda: engine_idle(small), 5, "slots to be released")
+    wait_idle(small, "slots to be released")
     assert_healthy(small.target)
 
 
@@ -103,23 +99,23 @@ def test_short_deadline_on_long_text_frees_the_engine(small):
     text = " ".join(f"Sentence number {i} is here." for i in range(20))
     s = Streamer(small.target, tts_pb2.SynthesizeRequest(text=text, config=fixed(200)), timeout=1.0)
     s.start()
-    assert s.result(15) == grpc.StatusCode.DEADLINE_EXCEEDED
-    wait_until(lambda: engine_idle(small), 3, "the engine to drop the expired request")
+    assert s.result() == grpc.StatusCode.DEADLINE_EXCEEDED
+    wait_idle(small, "the engine to drop the expired request")
     assert_healthy(small.target)
 
 
 def test_expired_deadline_does_not_fail_other_streams(small):
     other = Streamer(small.target, request("An innocent bystander.", 40))
     other.start()
-    assert other.first.wait(30)
+    assert other.first.wait(LONG_WAIT_S)
     text = " ".join(f"Sentence number {i} is here." for i in range(10))
     expiring = Streamer(
         small.target, tts_pb2.SynthesizeRequest(text=text, config=fixed(200)), timeout=0.6
     )
     expiring.start()
-    assert expiring.result(15) == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert expiring.result() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert other.result() == grpc.StatusCode.OK, other.details
-    wait_until(lambda: engine_idle(small), 3, "slots to be released")
+    wait_idle(small, "slots to be released")
 
 
 def test_client_process_killed_mid_stream_frees_its_slot(small):
@@ -145,7 +141,7 @@ def test_client_process_killed_mid_stream_frees_its_slot(small):
         assert small.server.engine.stats().active_requests == 1
         proc.kill()
         proc.wait(10)
-        wait_until(lambda: engine_idle(small), 5, "the dead client's slot to be released")
+        wait_idle(small, "the dead client's slot to be released")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -162,14 +158,14 @@ def test_engine_exception_fails_only_that_stream(small):
     same decode batch, ends OK."""
     other = Streamer(small.target, request("A calm sentence.", 60))
     other.start()
-    assert other.first.wait(30)
+    assert other.first.wait(LONG_WAIT_S)
     bad = Streamer(small.target, request("This goes BOOM.", 60))
     bad.start()
     assert bad.result() == grpc.StatusCode.INTERNAL
     assert other.result() == grpc.StatusCode.OK
     assert "Traceback" not in bad.details and len(bad.details) < 300
     assert "BOOM" in bad.details
-    wait_until(lambda: engine_idle(small), 5, "slots to be released")
+    wait_idle(small, "slots to be released")
     assert_healthy(small.target)
 
 
@@ -196,17 +192,17 @@ def _queued_streams(metrics_port: int) -> float:
 
 
 def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
-    args = ["--grace-s", "10", "--no-warmup", "--max-streams", "1"]
+    args = ["--grace-s", str(LONG_WAIT_S), "--no-warmup", "--max-streams", "1"]
     with launch(args, DEV_MODEL_CACHE, metrics=True) as srv:
         target = srv.target
         wait_serving(target)
         s = Streamer(target, request("Finish me please.", 40))
         s.start()
-        assert s.first.wait(30)
+        assert s.first.wait(LONG_WAIT_S)
         # One more waits for the only place: queued before the drain, it is served in it.
         queued = Streamer(target, request("Queued before the drain.", 8))
         queued.start()
-        wait_until(lambda: _queued_streams(srv.metrics_port) == 1, 10, "a stream queued")
+        wait_until(lambda: _queued_streams(srv.metrics_port) == 1, 60, "a stream queued")
         with grpc.insecure_channel(target) as channel:
             watch = health_pb2_grpc.HealthStub(channel).Watch(
                 health_pb2.HealthCheckRequest(), timeout=10
@@ -217,12 +213,12 @@ def test_sigterm_lets_streams_in_flight_finish(tiny_model_dir):
             # client balancer can open a new connection to the draining replica.
             assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
             watch.cancel()
-        wait_until(lambda: refuses_connections(srv.port), 5, "the listener closed")
+        wait_until(lambda: refuses_connections(srv.port), 60, "the listener closed")
         err = rpc_error(target, request())
         assert err.code() == grpc.StatusCode.UNAVAILABLE
-        assert s.result(30) == grpc.StatusCode.OK
-        assert queued.result(30) == grpc.StatusCode.OK and queued.replies > 0
-        assert srv.proc.wait(30) == 0
+        assert s.result() == grpc.StatusCode.OK
+        assert queued.result() == grpc.StatusCode.OK and queued.replies > 0
+        assert srv.proc.wait(LONG_WAIT_S) == 0
 
 
 def test_sigterm_cancels_streams_past_the_grace_period(tiny_model_dir):
@@ -230,10 +226,10 @@ def test_sigterm_cancels_streams_past_the_grace_period(tiny_model_dir):
         wait_serving(srv.target)
         s = Streamer(srv.target, request("Too long to finish.", 380))
         s.start()
-        assert s.first.wait(30)
+        assert s.first.wait(LONG_WAIT_S)
         srv.proc.send_signal(signal.SIGTERM)
-        assert s.result(15) in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
-        assert srv.proc.wait(20) == 0
+        assert s.result() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        assert srv.proc.wait(LONG_WAIT_S) == 0
 
 
 def test_broken_engine_turns_not_serving_and_the_server_exits_nonzero(tiny_model_dir):

@@ -198,8 +198,6 @@ def test_a_caption_stream_over_its_lag_limits_speeds_up_then_skips(server):
     # audio (about 1 s, over max_lag_s) and is sped up, however fast the machine is.
     assert all(e.speed == 5 or e.utterance_index > 0 for e in spoken)
     assert all(5 < e.speed <= 8 for e in spoken[1:]), [e.speed for e in spoken]
-    # The lag a listener has: bounded by the hard limit plus one utterance's start-up.
-    assert all(e.lag_s < 4.0 + 5.0 for e in spoken), [e.lag_s for e in spoken]
     # Without limits nothing is skipped or sped up.
     plain = _ends(streamed(server.target, inputs[:4] + inputs[-1:], _config(48), WAIT_S))
     assert {e.finish_reason for e in plain} == {"max_tokens"}

@@ -19,9 +19,8 @@ import pytest
 from websockets.sync.client import connect
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from httputil import TOKEN, engine_idle, http_server, samples_for
+from httputil import TOKEN, http_server, samples_for, wait_idle
 from navigation_ssml import PROMPTS, TAG_WORDS
-from polling import wait_until
 from ssml_heard import (
     RATE,
     Heard,
@@ -45,7 +44,7 @@ def srv(tiny_model_dir, tmp_path_factory):
 def stub(srv):
     with grpc.insecure_channel(f"127.0.0.1:{srv.port}") as channel:
         yield tts_pb2_grpc.TextToSpeechStub(channel)
-    wait_until(lambda: engine_idle(srv), 10, "the server to be idle after the test")
+    wait_idle(srv, "the server to be idle after the test")
 
 
 # -- every element of the table, from gRPC and from POST -----------------------------------------

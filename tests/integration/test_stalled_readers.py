@@ -25,7 +25,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from httputil import TOKEN, LogRecorder, engine_idle, http_server
+from httputil import TOKEN, LogRecorder, engine_idle, http_server, wait_idle
 from polling import wait_until
 
 STALL_S = 2.0
@@ -52,7 +52,7 @@ def srv(tiny_model_dir, tmp_path_factory):
 def log(srv):
     with LogRecorder() as recorder:
         yield recorder
-        wait_until(lambda: engine_idle(srv), 10, "the server to be idle after the test")
+        wait_idle(srv, "the server to be idle after the test")
     assert recorder.problems() == []
 
 
