@@ -70,6 +70,14 @@ class Replica:
         return f"http://127.0.0.1:{self.http_port}"
 
 
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 def _http_ready(url: str) -> bool:
     try:
         return httpx2.get(url + "/health", timeout=2).status_code == 200
@@ -176,13 +184,25 @@ class HAProxy:
     def http_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
 
-    def start(self, timeout_s: float = 10.0) -> None:
+    def start(self, timeout_s: float = 10.0, attempts: int = 3) -> None:
+        """Start, on two other free ports when another process took one of these between
+        `free_port` and HAProxy's bind (HAProxy exits: cannot bind)."""
+        for _ in range(attempts - 1):
+            if self._start_once(timeout_s):
+                return
+            self.grpc_port, self.http_port = free_port(), free_port()
+        if not self._start_once(timeout_s):
+            raise RuntimeError("haproxy could not bind its ports:\n" + "".join(self.log))
+
+    def _start_once(self, timeout_s: float) -> bool:
+        """Serving on both ports: True; exited as a port was taken: False."""
         env = {
             **os.environ,
             **self.replicas.env(),
             "CHATTTS_PROXY_GRPC_BIND": f"127.0.0.1:{self.grpc_port}",
             "CHATTTS_PROXY_HTTP_BIND": f"127.0.0.1:{self.http_port}",
         }
+        self.log = []
         self.proc = subprocess.Popen(
             ["haproxy", "-db", "-f", str(self.config)],
             stdout=subprocess.PIPE,
@@ -192,12 +212,20 @@ class HAProxy:
         )
         threading.Thread(target=self._read, daemon=True, name="haproxy-log").start()
         deadline = time.monotonic() + timeout_s
-        while not _http_ready(self.http_url):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+        # Both ports answer and HAProxy still runs: another server on a port it failed to bind
+        # would answer too, but HAProxy would have exited.
+        while not (
+            _http_ready(self.http_url) and _accepts(self.grpc_port) and self.proc.poll() is None
+        ):
+            if self.proc.poll() is not None:
+                self.proc.wait()
+                if any("cannot bind" in line for line in self.log):
+                    return False
+                raise RuntimeError("haproxy did not start:\n" + "".join(self.log))
+            if time.monotonic() > deadline:
                 raise RuntimeError("haproxy did not start:\n" + "".join(self.log))
             time.sleep(0.1)
-        with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=2):
-            pass
+        return True
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
