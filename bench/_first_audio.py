@@ -174,7 +174,8 @@ def _engine_parts(args: argparse.Namespace, text: str) -> tuple[dict, int]:
     from chattts_server.threads import configure_threads
 
     configure_threads(None)  # as the server does, before torch loads
-    from chattts_server.config import EngineConfig, ModelConfig
+    from chattts_server.config import EngineConfig
+    from chattts_server.config_model import ModelConfig
     from chattts_server.engine.runner import ModelRunner
     from chattts_server.engine.utterance import VoiceSpec
 

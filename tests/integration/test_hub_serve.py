@@ -17,7 +17,7 @@ import pytest
 from chattts_client import TTSClient
 from chattts_devtools import launcher
 from chattts_proto.chattts.v1 import tts_pb2
-from chattts_server.config import ModelConfig
+from chattts_server.config_model import ModelConfig
 from chattts_server.model import hub as hub_module
 from chattts_server.model.verify import OFFICIAL_FILES
 from fake_hub import COMMIT, FakeHub, repo_files, sha256_map

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from chattts_server.config import ConfigError, EngineConfig, ModelConfig, ServerConfig
+from chattts_server.config import ConfigError, EngineConfig, ServerConfig
 from chattts_server.config_cli import build_parser, config_from_args
+from chattts_server.config_model import ModelConfig
 
 # The flag set and defaults of the hand-written parser this one replaced (2026-12-01).
 FLAGS = {

@@ -4,7 +4,7 @@ classes: what `make run`, the tests and the benchmarks serve where no real weigh
 
 import logging
 
-from ..config import ModelConfig
+from ..config_model import ModelConfig
 from .assets import build_dev_assets
 
 __all__ = ["build_dev_assets", "dev_model_dir"]

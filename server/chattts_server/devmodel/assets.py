@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..audio_constants import HOP_LENGTH, NUM_MELS, SAMPLE_RATE_HZ
-from ..config import DEV_MODEL_CACHE
+from ..config_model import DEV_MODEL_CACHE
 from ..model.chattts_config import build_vocos, chattts_config
 from ..model.shapes import (
     ConvStackShapes,
@@ -43,7 +43,7 @@ _SEED = 20240528
 
 
 def default_dev_cache_dir() -> Path:
-    """Where dev assets are cached unless told otherwise (config.DEV_MODEL_CACHE, expanded)."""
+    """Where dev assets are cached unless told otherwise (config_model.DEV_MODEL_CACHE, expanded)."""
     return DEV_MODEL_CACHE.expanduser()
 
 

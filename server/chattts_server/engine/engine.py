@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import EngineConfig, ModelConfig
+from ..config import EngineConfig
+from ..config_model import ModelConfig
 from ..errors import EngineError, EngineUnavailableError, InvalidRequestError
 from ..model.errors import ModelLoadError
 from ..thread_governor import ThreadGovernor, name_model_thread

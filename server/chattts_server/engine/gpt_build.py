@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..config import EngineConfig, ModelConfig
+from ..config import EngineConfig
+from ..config_model import ModelConfig
 from ..defaults import GGUF_FORMATS, MIN_SNR_DB
 from ..model.gguf_export import GGUFCache
 from ..model.kv_cache import SlotKVCache

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from ..audio_constants import FRAMES_PER_TOKEN
-from ..config import EngineConfig, ModelConfig
+from ..config import EngineConfig
+from ..config_model import ModelConfig
 from ..devmodel import dev_model_dir
 from ..errors import EngineError, InvalidRequestError
 from ..model import hub

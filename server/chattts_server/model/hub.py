@@ -40,7 +40,7 @@ from huggingface_hub.utils import (
     enable_progress_bars,
 )
 
-from ..config import ModelConfig
+from ..config_model import ModelConfig
 from .errors import ModelLoadError
 from .verify import OFFICIAL_FILES, check_file, config_sha256_map
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from ..config import ModelConfig
+from ..config_model import ModelConfig
 from .chattts_config import build_vocos, chattts_config
 from .errors import ModelLoadError
 from .shapes import ModelShapes, check_consistent, read_shapes

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..config import ModelConfig
+from ..config_model import ModelConfig
 from .errors import ModelLoadError
 
 # The official asset files, relative to the model dir (the folder that holds `asset/`).
