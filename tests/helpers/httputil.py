@@ -48,6 +48,25 @@ def wait_idle(srv: InProcessServer, what: str) -> None:
     wait_until(lambda: engine_idle(srv), IDLE_WAIT_S, what)
 
 
+def stalled_total(srv: InProcessServer) -> float:
+    """Streams the server has cancelled for --stall-timeout-s, all methods together."""
+    assert srv.server is not None
+    return sum(
+        sample.value
+        for metric in srv.server.metrics.registry.collect()
+        if metric.name == "chattts_stalled_streams"
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    )
+
+
+def wait_freed_by_the_call(srv: InProcessServer, stalled_before: float, what: str) -> None:
+    """`wait_idle`, then: the slot was freed by how the call ended (its cancel, deadline or death),
+    not by --stall-timeout-s, which a wait as long as IDLE_WAIT_S would also reach."""
+    wait_idle(srv, what)
+    assert stalled_total(srv) == stalled_before, f"{what}: freed by the stall timeout, not the call"
+
+
 def streams_total(srv: InProcessServer, method: str, status: str) -> float:
     assert srv.server is not None
     value = srv.server.metrics.registry.get_sample_value(

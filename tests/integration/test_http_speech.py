@@ -27,7 +27,9 @@ from httputil import (
     http_server,
     http_url,
     samples_for,
+    stalled_total,
     streams_total,
+    wait_freed_by_the_call,
     wait_idle,
 )
 from polling import wait_until
@@ -275,6 +277,7 @@ def test_tokens_are_those_of_grpc(srv):
 
 def test_full_server_is_429_with_retry_after_and_a_disconnect_cancels(client, srv):
     cancelled_before = streams_total(srv, "HTTPSpeech", "CANCELLED")
+    stalled_before = stalled_total(srv)
     with client.audio.speech.with_streaming_response.create(
         model="tts-1", voice="alloy", input=LONG, response_format="pcm",
         extra_body={"chattts": fixed(200)},
@@ -289,7 +292,7 @@ def test_full_server_is_429_with_retry_after_and_a_disconnect_cancels(client, sr
         assert srv.server.engine.stats().active_requests == 1
         holder.close()  # the client goes away mid-stream
         # Its generation stops: the slot is free and the stream ends CANCELLED.
-        wait_idle(srv, "the disconnected stream's slot to be freed")
+        wait_freed_by_the_call(srv, stalled_before, "the disconnected stream's slot to be freed")
     assert streams_total(srv, "HTTPSpeech", "CANCELLED") == cancelled_before + 1
 
 

@@ -11,7 +11,16 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from httputil import TOKEN, fixed, http_server, samples_for, streams_total, wait_idle
+from httputil import (
+    TOKEN,
+    fixed,
+    http_server,
+    samples_for,
+    stalled_total,
+    streams_total,
+    wait_freed_by_the_call,
+    wait_idle,
+)
 
 N = 24
 
@@ -156,11 +165,12 @@ def test_full_server_is_an_error_to_retry(ws_url, srv):
 
 def test_disconnect_cancels_generation(ws_url, srv):
     before = streams_total(srv, "HTTPSpeechStream", "CANCELLED")
+    stalled_before = stalled_total(srv)
     with _open(ws_url, sampling={"min_new_tokens": 300, "max_new_tokens": 300}) as ws:
         ws.send(json.dumps({"type": "text", "text": "Talk for a long while.", "flush": True}))
         ws.send(json.dumps({"type": "end"}))  # nothing more to read: the server still notices
         assert isinstance(ws.recv(timeout=30), bytes)
         assert srv.server.engine.stats().active_requests == 1
     # closed: the client went away mid-utterance
-    wait_idle(srv, "the closed socket's slot to be freed")
+    wait_freed_by_the_call(srv, stalled_before, "the closed socket's slot to be freed")
     assert streams_total(srv, "HTTPSpeechStream", "CANCELLED") == before + 1

@@ -20,7 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from httputil import wait_idle
+from httputil import stalled_total, wait_freed_by_the_call, wait_idle
 from polling import wait_until
 from reliability_calls import LONG_WAIT_S, Streamer, assert_healthy, fixed, request, rpc_error
 from serverutil import (
@@ -97,14 +97,16 @@ def test_over_admission_is_refused_fast_and_admitted_streams_finish(small):
 
 def test_short_deadline_on_long_text_frees_the_engine(small):
     text = " ".join(f"Sentence number {i} is here." for i in range(20))
+    stalled_before = stalled_total(small)
     s = Streamer(small.target, tts_pb2.SynthesizeRequest(text=text, config=fixed(200)), timeout=1.0)
     s.start()
     assert s.result() == grpc.StatusCode.DEADLINE_EXCEEDED
-    wait_idle(small, "the engine to drop the expired request")
+    wait_freed_by_the_call(small, stalled_before, "the engine to drop the expired request")
     assert_healthy(small.target)
 
 
 def test_expired_deadline_does_not_fail_other_streams(small):
+    stalled_before = stalled_total(small)
     other = Streamer(small.target, request("An innocent bystander.", 40))
     other.start()
     assert other.first.wait(LONG_WAIT_S)
@@ -115,7 +117,7 @@ def test_expired_deadline_does_not_fail_other_streams(small):
     expiring.start()
     assert expiring.result() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert other.result() == grpc.StatusCode.OK, other.details
-    wait_idle(small, "slots to be released")
+    wait_freed_by_the_call(small, stalled_before, "slots to be released")
 
 
 def test_client_process_killed_mid_stream_frees_its_slot(small):
@@ -139,9 +141,10 @@ def test_client_process_killed_mid_stream_frees_its_slot(small):
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "FIRST"
         assert small.server.engine.stats().active_requests == 1
+        stalled_before = stalled_total(small)
         proc.kill()
         proc.wait(10)
-        wait_idle(small, "the dead client's slot to be released")
+        wait_freed_by_the_call(small, stalled_before, "the dead client's slot to be released")
     finally:
         if proc.poll() is None:
             proc.kill()
