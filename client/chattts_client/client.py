@@ -26,6 +26,7 @@ from chattts_client.channel import (
 from chattts_client.messages import StreamItem, VoiceInfo, text_input
 from chattts_client.push_stream import PushStream
 from chattts_client.resilience import SERVICE_CONFIG
+from chattts_client.resuming import ResumingEventStream
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 
 
@@ -236,10 +237,34 @@ class AsyncTTSClient(_ClientBase):
         *,
         config: tts_pb2.SynthesisConfig | None = None,
         timeout: float | None = None,
+        resumable: bool = True,
     ) -> PushStream:
         """Open a StreamingSynthesize call to push text into (`PushStream.push`, `flush`,
-        `clear`, `end_input`) while iterating its events. Call from inside the event loop."""
-        return PushStream(lambda items: self.stream(items, config=config, timeout=timeout))
+        `clear`, `end_input`) while iterating its events. Call from inside the event loop.
+
+        `resumable` (the default): when the connection drops, the stream is resumed on a new
+        call from what was received, with a `ResumedEvent` and nothing lost or repeated
+        (chattts_client/resuming.py); `timeout` bounds the whole stream, over its calls."""
+        if not resumable:
+            return PushStream(lambda items: self.stream(items, config=config, timeout=timeout))
+        stub = self._get_stub()
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def start_call(
+            requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest], wait: bool
+        ) -> Any:
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            return stub.StreamingSynthesize(
+                requests, timeout=left, metadata=self._spec.metadata, wait_for_ready=wait
+            )
+
+        def open_call(items: AsyncIterable[StreamItem]) -> ResumingEventStream:
+            stats = SynthesisStats(started_at=time.perf_counter())
+            return ResumingEventStream(
+                start_call, config or tts_pb2.SynthesisConfig(), items, stats
+            )
+
+        return PushStream(open_call)
 
     async def list_voices(self, *, timeout: float | None = None) -> list[VoiceInfo]:
         response = await self._get_stub().ListVoices(

@@ -119,7 +119,25 @@ class SegmentEndEvent:
     text: str
 
 
-Event = AudioChunkEvent | UtteranceEndEvent | MarkEvent | WordTimingsEvent | SegmentEndEvent
+@dataclass(frozen=True)
+class ResumedEvent:
+    """A resumable stream's connection dropped and the stream went on, on the same server, from
+    the audio the listener had (`AsyncTTSClient.open_stream`): no audio or event was lost or
+    repeated. Made by the client library, not sent by the server."""
+
+    gap_s: float  # from the failure to the resumed call's answer
+    sample_offset: int  # the stream's samples received before it
+    attempts: int  # the calls it took
+
+
+Event = (
+    AudioChunkEvent
+    | UtteranceEndEvent
+    | MarkEvent
+    | WordTimingsEvent
+    | SegmentEndEvent
+    | ResumedEvent
+)
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,10 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 
 from chattts_client.calls import AsyncEventStream, SynthesisStats
 from chattts_client.messages import Clear, Event, Flush, Mark, Replace, Segment, StreamItem
+from chattts_client.resuming import ResumingEventStream
 from chattts_client.timeline import Timeline
 
-OpenCall = Callable[[AsyncIterable[StreamItem]], AsyncEventStream]
+OpenCall = Callable[[AsyncIterable[StreamItem]], AsyncEventStream | ResumingEventStream]
 
 
 class PushStream(AsyncIterator[Event]):
@@ -133,8 +134,8 @@ class PushStream(AsyncIterator[Event]):
         return self._events.call
 
     def cancel(self) -> None:
-        """End the call now (CANCELLED on the server: its slot is freed within one step); the
-        iteration then ends."""
+        """End the call now (CANCELLED on the server: its slot is freed within one step; a
+        resumable stream is told so with `CancelStream`); the iteration then ends."""
         self._ended = self._cancelled = True
         self._events.cancel()
 

@@ -176,6 +176,13 @@ class LimitsConfig:
         "for it this long, in seconds; 0 = never",
         bounds=(0, 3600),
     )
+    resume_window_s: float = option(
+        20.0,
+        "keep a resumable stream (SynthesisConfig.resumable) this long after its connection "
+        "drops, generating into a bounded buffer, for a ResumeStream to continue it, in "
+        "seconds; 0 = resuming off",
+        bounds=(0, 3600),
+    )
 
     def check(self) -> None:
         _check(

@@ -81,6 +81,16 @@ class Metrics:
             "replaced, cut, expired, not_spoken)",
             ["outcome"],
         )
+        self.parked_streams = gauge(
+            "chattts_parked_streams",
+            "Resumable streams held for a resume (their connection dropped, or they ended and "
+            "the client may not have had the last of them), each for --resume-window-s",
+        )
+        self.resumes = counter(
+            "chattts_resumes_total",
+            "ResumeStream calls, by result (ok, not_found, permission_denied, out_of_range)",
+            ["result"],
+        )
         self.active_streams = gauge("chattts_active_streams", "Streams admitted and running")
         self.queued_streams = gauge("chattts_queued_streams", "Streams waiting for admission")
         self.slots_in_use = gauge("chattts_kv_slots_in_use", "KV-cache slots held by requests")
@@ -142,6 +152,9 @@ class Metrics:
 
     def stalled(self, method: str) -> None:
         self.stalled_streams.labels(method=method).inc()
+
+    def resumed(self, result: str) -> None:
+        self.resumes.labels(result).inc()
 
     def rejected(self, reason: str) -> None:
         self.rejections.labels(reason=reason).inc()

@@ -25,11 +25,20 @@ class ClientGoneError(Exception):
     """The client went away before its request was read (mid-upload, or before the config)."""
 
 
+class ResumeError(Exception):
+    """A resume refused: `status` is the canonical status name (PERMISSION_DENIED, NOT_FOUND,
+    OUT_OF_RANGE, FAILED_PRECONDITION)."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status and message a failure is reported with."""
     if isinstance(exc, InvalidRequestError):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, AuthError):
+    if isinstance(exc, (AuthError, ResumeError)):
         return grpc.StatusCode[exc.status], str(exc)
     if isinstance(exc, AdmissionRejected):
         if exc.code == "exhausted":
@@ -59,6 +68,7 @@ OURS = (
     AuthError,
     AdmissionRejected,
     ClientStalledError,
+    ResumeError,
     EngineError,
     TimeoutError,
 )

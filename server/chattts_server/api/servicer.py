@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
@@ -26,8 +27,9 @@ from ..stream.segments import IfStarted
 from ..stream.settings import StreamSettings
 from .auth import authorization_of
 from .convert import Validator
-from .errors import ClientGoneError, ClientStalledError, abort_with, is_ours
+from .errors import ClientGoneError, ClientStalledError, ResumeError, abort_with, is_ours
 from .events import reply
+from .resume import ResumableStream, Resumer
 from .synthesis import Send, Synthesis
 
 _M = TypeVar("_M", bound=Message)
@@ -48,6 +50,12 @@ class TextToSpeechServicer:
 
     def __init__(self, synthesis: Synthesis) -> None:
         self.synthesis = synthesis
+        limits = synthesis.limits
+        self.resumer = (
+            Resumer(limits.resume_window_s, limits.stall_timeout_s, synthesis.metrics)
+            if limits.resume_window_s
+            else None
+        )
 
     async def ListVoices(
         self, data: bytes, context: grpc.aio.ServicerContext
@@ -75,16 +83,21 @@ class TextToSpeechServicer:
     ) -> None:
         messages = _parsed(requests)
 
-        async def parse(validator: Validator) -> StreamSettings:
+        async def parse(validator: Validator) -> StreamSettings | _Resumable:
             try:
                 first = await anext(messages)
             except StopAsyncIteration:
                 raise ClientGoneError() from None  # half-closed before saying anything
-            if first.WhichOneof("request") != "config":
+            which = first.WhichOneof("request")
+            if which == "resume":
+                return _Resumable(None, first.resume)
+            if which != "config":
                 raise InvalidRequestError(
-                    "config", "the first message of the stream must carry config"
+                    "config", "the first message of the stream must carry config (or resume)"
                 )
-            return validator.settings(first.config)
+            settings = validator.settings(first.config)
+            resumable = first.config.resumable and self.resumer is not None
+            return _Resumable(settings, None) if resumable else settings
 
         await self._serve(context, "StreamingSynthesize", parse, _streaming_reply, messages)
 
@@ -92,7 +105,9 @@ class TextToSpeechServicer:
         self,
         context: grpc.aio.ServicerContext,
         method: str,
-        parse: Callable[[Validator], Awaitable[tuple[str, StreamSettings] | StreamSettings]],
+        parse: Callable[
+            [Validator], Awaitable[tuple[str, StreamSettings] | StreamSettings | _Resumable]
+        ],
         to_reply: Callable[[SessionEvent], Message],
         messages: AsyncIterator[tts_pb2.StreamingSynthesizeRequest] | None,
     ) -> None:
@@ -108,6 +123,8 @@ class TextToSpeechServicer:
             if messages is None:
                 assert isinstance(parsed, tuple)
                 await synthesis.synthesize(method, *parsed, send, **timing)
+            elif isinstance(parsed, _Resumable):
+                await self._resumable(context, parsed, messages, timing)
             else:
                 assert isinstance(parsed, StreamSettings)
                 await synthesis.stream(method, _fragments(messages), parsed, send, **timing)
@@ -117,6 +134,65 @@ class TextToSpeechServicer:
             if not is_ours(exc):
                 raise
             await self._abort(context, exc)
+
+    async def _resumable(
+        self,
+        context: grpc.aio.ServicerContext,
+        parsed: _Resumable,
+        messages: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
+        timing: dict[str, float | None],
+    ) -> None:
+        """A resumable stream begun, or resumed (`ResumeStream`), then this call attached to it
+        until it ends or the connection drops (api/resume.py)."""
+        if self.resumer is None:
+            raise ResumeError(
+                "FAILED_PRECONDITION", "this server does not resume streams (--resume-window-s 0)"
+            )
+        authorization = authorization_of(context.invocation_metadata())
+        start = heard = 0
+        if parsed.resume is not None:
+            resume = parsed.resume
+            try:
+                stream = self.resumer.find(resume.stream_id, resume.resume_token, authorization)
+                start, heard = stream.log.seek(resume.sample_offset, resume.events_received)
+            except Exception as exc:
+                self.synthesis.refused("StreamingSynthesize", exc)
+                raise
+            # At once: the client waits for them to know that it resumed.
+            await context.send_initial_metadata(self.resumer.headers(stream))
+        else:
+            assert parsed.settings is not None
+            stream = self.resumer.open(authorization)
+            stream.start(
+                self.synthesis.stream(
+                    "StreamingSynthesize",
+                    stream.fragments(),
+                    parsed.settings,
+                    stream.send,
+                    guard_stalls=False,
+                    deadline=timing["deadline"],
+                    queue_timeout_s=timing["queue_timeout_s"],
+                )
+            )
+        reading = asyncio.create_task(_post_text(messages, stream))
+        try:
+            await stream.attach(self._resumable_writer(context, stream), start, heard)
+        finally:
+            reading.cancel()
+
+    def _resumable_writer(
+        self, context: grpc.aio.ServicerContext, stream: ResumableStream
+    ) -> Callable[[SessionEvent], Awaitable[None]]:
+        assert self.resumer is not None
+        headers = self.resumer.headers
+
+        async def write(event: SessionEvent) -> None:
+            if not stream.known_to_client:  # with the first event, as for any stream
+                await context.send_initial_metadata(headers(stream))
+                stream.known_to_client = True
+            await context.write(_streaming_reply(event))
+
+        return write
 
     async def _abort(self, context: grpc.aio.ServicerContext, exc: BaseException) -> None:
         ending = abort_with(context, exc, self.synthesis.retry_pushback_ms)
@@ -147,6 +223,30 @@ def _writer(context: grpc.aio.ServicerContext, to_reply: Callable[[SessionEvent]
     return send
 
 
+@dataclass(frozen=True)
+class _Resumable:
+    """StreamingSynthesize's first message asked for a resumable stream, or to resume one."""
+
+    settings: StreamSettings | None
+    resume: tts_pb2.ResumeStream | None
+
+
+async def _post_text(
+    requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest], stream: ResumableStream
+) -> None:
+    """A resumable stream's call: each text message posted to the stream with its seq, its
+    `last` ending the stream's input; `cancel` ends the stream. The end of the requests ends
+    nothing: a connection that drops looks the same here as a half-close."""
+    try:
+        async for message in requests:
+            if message.WhichOneof("request") == "cancel":
+                stream.cancel()
+                return
+            stream.post(message.text.seq, _fragment(message), message.text.last)
+    except InvalidRequestError as exc:
+        stream.end_input(exc)
+
+
 def _parse(message_type: type[_M], data: bytes, field_name: str) -> _M:
     try:
         return message_type.FromString(data)
@@ -168,24 +268,31 @@ async def _fragments(
 ) -> AsyncIterator[TextFragment]:
     """The text messages after the config, as transport-neutral fragments."""
     async for message in requests:
-        which = message.WhichOneof("request")
-        if which == "config":
-            raise InvalidRequestError(
-                "config", "config may be sent only once, as the first message"
-            )
-        if which != "text":
-            raise InvalidRequestError("text", "every message after the config must carry text")
-        text = message.text
-        yield TextFragment(
-            text.text,
-            text.flush,
-            text.clear,
-            text.mark,
-            segment=text.segment,
-            replace=text.replace,
-            if_started=IfStarted.from_pb(text.if_started),
-            expires_in_ms=text.expires_in_ms,
-        )
+        yield _fragment(message)
+
+
+def _fragment(message: tts_pb2.StreamingSynthesizeRequest) -> TextFragment:
+    """A text message after the first, as a transport-neutral fragment."""
+    which = message.WhichOneof("request")
+    if which == "config":
+        raise InvalidRequestError("config", "config may be sent only once, as the first message")
+    if which == "resume":
+        raise InvalidRequestError("resume", "resume may be sent only as the first message")
+    if which == "cancel":
+        raise InvalidRequestError("cancel", "cancel ends resumable streams only (resumable)")
+    if which != "text":
+        raise InvalidRequestError("text", "every message after the config must carry text")
+    text = message.text
+    return TextFragment(
+        text.text,
+        text.flush,
+        text.clear,
+        text.mark,
+        segment=text.segment,
+        replace=text.replace,
+        if_started=IfStarted.from_pb(text.if_started),
+        expires_in_ms=text.expires_in_ms,
+    )
 
 
 def add_to_server(servicer: TextToSpeechServicer, server: grpc.aio.Server) -> None:

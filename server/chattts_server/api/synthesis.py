@@ -204,19 +204,23 @@ class Synthesis:
         *,
         deadline: float | None = None,
         queue_timeout_s: float | None = None,
+        guard_stalls: bool = True,
     ) -> StreamRecord:
         """Streamed text: the fragments are read by the text reader (release policy, markdown,
         barge-in, segments) while released utterances are spoken. The reader starts before
         admission, so the time each message reaches the server is known while the stream waits
         (a segment's expiry counts from it). The fragments end when the client has sent
-        everything; a fragment source that raises ends the stream with that failure."""
+        everything; a fragment source that raises ends the stream with that failure.
+        `guard_stalls=False`: `send` raises ClientStalledError itself (a resumable stream's,
+        which waits without limit while its connection is down)."""
         inbox: Inbox = asyncio.Queue()
         reader = asyncio.create_task(
             read_text(fragments, inbox, self.validator, self.limits.max_stream_chars)
         )
         try:
             async with self._admitted(method, queue_timeout_s, settings.priority) as record:
-                await self._run(Stream(self.engine, settings, deadline, inbox), record, send)
+                stream = Stream(self.engine, settings, deadline, inbox)
+                await self._run(stream, record, send, guard_stalls)
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
@@ -242,14 +246,16 @@ class Synthesis:
 
     # -- inside --------------------------------------------------------------------------
 
-    async def _run(self, stream: Stream, record: StreamRecord, send: Send) -> None:
-        """Hand each of the stream's events to `send` under the stall timeout; a failure sets
-        the record's status and is raised."""
+    async def _run(
+        self, stream: Stream, record: StreamRecord, send: Send, guard_stalls: bool = True
+    ) -> None:
+        """Hand each of the stream's events to `send` under the stall timeout (unless
+        `guard_stalls` is off); a failure sets the record's status and is raised."""
         try:
             async with aclosing(stream.events()) as events:
                 async for event in events:
                     record.on_event(event)
-                    await self.deliver(send(event))
+                    await (self.deliver(send(event)) if guard_stalls else send(event))
         except Exception as exc:
             record.status = status_name(exc)
             if isinstance(exc, ClientStalledError):

@@ -162,7 +162,7 @@ class Chunking(_message.Message):
     def __init__(self, first_chunk_tokens: _Optional[int] = ..., max_chunk_tokens: _Optional[int] = ..., lookahead_tokens: _Optional[int] = ...) -> None: ...
 
 class SynthesisConfig(_message.Message):
-    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release", "text_format", "chunking", "word_timing", "priority", "ssml_ignore_unknown_elements", "lexicons", "max_lag_s", "hard_lag_s", "catch_up_max_speed", "pace_lead_s")
+    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release", "text_format", "chunking", "word_timing", "priority", "ssml_ignore_unknown_elements", "lexicons", "max_lag_s", "hard_lag_s", "catch_up_max_speed", "pace_lead_s", "resumable")
     VOICE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     PROSODY_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +178,7 @@ class SynthesisConfig(_message.Message):
     HARD_LAG_S_FIELD_NUMBER: _ClassVar[int]
     CATCH_UP_MAX_SPEED_FIELD_NUMBER: _ClassVar[int]
     PACE_LEAD_S_FIELD_NUMBER: _ClassVar[int]
+    RESUMABLE_FIELD_NUMBER: _ClassVar[int]
     voice: Voice
     audio_format: AudioFormat
     prosody: Prosody
@@ -193,10 +194,11 @@ class SynthesisConfig(_message.Message):
     hard_lag_s: float
     catch_up_max_speed: int
     pace_lead_s: float
-    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ..., text_format: _Optional[_Union[TextFormat, str]] = ..., chunking: _Optional[_Union[Chunking, _Mapping]] = ..., word_timing: bool = ..., priority: _Optional[_Union[Priority, str]] = ..., ssml_ignore_unknown_elements: bool = ..., lexicons: _Optional[_Iterable[str]] = ..., max_lag_s: _Optional[float] = ..., hard_lag_s: _Optional[float] = ..., catch_up_max_speed: _Optional[int] = ..., pace_lead_s: _Optional[float] = ...) -> None: ...
+    resumable: bool
+    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ..., text_format: _Optional[_Union[TextFormat, str]] = ..., chunking: _Optional[_Union[Chunking, _Mapping]] = ..., word_timing: bool = ..., priority: _Optional[_Union[Priority, str]] = ..., ssml_ignore_unknown_elements: bool = ..., lexicons: _Optional[_Iterable[str]] = ..., max_lag_s: _Optional[float] = ..., hard_lag_s: _Optional[float] = ..., catch_up_max_speed: _Optional[int] = ..., pace_lead_s: _Optional[float] = ..., resumable: bool = ...) -> None: ...
 
 class TextInput(_message.Message):
-    __slots__ = ("text", "flush", "clear", "mark", "segment", "replace", "if_started", "expires_in_ms")
+    __slots__ = ("text", "flush", "clear", "mark", "segment", "replace", "if_started", "expires_in_ms", "seq", "last")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     FLUSH_FIELD_NUMBER: _ClassVar[int]
     CLEAR_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +207,8 @@ class TextInput(_message.Message):
     REPLACE_FIELD_NUMBER: _ClassVar[int]
     IF_STARTED_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
     text: str
     flush: bool
     clear: bool
@@ -213,7 +217,9 @@ class TextInput(_message.Message):
     replace: str
     if_started: IfStarted
     expires_in_ms: int
-    def __init__(self, text: _Optional[str] = ..., flush: bool = ..., clear: bool = ..., mark: _Optional[str] = ..., segment: _Optional[str] = ..., replace: _Optional[str] = ..., if_started: _Optional[_Union[IfStarted, str]] = ..., expires_in_ms: _Optional[int] = ...) -> None: ...
+    seq: int
+    last: bool
+    def __init__(self, text: _Optional[str] = ..., flush: bool = ..., clear: bool = ..., mark: _Optional[str] = ..., segment: _Optional[str] = ..., replace: _Optional[str] = ..., if_started: _Optional[_Union[IfStarted, str]] = ..., expires_in_ms: _Optional[int] = ..., seq: _Optional[int] = ..., last: bool = ...) -> None: ...
 
 class SegmentEnd(_message.Message):
     __slots__ = ("name", "revision", "outcome", "sample_offset", "offset_s", "text")
@@ -232,12 +238,32 @@ class SegmentEnd(_message.Message):
     def __init__(self, name: _Optional[str] = ..., revision: _Optional[int] = ..., outcome: _Optional[_Union[SegmentOutcome, str]] = ..., sample_offset: _Optional[int] = ..., offset_s: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
 
 class StreamingSynthesizeRequest(_message.Message):
-    __slots__ = ("config", "text")
+    __slots__ = ("config", "text", "resume", "cancel")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
     config: SynthesisConfig
     text: TextInput
-    def __init__(self, config: _Optional[_Union[SynthesisConfig, _Mapping]] = ..., text: _Optional[_Union[TextInput, _Mapping]] = ...) -> None: ...
+    resume: ResumeStream
+    cancel: CancelStream
+    def __init__(self, config: _Optional[_Union[SynthesisConfig, _Mapping]] = ..., text: _Optional[_Union[TextInput, _Mapping]] = ..., resume: _Optional[_Union[ResumeStream, _Mapping]] = ..., cancel: _Optional[_Union[CancelStream, _Mapping]] = ...) -> None: ...
+
+class ResumeStream(_message.Message):
+    __slots__ = ("stream_id", "resume_token", "sample_offset", "events_received")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    RESUME_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    stream_id: str
+    resume_token: str
+    sample_offset: int
+    events_received: int
+    def __init__(self, stream_id: _Optional[str] = ..., resume_token: _Optional[str] = ..., sample_offset: _Optional[int] = ..., events_received: _Optional[int] = ...) -> None: ...
+
+class CancelStream(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class AudioChunk(_message.Message):
     __slots__ = ("audio", "sample_offset", "num_samples", "utterance_index", "sample_rate_hz", "encoding")

@@ -1,0 +1,188 @@
+"""One resumable StreamingSynthesize stream over as many calls as its connection needs.
+
+`AsyncTTSClient.open_stream` asks for a resumable stream (`SynthesisConfig.resumable`). When its
+call fails the way a dropped connection fails (UNAVAILABLE, UNKNOWN, INTERNAL) after the server
+sent the stream's id and token, this opens a new call whose first message is a `ResumeStream`
+with the samples the listener has and the events received since them, sends every text message
+again (each carries its `seq`, and the server applies each once), and goes on reading: the
+caller sees one `ResumedEvent` and then the rest of the stream, nothing lost or repeated. It
+tries until the server's resume window (`chattts-resume-window-s`) has passed; a refusal
+(NOT_FOUND, PERMISSION_DENIED, OUT_OF_RANGE) or any other status ends the iteration with the
+original failure.
+
+`cancel()` sends `CancelStream`, so the server frees the stream's slot at once instead of
+keeping it for a resume; the call is cancelled outright CANCEL_GRACE_S later if it has not
+ended by then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import Any
+
+import grpc
+
+from chattts_client.calls import SynthesisStats
+from chattts_client.messages import Event, ResumedEvent, StreamItem, event_from_pb, text_input
+from chattts_proto.chattts.v1 import tts_pb2
+
+Request = tts_pb2.StreamingSynthesizeRequest
+StartCall = Callable[[AsyncIterator[Request], bool], Any]
+"""Starts a StreamingSynthesize call on these requests (with wait_for_ready when True)."""
+
+DROPPED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
+"""The statuses a cut connection ends a call with."""
+CANCEL_GRACE_S = 5.0
+_BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+class ResumingEventStream(AsyncIterator[Event]):
+    """The events of one resumable stream, with `stats`, `call` and `cancel()` as
+    `AsyncEventStream` has."""
+
+    def __init__(
+        self,
+        start_call: StartCall,
+        config: tts_pb2.SynthesisConfig,
+        items: AsyncIterable[StreamItem],
+        stats: SynthesisStats,
+    ) -> None:
+        self._start_call = start_call
+        self.stats = stats
+        self._sent: list[Request] = []
+        self._input_done = False
+        self._cancelling = False
+        self._changed = asyncio.Event()
+        self._headers: dict[str, str] = {}
+        self._offset = 0
+        self._events_since_audio = 0
+        self._pump = asyncio.ensure_future(self._take(items))
+        first = tts_pb2.SynthesisConfig()
+        first.CopyFrom(config)
+        first.resumable = True
+        self._call = start_call(self._requests(Request(config=first)), False)
+        self._responses: AsyncIterator[Any] = self._call.__aiter__()
+
+    @property
+    def call(self) -> Any:
+        """The grpc.aio call now carrying the stream."""
+        return self._call
+
+    @property
+    def stream_id(self) -> str:
+        """The server's id of the stream ("" before its first response)."""
+        return self._headers.get("chattts-stream-id", "")
+
+    def __aiter__(self) -> ResumingEventStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        try:
+            response = await self._responses.__anext__()
+        except grpc.aio.AioRpcError as exc:
+            await self._note_headers()
+            if self._cancelling or exc.code() not in DROPPED or not self._headers:
+                self.stats.finish()
+                raise
+            return await self._resume(exc)
+        except BaseException:
+            self.stats.finish()
+            raise
+        await self._note_headers()
+        event = event_from_pb(response)
+        self._observe(response)
+        self.stats.observe(event)
+        return event
+
+    def cancel(self) -> None:
+        """End the stream: `CancelStream` to the server, the call cancelled if it lingers."""
+        if self._cancelling:
+            return
+        self._cancelling = True
+        self._pump.cancel()
+        call = self._call
+        if not self._headers:  # no stream the server would keep: a plain cancel
+            call.cancel()
+            return
+        self._notify()
+        asyncio.get_running_loop().call_later(CANCEL_GRACE_S, call.cancel)
+
+    # -- the requests --------------------------------------------------------------------------
+
+    async def _take(self, items: AsyncIterable[StreamItem]) -> None:
+        async for item in items:
+            request = text_input(item)
+            request.text.seq = len(self._sent) + 1
+            self._sent.append(request)
+            self._notify()
+        last = tts_pb2.TextInput(seq=len(self._sent) + 1, last=True)
+        self._sent.append(Request(text=last))
+        self._input_done = True
+        self._notify()
+
+    async def _requests(self, first: Request) -> AsyncIterator[Request]:
+        """One call's requests: `first`, every text message sent so far (the server drops those
+        it has applied), then each new one; half-closed once the input has ended."""
+        yield first
+        index = 0
+        while True:
+            if self._cancelling:
+                yield Request(cancel=tts_pb2.CancelStream())
+                return
+            if index < len(self._sent):
+                index += 1
+                yield self._sent[index - 1]
+                continue
+            if self._input_done:
+                return
+            changed = self._changed
+            await changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- resuming ------------------------------------------------------------------------------
+
+    async def _note_headers(self) -> None:
+        if not self._headers:
+            metadata = await self._call.initial_metadata()
+            self._headers = {k: v for k, v in (metadata or ()) if isinstance(v, str)}
+
+    def _observe(self, response: tts_pb2.StreamingSynthesizeResponse) -> None:
+        """What a resume asks for: the samples received, the events since them."""
+        if response.WhichOneof("response") == "audio" and response.audio.num_samples:
+            self._offset = response.audio.sample_offset + response.audio.num_samples
+            self._events_since_audio = 0
+        else:
+            self._events_since_audio += 1
+
+    async def _resume(self, failure: grpc.aio.AioRpcError) -> ResumedEvent:
+        """New calls with the ResumeStream until one is answered (its headers come), within
+        the server's window; the original failure otherwise."""
+        began = time.perf_counter()
+        window_s = float(self._headers.get("chattts-resume-window-s", "0"))
+        resume = tts_pb2.ResumeStream(
+            stream_id=self._headers["chattts-stream-id"],
+            resume_token=self._headers["chattts-resume-token"],
+            sample_offset=self._offset,
+            events_received=self._events_since_audio,
+        )
+        for attempt in range(1, 1000):
+            call = self._start_call(self._requests(Request(resume=resume)), True)
+            left_s = window_s - (time.perf_counter() - began)
+            try:
+                metadata = await asyncio.wait_for(call.initial_metadata(), max(left_s, 0.01))
+            except TimeoutError:
+                metadata = None
+            if metadata and any(k == "chattts-stream-id" for k, _ in metadata):
+                self._call, self._responses = call, call.__aiter__()
+                return ResumedEvent(time.perf_counter() - began, self._offset, attempt)
+            code = await call.code() if call.done() else None
+            call.cancel()
+            if (code is not None and code not in DROPPED) or left_s <= 0:
+                raise failure
+            await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S)) - 1])
+        raise failure
