@@ -182,6 +182,7 @@ class AsyncTTSClient(_ClientBase):
         # The channel is made on first use, inside the running loop (see _get_stub).
         self._channel: grpc.aio.Channel | None = None
         self._stub: tts_pb2_grpc.TextToSpeechStub | None = None
+        self._cancelling: set[ResumingEventStream] = set()
 
     def _get_stub(self) -> tts_pb2_grpc.TextToSpeechStub:
         if self._stub is None:
@@ -260,9 +261,8 @@ class AsyncTTSClient(_ClientBase):
 
         def open_call(items: AsyncIterable[StreamItem]) -> ResumingEventStream:
             stats = SynthesisStats(started_at=time.perf_counter())
-            return ResumingEventStream(
-                start_call, config or tts_pb2.SynthesisConfig(), items, stats
-            )
+            config_ = config or tts_pb2.SynthesisConfig()
+            return ResumingEventStream(start_call, config_, items, stats, self._cancelling.add)
 
         return PushStream(open_call)
 
@@ -305,6 +305,10 @@ class AsyncTTSClient(_ClientBase):
         return error
 
     async def close(self) -> None:
+        """Close the channel, once every resumable stream cancelled on it has told its server
+        (`CancelStream`: else the server would keep its slot for the resume window)."""
+        cancelling, self._cancelling = self._cancelling, set()
+        await asyncio.gather(*(stream.cancelled() for stream in cancelling))
         if self._channel is not None:
             await self._channel.close()
             self._channel = None

@@ -11,8 +11,8 @@ tries until the server's resume window (`chattts-resume-window-s`) has passed; a
 original failure.
 
 `cancel()` sends `CancelStream`, so the server frees the stream's slot at once instead of
-keeping it for a resume; the call is cancelled outright CANCEL_GRACE_S later if it has not
-ended by then.
+keeping it for a resume; the client's `close()` waits for that (CANCEL_GRACE_S at most, then
+cancels the call outright).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ StartCall = Callable[[AsyncIterator[Request], bool], Any]
 
 DROPPED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 """The statuses a cut connection ends a call with."""
-CANCEL_GRACE_S = 5.0
+CANCEL_GRACE_S = 30.0
 _BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
@@ -48,8 +48,10 @@ class ResumingEventStream(AsyncIterator[Event]):
         config: tts_pb2.SynthesisConfig,
         items: AsyncIterable[StreamItem],
         stats: SynthesisStats,
+        on_cancel: Callable[[ResumingEventStream], object] = lambda _: None,
     ) -> None:
         self._start_call = start_call
+        self._on_cancel = on_cancel
         self.stats = stats
         self._sent: list[Request] = []
         self._input_done = False
@@ -80,7 +82,7 @@ class ResumingEventStream(AsyncIterator[Event]):
 
     async def __anext__(self) -> Event:
         try:
-            response = await self._responses.__anext__()
+            response = await self._read()
         except grpc.aio.AioRpcError as exc:
             await self._note_headers()
             if self._cancelling or exc.code() not in DROPPED or not self._headers:
@@ -96,18 +98,38 @@ class ResumingEventStream(AsyncIterator[Event]):
         self.stats.observe(event)
         return event
 
+    async def _read(self) -> Any:
+        """The next response. A read that grpc.aio sees cancelled cancels its call, which
+        would leave the server holding the stream for a resume: the read is shielded, and this
+        task being cancelled cancels the stream (`cancel`) instead."""
+        read = asyncio.ensure_future(self._responses.__anext__())
+        try:
+            return await asyncio.shield(read)
+        except asyncio.CancelledError:
+            if not read.done():
+                read.add_done_callback(_drop_result)
+                self.cancel()
+            raise
+
     def cancel(self) -> None:
         """End the stream: `CancelStream` to the server, the call cancelled if it lingers."""
         if self._cancelling:
             return
         self._cancelling = True
         self._pump.cancel()
-        call = self._call
         if not self._headers:  # no stream the server would keep: a plain cancel
-            call.cancel()
+            self._call.cancel()
             return
         self._notify()
-        asyncio.get_running_loop().call_later(CANCEL_GRACE_S, call.cancel)
+        self._on_cancel(self)
+
+    async def cancelled(self) -> None:
+        """Once a `cancel()` has reached the server (the call has ended), or CANCEL_GRACE_S
+        has passed (the call is then cancelled outright)."""
+        try:
+            await asyncio.wait_for(self._call.code(), CANCEL_GRACE_S)
+        except TimeoutError:
+            self._call.cancel()
 
     # -- the requests --------------------------------------------------------------------------
 
@@ -186,3 +208,9 @@ class ResumingEventStream(AsyncIterator[Event]):
                 raise failure
             await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S)) - 1])
         raise failure
+
+
+def _drop_result(read: asyncio.Future[Any]) -> None:
+    """A read nobody waits for any longer: its outcome is taken so that none is reported."""
+    if not read.cancelled():
+        read.exception()

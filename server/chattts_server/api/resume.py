@@ -138,7 +138,7 @@ class ResumableStream:
         self.log.next_write = start
         self._notify()
         try:
-            while not (self.task.done() and self.log.all_written()):
+            while not (self.task.done() and (self.log.all_written() or self._ended_for_good())):
                 if self.log.all_written():
                     await self._wait(None)
                     continue
@@ -148,28 +148,28 @@ class ResumableStream:
                 await self._write(write, heard_cut(event, heard) if number == start else event)
                 self.log.wrote(number)
                 self._notify()
-            self.task.result()
+            self._outcome()
         finally:
             if self._attached is me:
                 self._attached = None
                 self._park()
 
     async def _write(self, write: Write, event: SessionEvent) -> None:
-        """One write, given up when the stream ends stalled meanwhile (its client reads
-        nothing: the stream has already been cancelled)."""
+        """One write, given up when the stream ends for good meanwhile: stalled (its client
+        reads nothing) or cancelled."""
         assert self.task is not None
         writing = asyncio.ensure_future(write(event))
         try:
             await asyncio.wait((writing, self.task), return_when=asyncio.FIRST_COMPLETED)
-            if not writing.done() and self._stalled():
-                self.task.result()  # raises the ClientStalledError
+            if not writing.done() and self._ended_for_good():
+                self._outcome()
             await writing
         finally:
             writing.cancel()
 
     def _park(self) -> None:
         self._notify()
-        if self.task is None or (self.task.done() and self._stalled()):
+        if self.task is None or (self.task.done() and self._ended_for_good()):
             self.resumer.forget(self)
             return
         if not self.known_to_client:
@@ -179,6 +179,20 @@ class ResumableStream:
         window = self.resumer.window_s
         self._expiry = asyncio.get_running_loop().call_later(window, self._expire)
         self.resumer.parked_now(+1)
+
+    def _outcome(self) -> None:
+        """The ended stream's failure raised for the call (a cancelled one: CANCELLED, since
+        a handler that raised CancelledError would end its call with no status at all)."""
+        assert self.task is not None
+        if self.task.cancelled():
+            raise ResumeError("CANCELLED", "the stream was cancelled (CancelStream, or a drain)")
+        self.task.result()
+
+    def _ended_for_good(self) -> bool:
+        """Ended with nothing a resume could give: cancelled (CancelStream, the drain's grace
+        passed), or stalled (its client read nothing)."""
+        assert self.task is not None
+        return self.task.cancelled() or self._stalled()
 
     def _stalled(self) -> bool:
         """The stream ended because its attached client read nothing."""
