@@ -252,11 +252,14 @@ class AsyncTTSClient(_ClientBase):
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def start_call(
-            requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest], wait: bool
+            requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest], resuming: str
         ) -> Any:
             left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            metadata = tuple(self._spec.metadata or ())
+            if resuming:
+                metadata += (("chattts-stream-id", resuming),)
             return stub.StreamingSynthesize(
-                requests, timeout=left, metadata=self._spec.metadata, wait_for_ready=wait
+                requests, timeout=left, metadata=metadata or None, wait_for_ready=bool(resuming)
             )
 
         def open_call(items: AsyncIterable[StreamItem]) -> ResumingEventStream:

@@ -29,8 +29,10 @@ from chattts_client.messages import Event, ResumedEvent, StreamItem, event_from_
 from chattts_proto.chattts.v1 import tts_pb2
 
 Request = tts_pb2.StreamingSynthesizeRequest
-StartCall = Callable[[AsyncIterator[Request], bool], Any]
-"""Starts a StreamingSynthesize call on these requests (with wait_for_ready when True)."""
+StartCall = Callable[[AsyncIterator[Request], str], Any]
+"""Starts a StreamingSynthesize call on these requests; to resume the stream of the id given
+(not ""), with wait_for_ready and the id in the `chattts-stream-id` header, which a proxy's
+stickiness routes on (deploy/haproxy)."""
 
 DROPPED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 """The statuses a cut connection ends a call with."""
@@ -64,7 +66,7 @@ class ResumingEventStream(AsyncIterator[Event]):
         first = tts_pb2.SynthesisConfig()
         first.CopyFrom(config)
         first.resumable = True
-        self._call = start_call(self._requests(Request(config=first)), False)
+        self._call = start_call(self._requests(Request(config=first)), "")
         self._responses: AsyncIterator[Any] = self._call.__aiter__()
 
     @property
@@ -193,7 +195,7 @@ class ResumingEventStream(AsyncIterator[Event]):
             events_received=self._events_since_audio,
         )
         for attempt in range(1, 1000):
-            call = self._start_call(self._requests(Request(resume=resume)), True)
+            call = self._start_call(self._requests(Request(resume=resume)), resume.stream_id)
             left_s = window_s - (time.perf_counter() - began)
             try:
                 metadata = await asyncio.wait_for(call.initial_metadata(), max(left_s, 0.01))

@@ -29,6 +29,8 @@ BENCHMARKS = [p for p in SCRIPTS if p.parent.name == "bench" and p.name.startswi
 # A line each smoke run must print; scripts not listed must print something.
 SMOKE_SAYS = {
     "soak.py": r"^RESULT: OK$",
+    # Resumes timed, parked streams' memory.
+    "bench_resume.py": r"^RESULT: resume p95 \d+\.\d ms to the first resumed audio; 2 parked",
     "gen_proto.py": r"up to date with protos/",
     # The sweep's verdict, the server's first chunk against a longer one, then the results file.
     "bench_lookahead.py": (

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
+from chattts_devtools.tcp_relay import TcpRelay
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from serverutil import DEV_MODEL_CACHE, InProcessServer, tiny_server_config
-from tcp_relay import TcpRelay
 
 TEXT = [
     "Turn left onto Main Street, ",

@@ -19,8 +19,8 @@ from chattts_client import (
     UtteranceEndEvent,
     make_config,
 )
+from chattts_devtools.tcp_relay import TcpRelay
 from serverutil import DEV_MODEL_CACHE, InProcessServer, tiny_server_config
-from tcp_relay import TcpRelay
 
 CALL_TIMEOUT_S = 300
 

@@ -30,19 +30,23 @@ class TcpRelay:
         return f"127.0.0.1:{self.port}"
 
     def cut(self) -> int:
-        """Reset every open connection; how many there were."""
-        with self._lock:
-            sockets, self._open = self._open, []
-        for sock in sockets:
-            _reset(sock)
-        if sockets:
+        """Reset every open connection (counted in `cuts` if there was one); how many."""
+        count = self._reset_all()
+        if count:
             self.cuts += 1
-        return len(sockets) // 2
+        return count
 
     def close(self) -> None:
         self._closed = True
         self._listener.close()
-        self.cut()
+        self._reset_all()
+
+    def _reset_all(self) -> int:
+        with self._lock:
+            sockets, self._open = self._open, []
+        for sock in sockets:
+            _reset(sock)
+        return len(sockets) // 2
 
     def __enter__(self) -> TcpRelay:
         return self
