@@ -275,6 +275,7 @@ class TTSServer:
             linger_end = min(deadline, deadline - grace + self.config.admission.http_linger_s)
             await asyncio.sleep(max(0.0, linger_end - loop.time()))
             await self._wait_idle(deadline)  # what came in on those connections meanwhile
+            await self.http.responses_sent(deadline)
             await self.http.stop()  # cancels the HTTP streams still running after the grace
         if grpc_stopped is not None:
             await grpc_stopped
@@ -289,6 +290,8 @@ class TTSServer:
         await self.health.drain()
         if self.http is not None:
             self.http.stop_listening()
+        if self.servicer is not None and self.servicer.resumer is not None:
+            self.servicer.resumer.drain()
         for reserved in self._reserved:
             reserved.close()
         if self.server is None or not self._listening:

@@ -48,7 +48,7 @@ def _auth(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
-def _open(channel: grpc.Channel, token: str | None, text: str = LONG_TEXT * 4):  # type: ignore[no-untyped-def]
+def _open(channel: grpc.Channel, token: str | None, text: str = LONG_TEXT * 4, last: bool = True):  # type: ignore[no-untyped-def]
     """A resumable stream with a text far longer than HTTP/2 lets a call that reads nothing
     take; its call and headers after its first response."""
     config = tts_pb2.SynthesisConfig(
@@ -56,7 +56,7 @@ def _open(channel: grpc.Channel, token: str | None, text: str = LONG_TEXT * 4): 
     )
     requests = [
         tts_pb2.StreamingSynthesizeRequest(config=config),
-        tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=text, seq=1, last=True)),
+        tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=text, seq=1, last=last)),
     ]
     stub = tts_pb2_grpc.TextToSpeechStub(channel)
     metadata = _auth(token) if token else None
@@ -195,3 +195,18 @@ def test_a_server_with_resuming_off_serves_a_resumable_stream_plainly(tiny_model
         assert all(True for _ in call)
         status = _resume(channel, "x-" + "0" * 24, "0" * 32, None)
     assert status == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_a_drain_cancels_parked_streams_at_once(tiny_model_dir) -> None:  # type: ignore[no-untyped-def]
+    """A draining replica can be reached by no resume (its listeners are shut): streams parked
+    on it are cancelled when the drain begins, not kept for their window (600 s here)."""
+    srv = InProcessServer(_config(resume_window_s=600.0))
+    with srv, grpc.insecure_channel(srv.target) as channel:
+        call, _ = _open(channel, None, "Hello there.", last=False)  # then waits for text
+        call.cancel()  # the connection drops: parked
+        resumer = srv.server.servicer.resumer
+        wait_until(lambda: resumer.parked == 1, IDLE_WAIT_S, "the stream parked")
+        assert srv.server.admission.active == 1  # it waits for more text, holding its slot
+        # Drained with a grace far longer than the call's wait: only the cancel ends it in time.
+        srv.call(srv.server.drain(grace_s=600.0), timeout_s=IDLE_WAIT_S)
+        assert resumer.held == 0 and srv.server.admission.active == 0

@@ -146,6 +146,8 @@ class ResumableStream:
                 event = self.log.event(number)
                 self.log.writing(number)
                 await self._write(write, heard_cut(event, heard) if number == start else event)
+                if self._attached is not me:  # taken over meanwhile: the log is the new call's
+                    raise asyncio.CancelledError()
                 self.log.wrote(number)
                 self._notify()
             self._outcome()
@@ -172,12 +174,12 @@ class ResumableStream:
         if self.task is None or (self.task.done() and self._ended_for_good()):
             self.resumer.forget(self)
             return
-        if not self.known_to_client:
+        if not self.known_to_client or self.resumer.draining:  # none could resume it
             self.resumer.forget(self)
             self.cancel()
             return
         window = self.resumer.window_s
-        self._expiry = asyncio.get_running_loop().call_later(window, self._expire)
+        self._expiry = asyncio.get_running_loop().call_later(window, self.expire)
         self.resumer.parked_now(+1)
 
     def _outcome(self) -> None:
@@ -206,7 +208,11 @@ class ResumableStream:
             self._expiry = None
             self.resumer.parked_now(-1)
 
-    def _expire(self) -> None:
+    @property
+    def parked(self) -> bool:
+        return self._expiry is not None
+
+    def expire(self) -> None:
         self._expiry = None
         self.resumer.parked_now(-1)
         self.resumer.forget(self)
@@ -237,7 +243,9 @@ class Resumer:
         self._key = secrets.token_bytes(32)
         self._streams: dict[str, ResumableStream] = {}
         self._parked = 0
-        metrics.parked_streams.set_function(lambda: self._parked)
+        self.draining = False
+        """The doors are shut: no resume can reach this process any more."""
+        metrics.parked_streams.set_function(lambda: self.parked)
 
     def open(self, authorization: str | None) -> ResumableStream:
         stream_id = f"{self.tag}-{secrets.token_hex(12)}"
@@ -279,12 +287,26 @@ class Resumer:
             (TEXT_SEQ_HEADER, str(stream.last_seq)),
         )
 
+    def drain(self) -> None:
+        """The server drains: parked streams are cancelled now (their slots freed), and a
+        stream whose connection drops from here on is cancelled at once."""
+        self.draining = True
+        for stream in list(self._streams.values()):
+            if stream.parked:
+                stream.expire()
+
     def forget(self, stream: ResumableStream) -> None:
         if self._streams.get(stream.stream_id) is stream:
             del self._streams[stream.stream_id]
 
     def parked_now(self, change: int) -> None:
         self._parked += change
+
+    @property
+    def parked(self) -> int:
+        """Streams held for a resume, with no call attached (the `chattts_parked_streams`
+        gauge)."""
+        return self._parked
 
     @property
     def held(self) -> int:

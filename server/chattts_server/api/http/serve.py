@@ -9,6 +9,7 @@ WebSocket messages come from `LimitsConfig` (the header limit through `protocol.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from typing import Any
@@ -121,6 +122,21 @@ class HTTPServer:
                 continue  # a WebSocket: runs on until `stop`
             if connection.cycle is not None and not connection.cycle.response_complete:
                 connection.shutdown()  # busy: closed after this response
+
+    async def responses_sent(self, deadline: float) -> None:
+        """Until every HTTP response under way has been sent whole, or `deadline` (loop time):
+        a request that came on a kept-alive connection during the linger may not have reached
+        admission yet when the drain finds no stream held, and a response's last bytes leave
+        after its stream's slot is freed; `stop` would cut either. uvicorn has no event for it,
+        so this polls every 50 ms. WebSockets are not responses: they end at `stop`."""
+        loop = asyncio.get_running_loop()
+        while loop.time() < deadline and any(
+            isinstance(c, HttpToolsProtocol)
+            and c.cycle is not None
+            and not c.cycle.response_complete
+            for c in self.server.server_state.connections
+        ):
+            await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
         """Close the listeners and idle connections, let responses that are ending finish
