@@ -11,8 +11,9 @@ tries until the server's resume window (`chattts-resume-window-s`) has passed; a
 original failure.
 
 `cancel()` sends `CancelStream`, so the server frees the stream's slot at once instead of
-keeping it for a resume; the client's `close()` waits for that (CANCEL_GRACE_S at most, then
-cancels the call outright).
+keeping it for a resume: on the call while its requests are open, else (after `end_input`) on a
+call of its own that resumes the stream only to end it. The client's `close()` waits for that
+(CANCEL_GRACE_S at most, then cancels outright).
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ class ResumingEventStream(AsyncIterator[Event]):
         self._cancelling = False
         self._changed = asyncio.Event()
         self._headers: dict[str, str] = {}
+        self._headers_noted = False
+        self._requests_open = False
+        self._ending: asyncio.Future[None] | None = None
+        """The first call's headers were read: `_headers` then says whether it is resumable."""
         self._offset = 0
         self._events_since_audio = 0
         self._pump = asyncio.ensure_future(self._take(items))
@@ -114,24 +119,42 @@ class ResumingEventStream(AsyncIterator[Event]):
             raise
 
     def cancel(self) -> None:
-        """End the stream: `CancelStream` to the server, the call cancelled if it lingers."""
+        """End the stream: `CancelStream` to the server (on the call while its requests are
+        open, else on a call of its own that resumes the stream to end it)."""
         if self._cancelling:
             return
         self._cancelling = True
         self._pump.cancel()
-        if not self._headers:  # no stream the server would keep: a plain cancel
+        if self._headers_noted and not self._headers:  # a plain stream: a plain cancel
             self._call.cancel()
             return
-        self._notify()
+        if self._requests_open:
+            self._notify()  # CancelStream, also before the headers come (they may be coming)
+        else:
+            self._call.cancel()  # half-closed: the server holds the stream for a resume...
+        self._ending = asyncio.ensure_future(self._end_on_server(not self._requests_open))
         self._on_cancel(self)
 
     async def cancelled(self) -> None:
-        """Once a `cancel()` has reached the server (the call has ended), or CANCEL_GRACE_S
-        has passed (the call is then cancelled outright)."""
+        """Once a `cancel()` has reached the server, or CANCEL_GRACE_S has passed."""
+        if self._ending is not None:
+            await self._ending
+
+    async def _end_on_server(self, by_resuming: bool) -> None:
+        """...which the resume of a call of its own ends, where the requests were closed."""
+        call = self._call
         try:
-            await asyncio.wait_for(self._call.code(), CANCEL_GRACE_S)
-        except TimeoutError:
-            self._call.cancel()
+            if by_resuming:
+                metadata = await asyncio.wait_for(call.initial_metadata(), CANCEL_GRACE_S)
+                headers = {k: v for k, v in (metadata or ()) if isinstance(v, str)}
+                if "chattts-stream-id" not in headers:
+                    return  # none was sent: the server did not keep the stream
+                self._headers = headers
+                requests = _two(Request(resume=self._resume_message()), _CANCEL)
+                call = self._start_call(requests, headers["chattts-stream-id"])
+            await asyncio.wait_for(call.code(), CANCEL_GRACE_S)
+        except (TimeoutError, grpc.aio.AioRpcError):
+            call.cancel()
 
     # -- the requests --------------------------------------------------------------------------
 
@@ -148,18 +171,21 @@ class ResumingEventStream(AsyncIterator[Event]):
 
     async def _requests(self, first: Request) -> AsyncIterator[Request]:
         """One call's requests: `first`, every text message sent so far (the server drops those
-        it has applied), then each new one; half-closed once the input has ended."""
+        it has applied), then each new one; half-closed after the text's `last` (a proxy may
+        cut a call whose requests are still open when the server ends it)."""
+        self._requests_open = True
         yield first
         index = 0
         while True:
             if self._cancelling:
-                yield Request(cancel=tts_pb2.CancelStream())
+                yield _CANCEL
                 return
             if index < len(self._sent):
                 index += 1
                 yield self._sent[index - 1]
                 continue
             if self._input_done:
+                self._requests_open = False
                 return
             changed = self._changed
             await changed.wait()
@@ -171,9 +197,11 @@ class ResumingEventStream(AsyncIterator[Event]):
     # -- resuming ------------------------------------------------------------------------------
 
     async def _note_headers(self) -> None:
-        if not self._headers:
+        if not self._headers_noted:
             metadata = await self._call.initial_metadata()
             self._headers = {k: v for k, v in (metadata or ()) if isinstance(v, str)}
+            self._headers_noted = True
+            self._notify()
 
     def _observe(self, response: tts_pb2.StreamingSynthesizeResponse) -> None:
         """What a resume asks for: the samples received, the events since them."""
@@ -183,17 +211,20 @@ class ResumingEventStream(AsyncIterator[Event]):
         else:
             self._events_since_audio += 1
 
-    async def _resume(self, failure: grpc.aio.AioRpcError) -> ResumedEvent:
-        """New calls with the ResumeStream until one is answered (its headers come), within
-        the server's window; the original failure otherwise."""
-        began = time.perf_counter()
-        window_s = float(self._headers.get("chattts-resume-window-s", "0"))
-        resume = tts_pb2.ResumeStream(
+    def _resume_message(self) -> tts_pb2.ResumeStream:
+        return tts_pb2.ResumeStream(
             stream_id=self._headers["chattts-stream-id"],
             resume_token=self._headers["chattts-resume-token"],
             sample_offset=self._offset,
             events_received=self._events_since_audio,
         )
+
+    async def _resume(self, failure: grpc.aio.AioRpcError) -> ResumedEvent:
+        """New calls with the ResumeStream until one is answered (its headers come), within
+        the server's window; the original failure otherwise."""
+        began = time.perf_counter()
+        window_s = float(self._headers.get("chattts-resume-window-s", "0"))
+        resume = self._resume_message()
         for attempt in range(1, 1000):
             call = self._start_call(self._requests(Request(resume=resume)), resume.stream_id)
             left_s = window_s - (time.perf_counter() - began)
@@ -216,3 +247,11 @@ def _drop_result(read: asyncio.Future[Any]) -> None:
     """A read nobody waits for any longer: its outcome is taken so that none is reported."""
     if not read.cancelled():
         read.exception()
+
+
+_CANCEL = Request(cancel=tts_pb2.CancelStream())
+
+
+async def _two(first: Request, second: Request) -> AsyncIterator[Request]:
+    yield first
+    yield second

@@ -145,19 +145,27 @@ def long_window(tiny_model_dir) -> Iterator[InProcessServer]:  # type: ignore[no
         yield srv
 
 
-def test_cancel_frees_a_resumable_streams_slot_without_waiting_for_its_window(long_window) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("when", ["after its first audio", "before any answer", "after end_input"])
+def test_cancel_frees_a_resumable_streams_slot_without_waiting_for_its_window(
+    long_window: InProcessServer, when: str
+) -> None:
+    """A voice agent's barge-in: the stream is cancelled at any point of its life, its text
+    ended or not, and its slot comes back without the 600 s window (`CancelStream`)."""
+
     async def run() -> None:
         async with AsyncTTSClient(long_window.target) as client:
             stream = client.open_stream(config=make_config(seed=1), timeout=CALL_TIMEOUT_S)
             stream.push(LONG_TEXT * 3)
+            if when == "after end_input":
+                stream.end_input()
+            if when == "before any answer":
+                stream.cancel()
             async for event in stream:
                 if isinstance(event, AudioChunkEvent):
                     stream.cancel()
-            await asyncio.sleep(0)
 
     asyncio.run(run())
     server = long_window.server
-    # The window is 600 s: the slot comes back within IDLE_WAIT_S only through CancelStream.
     wait_until(lambda: server.admission.active == 0, IDLE_WAIT_S, "the cancelled stream's slot")
     wait_until(lambda: server.servicer.resumer.held == 0, IDLE_WAIT_S, "the stream let go")
 

@@ -26,8 +26,8 @@ class ClientGoneError(Exception):
 
 
 class ResumeError(Exception):
-    """A resume refused: `status` is the canonical status name (PERMISSION_DENIED, NOT_FOUND,
-    OUT_OF_RANGE, FAILED_PRECONDITION)."""
+    """A resume refused, or a stream its client ended (CancelStream): `status` is the canonical
+    status name (PERMISSION_DENIED, NOT_FOUND, OUT_OF_RANGE, FAILED_PRECONDITION, CANCELLED)."""
 
     def __init__(self, status: str, message: str) -> None:
         super().__init__(message)

@@ -279,7 +279,7 @@ def _fragment(message: tts_pb2.StreamingSynthesizeRequest) -> TextFragment:
     if which == "resume":
         raise InvalidRequestError("resume", "resume may be sent only as the first message")
     if which == "cancel":
-        raise InvalidRequestError("cancel", "cancel ends resumable streams only (resumable)")
+        raise ResumeError("CANCELLED", "the client ended the stream (CancelStream)")
     if which != "text":
         raise InvalidRequestError("text", "every message after the config must carry text")
     text = message.text
