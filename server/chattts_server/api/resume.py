@@ -68,7 +68,12 @@ class ResumableStream:
 
     def start(self, run: Coroutine[Any, Any, Any]) -> None:
         self.task = asyncio.create_task(run)
-        self.task.add_done_callback(lambda _: self._notify())
+        self.task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled():
+            task.exception()  # taken here: a stream whose window passes has no call to take it
+        self._notify()
 
     # -- the stream's side --------------------------------------------------------------------
 
