@@ -182,7 +182,7 @@ class AsyncTTSClient(_ClientBase):
         # The channel is made on first use, inside the running loop (see _get_stub).
         self._channel: grpc.aio.Channel | None = None
         self._stub: tts_pb2_grpc.TextToSpeechStub | None = None
-        self._cancelling: set[ResumingEventStream] = set()
+        self._cancelling: set[asyncio.Future[None]] = set()
 
     def _get_stub(self) -> tts_pb2_grpc.TextToSpeechStub:
         if self._stub is None:
@@ -265,9 +265,14 @@ class AsyncTTSClient(_ClientBase):
         def open_call(items: AsyncIterable[StreamItem]) -> ResumingEventStream:
             stats = SynthesisStats(started_at=time.perf_counter())
             config_ = config or tts_pb2.SynthesisConfig()
-            return ResumingEventStream(start_call, config_, items, stats, self._cancelling.add)
+            return ResumingEventStream(start_call, config_, items, stats, self._track_cancel)
 
         return PushStream(open_call)
+
+    def _track_cancel(self, ending: asyncio.Future[None]) -> None:
+        """A resumable stream's cancel on its way to the server, kept until it lands."""
+        self._cancelling.add(ending)
+        ending.add_done_callback(self._cancelling.discard)
 
     async def list_voices(self, *, timeout: float | None = None) -> list[VoiceInfo]:
         response = await self._get_stub().ListVoices(
@@ -310,8 +315,7 @@ class AsyncTTSClient(_ClientBase):
     async def close(self) -> None:
         """Close the channel, once every resumable stream cancelled on it has told its server
         (`CancelStream`: else the server would keep its slot for the resume window)."""
-        cancelling, self._cancelling = self._cancelling, set()
-        await asyncio.gather(*(stream.cancelled() for stream in cancelling))
+        await asyncio.gather(*self._cancelling)
         if self._channel is not None:
             await self._channel.close()
             self._channel = None

@@ -51,7 +51,7 @@ class ResumingEventStream(AsyncIterator[Event]):
         config: tts_pb2.SynthesisConfig,
         items: AsyncIterable[StreamItem],
         stats: SynthesisStats,
-        on_cancel: Callable[[ResumingEventStream], object] = lambda _: None,
+        on_cancel: Callable[[asyncio.Future[None]], object] = lambda _: None,
     ) -> None:
         self._start_call = start_call
         self._on_cancel = on_cancel
@@ -133,12 +133,7 @@ class ResumingEventStream(AsyncIterator[Event]):
         else:
             self._call.cancel()  # half-closed: the server holds the stream for a resume...
         self._ending = asyncio.ensure_future(self._end_on_server(not self._requests_open))
-        self._on_cancel(self)
-
-    async def cancelled(self) -> None:
-        """Once a `cancel()` has reached the server, or CANCEL_GRACE_S has passed."""
-        if self._ending is not None:
-            await self._ending
+        self._on_cancel(self._ending)  # the client's close() waits for it
 
     async def _end_on_server(self, by_resuming: bool) -> None:
         """...which the resume of a call of its own ends, where the requests were closed."""
