@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,6 +88,14 @@ def write_result(path: Path | str, text: str) -> None:
     tmp.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
     tmp.replace(path)
     print(f"wrote {path}", flush=True)
+
+
+def gauges(metrics_port: int, names: Iterable[str]) -> dict[str, float]:
+    """A server's Prometheus gauges (unlabelled), read now; nan for one it does not show."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    found = {name: re.search(rf"^{name} (\S+)$", text, re.M) for name in names}
+    return {name: float(m.group(1)) if m else float("nan") for name, m in found.items()}
 
 
 def proc_mib(pid: int, field_name: str = "VmRSS") -> float:

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import time
-import urllib.request
 
-from _common import CACHE, arguments, launch, load_line, pct, proc_mib, table
+from _common import CACHE, arguments, gauges, launch, load_line, pct, proc_mib, table
 
 from chattts_client import AsyncTTSClient, AudioChunkEvent, ResumedEvent, make_config
 from chattts_devtools.tcp_relay import TcpRelay
@@ -63,12 +61,7 @@ async def cut_stream(
 def wait_gauge(metrics_port: int, name: str, value: float, timeout_s: float = 300) -> None:
     """Until the server's gauge `name` reads `value` (SystemExit after `timeout_s`)."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        url = f"http://127.0.0.1:{metrics_port}/metrics"
-        text = urllib.request.urlopen(url, timeout=5).read().decode()
-        found = re.search(rf"^{name} (\S+)$", text, re.M)
-        if found and float(found.group(1)) == value:
-            return
+    while gauges(metrics_port, [name])[name] != value:
         if time.monotonic() > deadline:
             raise SystemExit(f"{name} did not reach {value} in {timeout_s} s")
         time.sleep(0.1)

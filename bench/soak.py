@@ -18,10 +18,9 @@ import random
 import re
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-from _common import CACHE, Call, arguments, launch, load_line, proc_mib, run_load
+from _common import CACHE, Call, arguments, gauges, launch, load_line, proc_mib, run_load
 
 from chattts_client import AsyncTTSClient
 from chattts_proto.chattts.v1 import tts_pb2
@@ -43,9 +42,7 @@ def settle(port: int, timeout_s: float = 10.0) -> dict[str, float]:
     cancelled streams free their slots asynchronously."""
     deadline = time.monotonic() + timeout_s
     while True:
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
-        found = {name: re.search(rf"^{name} (\S+)$", text.decode(), re.M) for name in GAUGES}
-        figures = {name: float(m.group(1)) if m else float("nan") for name, m in found.items()}
+        figures = gauges(port, GAUGES)
         if not any(figures.values()) or time.monotonic() > deadline:
             return figures
         time.sleep(0.1)

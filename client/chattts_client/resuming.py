@@ -79,11 +79,6 @@ class ResumingEventStream(AsyncIterator[Event]):
         """The grpc.aio call now carrying the stream."""
         return self._call
 
-    @property
-    def stream_id(self) -> str:
-        """The server's id of the stream ("" before its first response)."""
-        return self._headers.get("chattts-stream-id", "")
-
     def __aiter__(self) -> ResumingEventStream:
         return self
 
@@ -141,7 +136,7 @@ class ResumingEventStream(AsyncIterator[Event]):
         try:
             if by_resuming:
                 metadata = await asyncio.wait_for(call.initial_metadata(), CANCEL_GRACE_S)
-                headers = {k: v for k, v in (metadata or ()) if isinstance(v, str)}
+                headers = _headers_of(metadata)
                 if "chattts-stream-id" not in headers:
                     return  # none was sent: the server did not keep the stream
                 self._headers = headers
@@ -194,7 +189,7 @@ class ResumingEventStream(AsyncIterator[Event]):
     async def _note_headers(self) -> None:
         if not self._headers_noted:
             metadata = await self._call.initial_metadata()
-            self._headers = {k: v for k, v in (metadata or ()) if isinstance(v, str)}
+            self._headers = _headers_of(metadata)
             self._headers_noted = True
             self._notify()
 
@@ -245,6 +240,11 @@ def _drop_result(read: asyncio.Future[Any]) -> None:
 
 
 _CANCEL = Request(cancel=tts_pb2.CancelStream())
+
+
+def _headers_of(metadata: Any) -> dict[str, str]:
+    """A call's initial metadata as a dict of its text values."""
+    return {k: v for k, v in (metadata or ()) if isinstance(v, str)}
 
 
 async def _two(first: Request, second: Request) -> AsyncIterator[Request]:

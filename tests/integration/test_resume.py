@@ -11,11 +11,9 @@ import random
 from collections.abc import Iterator
 
 import grpc
-import pytest
 
 from chattts_devtools.tcp_relay import TcpRelay
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from serverutil import DEV_MODEL_CACHE, InProcessServer, tiny_server_config
 
 TEXT = [
     "Turn left onto Main Street, ",
@@ -23,13 +21,6 @@ TEXT = [
     "In two hundred meters, take the exit toward the airport.",
 ]
 CALL_TIMEOUT_S = 300
-
-
-@pytest.fixture(scope="module")
-def resume_server(tiny_model_dir) -> Iterator[InProcessServer]:  # type: ignore[no-untyped-def]
-    config = tiny_server_config(DEV_MODEL_CACHE, max_streams=2, max_queue=2)
-    with InProcessServer(config) as srv:
-        yield srv
 
 
 def _config(**fields: object) -> tts_pb2.SynthesisConfig:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,16 +19,8 @@ from chattts_client import (
     make_config,
 )
 from chattts_devtools.tcp_relay import TcpRelay
-from serverutil import DEV_MODEL_CACHE, InProcessServer, tiny_server_config
 
 CALL_TIMEOUT_S = 300
-
-
-@pytest.fixture(scope="module")
-def resume_server(tiny_model_dir) -> Iterator[InProcessServer]:  # type: ignore[no-untyped-def]
-    config = tiny_server_config(DEV_MODEL_CACHE, max_streams=2, max_queue=2)
-    with InProcessServer(config) as srv:
-        yield srv
 
 
 def _config():  # type: ignore[no-untyped-def]

@@ -185,7 +185,6 @@ class ResumableStream:
             return
         window = self.resumer.window_s
         self._expiry = asyncio.get_running_loop().call_later(window, self.expire)
-        self.resumer.parked_now(+1)
 
     def _outcome(self) -> None:
         """The ended stream's failure raised for the call (a cancelled one: CANCELLED, since
@@ -211,7 +210,6 @@ class ResumableStream:
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
-            self.resumer.parked_now(-1)
 
     @property
     def parked(self) -> bool:
@@ -219,7 +217,6 @@ class ResumableStream:
 
     def expire(self) -> None:
         self._expiry = None
-        self.resumer.parked_now(-1)
         self.resumer.forget(self)
         self.cancel()
 
@@ -247,7 +244,6 @@ class Resumer:
         self.tag = secrets.token_hex(4)
         self._key = secrets.token_bytes(32)
         self._streams: dict[str, ResumableStream] = {}
-        self._parked = 0
         self.draining = False
         """The doors are shut: no resume can reach this process any more."""
         metrics.parked_streams.set_function(lambda: self.parked)
@@ -304,14 +300,11 @@ class Resumer:
         if self._streams.get(stream.stream_id) is stream:
             del self._streams[stream.stream_id]
 
-    def parked_now(self, change: int) -> None:
-        self._parked += change
-
     @property
     def parked(self) -> int:
         """Streams held for a resume, with no call attached (the `chattts_parked_streams`
         gauge)."""
-        return self._parked
+        return sum(stream.parked for stream in self._streams.values())
 
     @property
     def held(self) -> int:

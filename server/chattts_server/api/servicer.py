@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -174,25 +174,18 @@ class TextToSpeechServicer:
                     queue_timeout_s=timing["queue_timeout_s"],
                 )
             )
+
+        def headers() -> Sequence[tuple[str, str]]:  # with the first event, as for any stream
+            assert self.resumer is not None
+            stream.known_to_client = True
+            return self.resumer.headers(stream)
+
+        write = _writer(context, _streaming_reply, headers, started=parsed.resume is not None)
         reading = asyncio.create_task(_post_text(messages, stream))
         try:
-            await stream.attach(self._resumable_writer(context, stream), start, heard)
+            await stream.attach(write, start, heard)
         finally:
             reading.cancel()
-
-    def _resumable_writer(
-        self, context: grpc.aio.ServicerContext, stream: ResumableStream
-    ) -> Callable[[SessionEvent], Awaitable[None]]:
-        assert self.resumer is not None
-        headers = self.resumer.headers
-
-        async def write(event: SessionEvent) -> None:
-            if not stream.known_to_client:  # with the first event, as for any stream
-                await context.send_initial_metadata(headers(stream))
-                stream.known_to_client = True
-            await context.write(_streaming_reply(event))
-
-        return write
 
     async def _abort(self, context: grpc.aio.ServicerContext, exc: BaseException) -> None:
         ending = abort_with(context, exc, self.synthesis.retry_pushback_ms)
@@ -207,8 +200,14 @@ class TextToSpeechServicer:
             raise asyncio.CancelledError() from None
 
 
-def _writer(context: grpc.aio.ServicerContext, to_reply: Callable[[SessionEvent], Message]) -> Send:
-    started = False
+def _writer(
+    context: grpc.aio.ServicerContext,
+    to_reply: Callable[[SessionEvent], Message],
+    headers: Callable[[], Sequence[tuple[str, str]]] = lambda: (),
+    started: bool = False,
+) -> Send:
+    """Each event as a reply, the initial metadata (`headers()`) with the first unless it was
+    `started` already."""
 
     async def send(event: SessionEvent) -> None:
         nonlocal started
@@ -216,7 +215,7 @@ def _writer(context: grpc.aio.ServicerContext, to_reply: Callable[[SessionEvent]
             # The initial metadata in a batch of its own: a status can then be sent while a
             # write waits on a client that reads nothing (with the metadata inside that
             # write, grpcio refuses it: GRPC_CALL_ERROR_TOO_MANY_OPERATIONS).
-            await context.send_initial_metadata(())
+            await context.send_initial_metadata(headers())
             started = True
         await context.write(to_reply(event))
 
