@@ -244,7 +244,8 @@ class AsyncTTSClient(_ClientBase):
         `clear`, `end_input`) while iterating its events. Call from inside the event loop.
 
         `resumable` (the default): when the connection drops, the stream is resumed on a new
-        call from what was received, with a `ResumedEvent` and nothing lost or repeated
+        call from what was received, with a `ResumedEvent` and nothing lost or repeated; where
+        its server is gone, it goes on as a new stream from the first word not wholly heard
         (chattts_client/resuming.py); `timeout` bounds the whole stream, over its calls."""
         if not resumable:
             return PushStream(lambda items: self.stream(items, config=config, timeout=timeout))
@@ -252,14 +253,14 @@ class AsyncTTSClient(_ClientBase):
         deadline = None if timeout is None else time.monotonic() + timeout
 
         def start_call(
-            requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest], resuming: str
+            requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest], resuming: str, retry: bool
         ) -> Any:
             left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
             metadata = tuple(self._spec.metadata or ())
             if resuming:
                 metadata += (("chattts-stream-id", resuming),)
             return stub.StreamingSynthesize(
-                requests, timeout=left, metadata=metadata or None, wait_for_ready=bool(resuming)
+                requests, timeout=left, metadata=metadata or None, wait_for_ready=retry
             )
 
         def open_call(items: AsyncIterable[StreamItem]) -> ResumingEventStream:

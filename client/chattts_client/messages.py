@@ -29,6 +29,9 @@ class AudioChunkEvent:
     utterance_index: int
     sample_rate_hz: int
     encoding: str  # AudioEncoding name, e.g. "LINEAR16"; UNSPECIFIED reads as "LINEAR16"
+    # Every word of the text sent before this code point is wholly heard once this chunk is
+    # (the server's estimate): where a lost stream goes on from, elsewhere. 0 from an old server.
+    heard_source_end: int = 0
 
     @property
     def duration_s(self) -> float:
@@ -121,13 +124,22 @@ class SegmentEndEvent:
 
 @dataclass(frozen=True)
 class ResumedEvent:
-    """A resumable stream's connection dropped and the stream went on, on the same server, from
-    the audio the listener had (`AsyncTTSClient.open_stream`): no audio or event was lost or
-    repeated. Made by the client library, not sent by the server."""
+    """A resumable stream's connection dropped and the stream went on
+    (`AsyncTTSClient.open_stream`). Made by the client library, not sent by the server.
 
-    gap_s: float  # from the failure to the resumed call's answer
+    On the same server (`new_stream` False): from the audio the listener had, no audio or event
+    lost or repeated. On a new stream (the server was gone, or its window had passed): from
+    the first word of the caller's text not wholly heard (`from_source`, the `from_word`-th
+    word counting from 0), with the text not yet heard sent again; every offset after it is
+    on the caller's one timeline, as if the stream had never broken. The listener hears a gap
+    and, at most, the start of that word twice."""
+
+    gap_s: float  # from the failure to the answer of the call that goes on
     sample_offset: int  # the stream's samples received before it
     attempts: int  # the calls it took
+    new_stream: bool = False
+    from_source: int = 0  # code point of the caller's text the new stream starts from
+    from_word: int = 0  # that word's index among the text's whitespace-separated words
 
 
 Event = (

@@ -10,6 +10,12 @@ tries until the server's resume window (`chattts-resume-window-s`) has passed; a
 (NOT_FOUND, PERMISSION_DENIED, OUT_OF_RANGE) or any other status ends the iteration with the
 original failure.
 
+Where the stream cannot be resumed, because its server is gone (the resume is answered
+NOT_FOUND: killed and restarted, or a proxy sent it to another replica) or its window passed,
+it goes on as a new stream with the same config, from the first word of the caller's text
+that the listener has not wholly heard (chattts_client/continuation.py): the caller sees a
+`ResumedEvent` with `new_stream` True, and events whose offsets go on from those received.
+
 `cancel()` sends `CancelStream`, so the server frees the stream's slot at once instead of
 keeping it for a resume: on the call while its requests are open, else (after `end_input`) on a
 call of its own that resumes the stream only to end it. The client's `close()` waits for that
@@ -26,18 +32,24 @@ from typing import Any
 import grpc
 
 from chattts_client.calls import SynthesisStats
+from chattts_client.continuation import IDENTITY, Heard, continuation_plan
 from chattts_client.messages import Event, ResumedEvent, StreamItem, event_from_pb, text_input
 from chattts_proto.chattts.v1 import tts_pb2
 
 Request = tts_pb2.StreamingSynthesizeRequest
-StartCall = Callable[[AsyncIterator[Request], str], Any]
-"""Starts a StreamingSynthesize call on these requests; to resume the stream of the id given
-(not ""), with wait_for_ready and the id in the `chattts-stream-id` header, which a proxy's
-stickiness routes on (deploy/haproxy)."""
+StartCall = Callable[[AsyncIterator[Request], str, bool], Any]
+"""Starts a StreamingSynthesize call on these requests: to resume the stream of the id given
+(not ""), with the id in the `chattts-stream-id` header, which a proxy's stickiness routes on
+(deploy/haproxy); with wait_for_ready when the last flag (a call after a failure) is set."""
 
 DROPPED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 """The statuses a cut connection ends a call with."""
+GONE = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.OUT_OF_RANGE)
+"""A resume's answers when the server holds the stream no more (or not the audio asked for):
+it goes on as a new stream."""
 CANCEL_GRACE_S = 30.0
+DEFAULT_WINDOW_S = 20.0
+"""How long a new stream is tried for when the server did not say its resume window."""
 _BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
@@ -56,7 +68,13 @@ class ResumingEventStream(AsyncIterator[Event]):
         self._start_call = start_call
         self._on_cancel = on_cancel
         self.stats = stats
+        self._items: list[StreamItem] = []
+        """The caller's items, as it sent them."""
         self._sent: list[Request] = []
+        """The requests of the stream now carrying them, from its first text on."""
+        self._heard = Heard()
+        self._timeline = IDENTITY
+        """The events of the stream now carrying the caller's on the caller's timeline."""
         self._input_done = False
         self._cancelling = False
         self._changed = asyncio.Event()
@@ -68,10 +86,10 @@ class ResumingEventStream(AsyncIterator[Event]):
         self._offset = 0
         self._events_since_audio = 0
         self._pump = asyncio.ensure_future(self._take(items))
-        first = tts_pb2.SynthesisConfig()
-        first.CopyFrom(config)
-        first.resumable = True
-        self._call = start_call(self._requests(Request(config=first)), "")
+        self._config = tts_pb2.SynthesisConfig()
+        self._config.CopyFrom(config)
+        self._config.resumable = True
+        self._call = start_call(self._requests(Request(config=self._config)), "", False)
         self._responses: AsyncIterator[Any] = self._call.__aiter__()
 
     @property
@@ -90,13 +108,14 @@ class ResumingEventStream(AsyncIterator[Event]):
             if self._cancelling or exc.code() not in DROPPED or not self._headers:
                 self.stats.finish()
                 raise
-            return await self._resume(exc)
+            return await self._go_on(exc)
         except BaseException:
             self.stats.finish()
             raise
         await self._note_headers()
-        event = event_from_pb(response)
+        event = self._timeline.event(event_from_pb(response))
         self._observe(response)
+        self._heard.observe(event)
         self.stats.observe(event)
         return event
 
@@ -141,7 +160,7 @@ class ResumingEventStream(AsyncIterator[Event]):
                     return  # none was sent: the server did not keep the stream
                 self._headers = headers
                 requests = _two(Request(resume=self._resume_message()), _CANCEL)
-                call = self._start_call(requests, headers["chattts-stream-id"])
+                call = self._start_call(requests, headers["chattts-stream-id"], True)
             await asyncio.wait_for(call.code(), CANCEL_GRACE_S)
         except (TimeoutError, grpc.aio.AioRpcError):
             call.cancel()
@@ -150,19 +169,25 @@ class ResumingEventStream(AsyncIterator[Event]):
 
     async def _take(self, items: AsyncIterable[StreamItem]) -> None:
         async for item in items:
-            request = text_input(item)
-            request.text.seq = len(self._sent) + 1
-            self._sent.append(request)
-            self._notify()
-        last = tts_pb2.TextInput(seq=len(self._sent) + 1, last=True)
-        self._sent.append(Request(text=last))
+            self._items.append(item)
+            self._send(text_input(item))
         self._input_done = True
+        self._send(Request(text=tts_pb2.TextInput(last=True)))
+
+    def _send(self, request: Request) -> None:
+        """A text message for the stream now carrying the caller's: numbered on it."""
+        request.text.seq = len(self._sent) + 1
+        self._sent.append(request)
         self._notify()
 
-    async def _requests(self, first: Request) -> AsyncIterator[Request]:
+    def _requests(self, first: Request) -> AsyncIterator[Request]:
         """One call's requests: `first`, every text message sent so far (the server drops those
         it has applied), then each new one; half-closed after the text's `last` (a proxy may
-        cut a call whose requests are still open when the server ends it)."""
+        cut a call whose requests are still open when the server ends it). The messages are
+        those of the stream now carrying the caller's, not of one that takes over later."""
+        return self._requests_of(first, self._sent)
+
+    async def _requests_of(self, first: Request, sent: list[Request]) -> AsyncIterator[Request]:
         self._requests_open = True
         yield first
         index = 0
@@ -170,9 +195,9 @@ class ResumingEventStream(AsyncIterator[Event]):
             if self._cancelling:
                 yield _CANCEL
                 return
-            if index < len(self._sent):
+            if index < len(sent):
                 index += 1
-                yield self._sent[index - 1]
+                yield sent[index - 1]
                 continue
             if self._input_done:
                 self._requests_open = False
@@ -209,28 +234,82 @@ class ResumingEventStream(AsyncIterator[Event]):
             events_received=self._events_since_audio,
         )
 
-    async def _resume(self, failure: grpc.aio.AioRpcError) -> ResumedEvent:
-        """New calls with the ResumeStream until one is answered (its headers come), within
-        the server's window; the original failure otherwise."""
+    async def _go_on(self, failure: grpc.aio.AioRpcError) -> ResumedEvent:
+        """The stream resumed on its server, else continued as a new stream; `failure` where
+        neither can be (a refusal, or no server answers within the window)."""
         began = time.perf_counter()
-        window_s = float(self._headers.get("chattts-resume-window-s", "0"))
+        window_s = float(self._headers.get("chattts-resume-window-s", DEFAULT_WINDOW_S))
         resume = self._resume_message()
+        answered = await self._answered(
+            lambda: self._start_call(
+                self._requests(Request(resume=resume)), resume.stream_id, True
+            ),
+            began + window_s,
+        )
+        if isinstance(answered, tuple):
+            self._adopt(answered[0])
+            return ResumedEvent(time.perf_counter() - began, self._offset, answered[1])
+        if answered not in GONE and answered is not None:
+            raise failure
+        return await self._continue(failure, began, window_s)
+
+    async def _continue(
+        self, failure: grpc.aio.AioRpcError, began: float, window_s: float
+    ) -> ResumedEvent:
+        """A new stream with the same config, from the first word not wholly heard."""
+        self._call.cancel()
+        plan = continuation_plan(self._items, self._heard)
+        self._sent = []
+        for item in plan.items:
+            self._send(text_input(item))
+        if self._input_done:
+            self._send(Request(text=tts_pb2.TextInput(last=True)))
+        self._timeline = plan.timeline
+        self._offset, self._events_since_audio = 0, 0
+        deadline = time.perf_counter() + window_s
+        answered = await self._answered(
+            lambda: self._start_call(self._requests(Request(config=self._config)), "", True),
+            deadline,
+        )
+        if not isinstance(answered, tuple):
+            raise failure
+        self._adopt(answered[0])
+        self._headers, self._headers_noted = {}, False
+        return ResumedEvent(
+            time.perf_counter() - began,
+            self._heard.samples,
+            answered[1],
+            new_stream=True,
+            from_source=plan.from_source,
+            from_word=plan.from_word,
+        )
+
+    async def _answered(
+        self, start: Callable[[], Any], deadline: float
+    ) -> tuple[Any, int] | grpc.StatusCode | None:
+        """Calls made by `start` until one is answered (its headers come, naming a stream):
+        (the call, the calls it took); else the status that refused the last one, or None
+        when `deadline` (time.perf_counter()) passed with every call dropped."""
         for attempt in range(1, 1000):
-            call = self._start_call(self._requests(Request(resume=resume)), resume.stream_id)
-            left_s = window_s - (time.perf_counter() - began)
+            call = start()
+            left_s = deadline - time.perf_counter()
             try:
                 metadata = await asyncio.wait_for(call.initial_metadata(), max(left_s, 0.01))
             except TimeoutError:
                 metadata = None
             if metadata and any(k == "chattts-stream-id" for k, _ in metadata):
-                self._call, self._responses = call, call.__aiter__()
-                return ResumedEvent(time.perf_counter() - began, self._offset, attempt)
+                return call, attempt
             code = await call.code() if call.done() else None
             call.cancel()
-            if (code is not None and code not in DROPPED) or left_s <= 0:
-                raise failure
+            if code is not None and code not in DROPPED:
+                return code
+            if left_s <= 0:
+                return None
             await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S)) - 1])
-        raise failure
+        return None
+
+    def _adopt(self, call: Any) -> None:
+        self._call, self._responses = call, call.__aiter__()
 
 
 def _drop_result(read: asyncio.Future[Any]) -> None:

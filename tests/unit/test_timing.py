@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chattts_server.audio_constants import SAMPLE_RATE_HZ
+from chattts_server.text.duration import estimate_duration_s
 from chattts_server.text.normalize import TextNormalizer
 from chattts_server.text.spans import Traced
 from chattts_server.text.stream import utterances_traced
@@ -186,3 +187,30 @@ def test_any_words_and_audio_give_ordered_timings_inside_the_audio(
     assert_well_formed(timing, spoken, num_samples)
     if num_samples >= SAMPLE_RATE // 10 * len(spoken):
         assert all(t.end_sample > t.start_sample for t in timing.words)
+
+
+def test_heard_until_moves_word_by_word_and_never_past_the_last_word() -> None:
+    """Where a client that lost its stream starts again: after the last word wholly heard (by
+    the same estimate a CUT stops at), never after the utterance's last word."""
+    from chattts_server.timing.timeline import heard_until
+
+    text = "turn left at the next junction"
+    spoken = Traced.source(text)
+    whole = round(estimate_duration_s(text, 5) * SAMPLE_RATE)
+    marks = [heard_until(spoken, n, SAMPLE_RATE, 5) for n in range(0, 2 * whole, whole // 50)]
+    assert marks[0] is None
+    heard = [m for m in marks if m is not None]
+    assert heard == sorted(heard)
+    ends = {m for m in heard}
+    word_ends = {k + len(w) for k, w in _word_starts(text)}
+    assert ends <= word_ends and len(ends) == len(word_ends) - 1
+    assert max(heard) == text.rindex(" junction")
+
+
+def _word_starts(text: str) -> list[tuple[int, str]]:
+    out, at = [], 0
+    for word in text.split():
+        at = text.index(word, at)
+        out.append((at, word))
+        at += len(word)
+    return out

@@ -2,7 +2,8 @@
 cut at any moment: what a car's connection does in a tunnel.
 
 `cut()` resets every connection open through it (SO_LINGER 0: an RST each way, no FIN), so
-both ends see the transport die, not a half-close. New connections are relayed as before.
+both ends see the transport die, not a half-close. New connections are relayed as before, to
+the port `retarget` names last: a proxy that sends the next call to another replica.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class TcpRelay:
         if count:
             self.cuts += 1
         return count
+
+    def retarget(self, port: int) -> None:
+        """New connections go to `port` from now on; open ones stay where they are."""
+        self._target = (self._target[0], port)
 
     def close(self) -> None:
         self._closed = True

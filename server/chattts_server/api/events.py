@@ -28,6 +28,7 @@ def _audio_pb(event: AudioOut) -> tts_pb2.AudioChunk:
         utterance_index=event.utterance_index,
         sample_rate_hz=event.sample_rate_hz,
         encoding=ENCODING_VALUES[event.encoding],
+        heard_source_end=event.heard_source_end,
     )
 
 

@@ -29,6 +29,8 @@ class AudioOut:
     encoding: str
     silence: bool = False
     """Silence the stream asked for (`stream_items.Silence`), not speech: no first audio."""
+    heard_source_end: int = 0
+    """Where the caller's text stands once this chunk is heard (`StreamOutput.heard`)."""
 
 
 @dataclass(frozen=True)

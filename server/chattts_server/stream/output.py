@@ -34,6 +34,10 @@ class StreamOutput:
         self.sample_offset = 0
         """Samples (at the chunks' rate) of every chunk sent so far."""
         self.playout = PlayoutClock()
+        self.heard_source_end = 0
+        """Every word of the caller's text before this code point is in the audio sent so far
+        (by the duration model's word ends, as a CUT finds them): where a client that lost
+        the stream starts it again elsewhere. Stamped on each chunk; it never goes back."""
         """When a real-time listener hears what is sent: each utterance's lag."""
         # The HTTP front door's WAV, MP3, AAC and FLAC come from audio/containers.py.
         factory = make_container_encoder if self.encoding in CONTAINER_ENCODINGS else make_encoder
@@ -79,6 +83,11 @@ class StreamOutput:
         for event in self.end_utterance(utterance_index, silence=True):
             yield event
 
+    def heard(self, source_end: int | None) -> None:
+        """The caller's text up to `source_end` is heard once the audio sent so far is."""
+        if source_end is not None:
+            self.heard_source_end = max(self.heard_source_end, source_end)
+
     def mark(self, item: MarkAt) -> MarkReached:
         """A mark: where the audio sent so far ends (all of the text before it, or the cut)."""
         offset = self.sample_offset
@@ -110,6 +119,7 @@ class StreamOutput:
             sample_rate_hz=self.sample_rate_hz,
             encoding=self.encoding,
             silence=silence,
+            heard_source_end=self.heard_source_end,
         )
         self.sample_offset += encoded.num_samples
         self.playout.sent(encoded.num_samples / self.sample_rate_hz, time.monotonic())

@@ -33,7 +33,7 @@ from ..engine.protocol import Engine
 from ..engine.utterance import UtteranceRequest
 from ..errors import ExpiredError
 from ..text.duration import estimate_duration_s
-from .events import SessionEvent
+from .events import SessionEvent, UtteranceEnded
 from .items import MarkAt, SegmentDone, Silence, Speak, StreamItem
 from .output import StreamOutput
 from .reader import EndOfText, Inbox, Received
@@ -219,9 +219,12 @@ class Stream:
             self._current = None
             await engine_events.aclose()  # type: ignore[attr-defined]
         model = self.engine.model_info
+        span = item.text.span()
         for closing in u.closing(
             self.out, done, self.settings.word_timing, model.samples_per_token
         ):
+            if span is not None and isinstance(closing, UtteranceEnded):
+                self.out.heard(span[1])  # all of it is heard (or was cut) by its end
             yield closing
 
     async def _engine_event(
@@ -246,7 +249,9 @@ class Stream:
         if u.lag_s is None and not u.first_chunk(self.out.playout.heard_at(time.monotonic())):
             return []
         pcm = u.take(chunk.pcm, self.out.native_rate)
-        return list(await self.out.audio(pcm, u.index))
+        placed = await self.out.audio(pcm, u.index)
+        self.out.heard(u.heard_source_end(self.out))
+        return [dataclasses.replace(a, heard_source_end=self.out.heard_source_end) for a in placed]
 
     async def _paced(self, u: Utterance) -> None:
         """Wait until the audio sent so far runs at most `pace_lead_s` ahead of a real-time

@@ -10,7 +10,7 @@ import numpy as np
 from ..engine.events import UtteranceDone
 from ..engine.utterance import UtteranceRequest
 from ..text.spans import Traced
-from ..timing.timeline import own_text, word_ends, word_timings
+from ..timing.timeline import heard_until, own_text, word_ends, word_timings
 from .events import SessionEvent, UtteranceEnded
 from .items import Speak
 from .output import StreamOutput
@@ -83,6 +83,17 @@ class Utterance:
             self.halt("cut")
         self.pcm.append(chunk)
         return chunk
+
+    def heard_source_end(self, out: StreamOutput) -> int | None:
+        """Where the caller's text stands once its audio sent so far is heard (see
+        `StreamOutput.heard_source_end`): after its last word wholly sent, else at its start."""
+        span = self.item.text.span()
+        if span is None:
+            return None
+        sent = round((out.sample_offset - self.start_offset) * out.native_rate / out.sample_rate_hz)
+        text = self.spoken if self.spoken is not None else self.item.text
+        end = heard_until(text, sent, out.native_rate, self.speed)
+        return span[0] if end is None else end
 
     def _up_to_word_end(self, chunk: np.ndarray, native_rate: int) -> np.ndarray:
         """The part of `chunk` up to the utterance's next word boundary: the whole chunk when

@@ -136,6 +136,21 @@ def word_ends(spoken: Traced, num_native: int, native_rate: int, speed: int) -> 
     return [w.end_sample for w in _whole(spoken, num_native, native_rate, speed).words]
 
 
+def heard_until(spoken: Traced, num_native: int, native_rate: int, speed: int) -> int | None:
+    """Where the caller's text stands once the first `num_native` samples of an utterance that
+    says `spoken` are heard: the end (in the caller's text) of its last word that the duration
+    model places wholly in them; never its last word, which only the utterance's end tells.
+    None while no such word is heard."""
+    words = _whole(spoken, num_native, native_rate, speed).words
+    end = None
+    for w in words[:-1]:
+        if w.end_sample > num_native:
+            break
+        if w.span is not None:
+            end = w.span[1]
+    return end
+
+
 def _whole(spoken: Traced, num_native: int, native_rate: int, speed: int) -> UtteranceTiming:
     """The estimate over the whole utterance (no audio read): `num_native` samples, or the
     duration model's length where that is longer."""

@@ -266,20 +266,22 @@ class CancelStream(_message.Message):
     def __init__(self) -> None: ...
 
 class AudioChunk(_message.Message):
-    __slots__ = ("audio", "sample_offset", "num_samples", "utterance_index", "sample_rate_hz", "encoding")
+    __slots__ = ("audio", "sample_offset", "num_samples", "utterance_index", "sample_rate_hz", "encoding", "heard_source_end")
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_INDEX_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
     ENCODING_FIELD_NUMBER: _ClassVar[int]
+    HEARD_SOURCE_END_FIELD_NUMBER: _ClassVar[int]
     audio: bytes
     sample_offset: int
     num_samples: int
     utterance_index: int
     sample_rate_hz: int
     encoding: AudioEncoding
-    def __init__(self, audio: _Optional[bytes] = ..., sample_offset: _Optional[int] = ..., num_samples: _Optional[int] = ..., utterance_index: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ...) -> None: ...
+    heard_source_end: int
+    def __init__(self, audio: _Optional[bytes] = ..., sample_offset: _Optional[int] = ..., num_samples: _Optional[int] = ..., utterance_index: _Optional[int] = ..., sample_rate_hz: _Optional[int] = ..., encoding: _Optional[_Union[AudioEncoding, str]] = ..., heard_source_end: _Optional[int] = ...) -> None: ...
 
 class UtteranceEnd(_message.Message):
     __slots__ = ("utterance_index", "text", "audio_duration_s", "time_to_first_audio_s", "generation_time_s", "num_tokens", "finish_reason", "sample_offset", "num_samples", "source_text", "source_start", "source_end", "lag_s", "speed")
