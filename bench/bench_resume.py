@@ -7,7 +7,11 @@ through the client library (`open_stream`), each cut --cuts times at random audi
 resume, from the failed read to the resumed call's answer (`ResumedEvent.gap_s`) and to the
 first resumed audio chunk (p50, p95). Part two: --parked streams opened at once and cut, the
 client then gone: the server's resident memory with them parked (their buffers full or their
-text spoken) against before, per stream, and after their window. Prints, with the load.
+text spoken) against before, per stream, and after their window. Part three: --streams streams
+on one of two servers, each cut once at a random audio chunk while the relay sends the next
+connection to the other server (a replica lost behind a proxy): the resume is refused there and
+the stream goes on as a new one from the first word not wholly heard; from the failed read to
+the new stream's answer and to its first audio (p50, p95). Prints, with the load.
 """
 
 from __future__ import annotations
@@ -56,6 +60,30 @@ async def cut_stream(
                     relay.cut()
                     countdown = rng.randint(1, 3)
     return resumes
+
+
+async def lose_server(
+    target: str, relay: TcpRelay, other_port: int, rng: random.Random
+) -> tuple[float, float]:
+    """One stream whose server is lost at a random audio chunk: (gap to the new stream's
+    answer, gap to its first audio)."""
+    went_on: ResumedEvent | None = None
+    went_on_at, chunks, cut_at = 0.0, 0, rng.randint(1, 6)
+    async with AsyncTTSClient(target) as client:
+        stream = client.open_stream(config=make_config(seed=1), timeout=300)
+        stream.flush(TEXT)
+        stream.end_input()
+        async for event in stream:
+            if isinstance(event, ResumedEvent):
+                went_on, went_on_at = event, time.perf_counter()
+            elif isinstance(event, AudioChunkEvent):
+                if went_on is not None:
+                    return went_on.gap_s, went_on.gap_s + time.perf_counter() - went_on_at
+                chunks += 1
+                if chunks == cut_at:
+                    relay.retarget(other_port)
+                    relay.cut()
+    raise SystemExit("a stream ended before its server was lost (or did not go on)")
 
 
 def wait_gauge(metrics_port: int, name: str, value: float, timeout_s: float = 300) -> None:
@@ -129,6 +157,29 @@ def main() -> None:
             f"{args.parked} parked streams: RSS {before:.0f} -> {held:.0f} MiB "
             f"({per_stream:.1f} MiB each), {after:.0f} MiB after their window; {load_line()}"
         )
+    print(elsewhere(args.streams, args.window_s, args.dev_model))
+
+
+def elsewhere(streams: int, window_s: float, dev_model: str) -> str:
+    """Part three, on two servers of its own (each stream leaves one parked on the first)."""
+    server_args = ["--resume-window-s", str(window_s), "--max-streams", str(streams + 2)]
+    with (
+        launch(server_args, dev_model=dev_model, cache=CACHE) as first,
+        launch(server_args, dev_model=dev_model, cache=CACHE) as second,
+    ):
+        first.wait_serving()
+        second.wait_serving()
+        rng = random.Random(11)
+        lost: list[tuple[float, float]] = []
+        for _ in range(streams):
+            with TcpRelay(first.port) as relay:
+                lost.append(asyncio.run(lose_server(relay.target, relay, second.port, rng)))
+    answers, audio = [r[0] * 1000 for r in lost], [r[1] * 1000 for r in lost]
+    return (
+        f"RESULT: {streams} streams went on elsewhere: the failed read to the new stream's "
+        f"answer p50 {pct(answers, 50):.1f} / p95 {pct(answers, 95):.1f} ms, to its first "
+        f"audio p50 {pct(audio, 50):.1f} / p95 {pct(audio, 95):.1f} ms; {load_line()}"
+    )
 
 
 if __name__ == "__main__":

@@ -6,11 +6,17 @@ connection; the proxy's own to the replica ends with it). Each resume must land 
 holding the stream (the proxy's stick table, on the `chattts-stream-id` header): anywhere else
 it is refused NOT_FOUND and the stream fails. Without stickiness, leastconn over three idle
 replicas sends each resume elsewhere two times in three.
+
+And a replica killed (SIGKILL) under 8 callers: the proxy sends each resume of its streams to
+another replica, which answers NOT_FOUND, and the client library goes on there as a new stream
+from the first word not wholly heard. No call fails, and each caller's word timings show every
+word of its text spoken once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +25,7 @@ import pytest
 from chattts_client import AsyncTTSClient, AudioChunkEvent, ResumedEvent, make_config
 from chattts_devtools.replicas import CONFIGS, REPLICA_ARGS, HAProxy, Replicas, haproxy_missing
 from chattts_devtools.tcp_relay import TcpRelay
+from heard_words import assert_each_word_heard_once
 
 pytestmark = [
     pytest.mark.slow,
@@ -67,3 +74,62 @@ def test_resumes_through_the_shipped_haproxy_reach_the_replica_holding_the_strea
     assert relay.cuts == CUTS, f"the stream ended before it was cut {CUTS} times"
     assert 1 <= resumes <= CUTS, log[-3000:]
     assert audio_s > 0
+
+
+CALLERS = 8
+SENTENCES = [
+    "Continue on the ring road for two kilometers. ",
+    "Keep right at the fork toward the airport. ",
+    "Take the second exit at the next roundabout. ",
+    "Stay in the left lane past the bridge. ",
+    "Your destination is on the right after the school. ",
+]
+
+
+async def _caller(target: str, index: int, all_heard: asyncio.Event, heard: list[int]) -> list:  # type: ignore[type-arg]
+    """One caller's whole stream: its events (the kill comes once every caller has audio)."""
+    config = make_config(seed=index, word_timing=True)
+    config.sampling.min_new_tokens = 40
+    config.sampling.max_new_tokens = 60
+    events: list[object] = []
+    async with AsyncTTSClient(target) as client:
+        stream = client.open_stream(config=config, timeout=300)
+        for sentence in SENTENCES:
+            stream.push(sentence)
+        stream.end_input()
+        async for event in stream:
+            events.append(event)
+            if isinstance(event, AudioChunkEvent) and index not in heard:
+                heard.append(index)
+                if len(heard) == CALLERS:
+                    all_heard.set()
+    return events
+
+
+async def _kill_under_load(target: str, replicas: Replicas) -> list[list]:  # type: ignore[type-arg]
+    all_heard, heard = asyncio.Event(), []
+    callers = [asyncio.ensure_future(_caller(target, i, all_heard, heard)) for i in range(CALLERS)]
+    await all_heard.wait()
+    replicas.kill(replicas.members[0])
+    return list(await asyncio.gather(*callers))
+
+
+def test_a_replica_killed_under_load_fails_no_call_and_no_word_is_heard_twice(
+    replicas: Replicas,
+) -> None:
+    with HAProxy(CONFIGS["haproxy"], replicas) as proxy:
+        try:
+            results = asyncio.run(_kill_under_load(proxy.grpc_target, replicas))
+        finally:
+            replicas.revive(replicas.members[0])
+    text = "".join(SENTENCES)
+    went_on = [e for events in results for e in events if isinstance(e, ResumedEvent)]
+    for events in results:
+        assert_each_word_heard_once(text, events)
+    assert went_on, "no caller was on the killed replica"
+    assert all(e.new_stream for e in went_on), went_on
+    gaps = sorted(e.gap_s for e in went_on)
+    print(
+        f"{len(went_on)} of {CALLERS} calls went on elsewhere; gap p50 "
+        f"{statistics.median(gaps) * 1000:.0f} ms, max {gaps[-1] * 1000:.0f} ms"
+    )
