@@ -61,8 +61,15 @@ MAX_RECONNECT_BACKOFF_MS = 2_000
 def channel_options(
     service_config: Mapping[str, Any] | None, keepalive: bool
 ) -> list[tuple[str, Any]]:
-    """The channel options for retries and load balancing (`service_config`) and keepalive."""
-    options: list[tuple[str, Any]] = [("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS)]
+    """The channel options for retries and load balancing (`service_config`), keepalive and
+    flow control."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
+        # The receive window stays 64 KiB (0.7 s of 24 kHz PCM): bandwidth probing grows it to
+        # megabytes, a minute of audio that a caller who stopped reading would hide from the
+        # server's stall timeout. 64 KiB a round trip is still many times real time.
+        ("grpc.http2.bdp_probe", 0),
+    ]
     if service_config is not None:
         options += [("grpc.service_config", json.dumps(service_config)), ("grpc.enable_retries", 1)]
     else:

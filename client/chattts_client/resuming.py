@@ -47,6 +47,10 @@ DROPPED = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode
 GONE = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.OUT_OF_RANGE)
 """A resume's answers when the server holds the stream no more (or not the audio asked for):
 it goes on as a new stream."""
+PROXIED_REFUSAL = (grpc.StatusCode.CANCELLED,)
+"""How a resume refused through a proxy may end: HAProxy resets a call whose requests are open
+(the text goes on) when the server ends it, and grpc reports CANCELLED in place of the
+server's NOT_FOUND."""
 CANCEL_GRACE_S = 30.0
 DEFAULT_WINDOW_S = 20.0
 """How long a new stream is tried for when the server did not say its resume window."""
@@ -89,6 +93,7 @@ class ResumingEventStream(AsyncIterator[Event]):
         self._config = tts_pb2.SynthesisConfig()
         self._config.CopyFrom(config)
         self._config.resumable = True
+        self._config.read_receipts = True
         self._call = start_call(self._requests(Request(config=self._config)), "", False)
         self._responses: AsyncIterator[Any] = self._call.__aiter__()
 
@@ -182,28 +187,38 @@ class ResumingEventStream(AsyncIterator[Event]):
 
     def _requests(self, first: Request) -> AsyncIterator[Request]:
         """One call's requests: `first`, every text message sent so far (the server drops those
-        it has applied), then each new one; half-closed after the text's `last` (a proxy may
-        cut a call whose requests are still open when the server ends it). The messages are
-        those of the stream now carrying the caller's, not of one that takes over later."""
+        it has applied), then each new one, and a `ReadReceipt` after each audio chunk read while the text goes on
+        (SynthesisConfig.read_receipts); half-closed after the text's `last`, since a proxy
+        cuts a call whose requests are still open when the server ends it (HAProxy 2.6 resets
+        it, CANCEL). From then on the channel's HTTP/2 window (64 KiB: the client turns off
+        grpc's bandwidth probing) is what bounds the audio in flight. The messages are those of
+        the stream now carrying the caller's, not of one that takes over later."""
         return self._requests_of(first, self._sent)
 
     async def _requests_of(self, first: Request, sent: list[Request]) -> AsyncIterator[Request]:
         self._requests_open = True
-        yield first
-        index = 0
-        while True:
-            if self._cancelling:
-                yield _CANCEL
-                return
-            if index < len(sent):
-                index += 1
-                yield sent[index - 1]
-                continue
-            if self._input_done:
-                self._requests_open = False
-                return
-            changed = self._changed
-            await changed.wait()
+        try:
+            yield first
+            index = 0
+            receipted = self._offset if first.HasField("resume") else 0  # a resume says it
+            while True:
+                if self._cancelling:
+                    yield _CANCEL
+                    return
+                if index < len(sent):
+                    index += 1
+                    yield sent[index - 1]
+                    continue
+                if self._input_done:
+                    return  # half-closed after `last` (see above)
+                if self._sent is sent and self._offset > receipted:  # on this stream's samples
+                    receipted = self._offset
+                    yield Request(receipt=tts_pb2.ReadReceipt(sample_offset=receipted))
+                    continue
+                changed = self._changed
+                await changed.wait()
+        finally:
+            self._requests_open = False
 
     def _notify(self) -> None:
         self._changed.set()
@@ -222,6 +237,7 @@ class ResumingEventStream(AsyncIterator[Event]):
         """What a resume asks for: the samples received, the events since them."""
         if response.WhichOneof("response") == "audio" and response.audio.num_samples:
             self._offset = response.audio.sample_offset + response.audio.num_samples
+            self._notify()  # its receipt
             self._events_since_audio = 0
         else:
             self._events_since_audio += 1
@@ -249,7 +265,7 @@ class ResumingEventStream(AsyncIterator[Event]):
         if isinstance(answered, tuple):
             self._adopt(answered[0])
             return ResumedEvent(time.perf_counter() - began, self._offset, answered[1])
-        if answered not in GONE and answered is not None:
+        if self._cancelling or (answered not in GONE + PROXIED_REFUSAL and answered is not None):
             raise failure
         return await self._continue(failure, began, window_s)
 

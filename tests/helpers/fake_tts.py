@@ -70,6 +70,8 @@ class FakeServicer(tts_pb2_grpc.TextToSpeechServicer):
         self.metadata.append(dict(context.invocation_metadata()))
         utterance_index = 0
         for request in request_iterator:
+            if request.WhichOneof("request") == "receipt":
+                continue  # read receipts: nothing here waits for them
             self.stream_requests.append(request)
             t = request.text
             if request.WhichOneof("request") == "text" and (t.text or t.flush or t.clear or t.mark):
@@ -87,6 +89,8 @@ class FakeServicer(tts_pb2_grpc.TextToSpeechServicer):
                             offset_s=offset / SAMPLE_RATE_HZ,
                         )
                     )
+            if t.last:  # the text's end, in band: the stream ends (the client's requests stay open)
+                return
 
     def ListVoices(self, request, context):  # type: ignore[no-untyped-def]
         self.metadata.append(dict(context.invocation_metadata()))

@@ -12,6 +12,7 @@ receive buffer.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -24,6 +25,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from chattts_client import AsyncTTSClient, AudioChunkEvent, UtteranceEndEvent
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
 from httputil import TOKEN, LogRecorder, engine_idle, http_server, wait_idle
 from polling import wait_until
@@ -185,6 +187,59 @@ def test_websocket_stalled_reader_gets_1008_and_its_slot_freed(srv, log):
     assert _stalled(srv, "HTTPSpeechStream") == before + 1
 
 
+@pytest.mark.parametrize("text", ["still open", "ended"])
+def test_client_library_stream_never_read_frees_the_slot(srv, log, text: str) -> None:
+    """`open_stream`, a long text, and the events never read: while the text is open the
+    server waits for read receipts that never come; once it has ended (half-closed), the
+    library's 64 KiB window fills. Either way the stall timeout ends it."""
+    before = _stalled(srv, "StreamingSynthesize")
+
+    async def run() -> None:
+        async with AsyncTTSClient(srv.target, token=TOKEN) as client:
+            stream = client.open_stream(config=_grpc_config(LONG), timeout=120)
+            stream.flush(LONG_TEXT)
+            if text == "ended":
+                stream.end_input()
+            busy = lambda: not engine_idle(srv)  # noqa: E731
+            await asyncio.to_thread(wait_until, busy, FREED_WAIT_S, "the stream admitted")
+            await asyncio.to_thread(_freed_by_the_stall, srv, log, "StreamingSynthesize")
+
+    asyncio.run(run())
+    _short_synthesis_works(srv)
+    assert _stalled(srv, "StreamingSynthesize") == before + 1
+
+
+def test_grpc_stub_sending_receipts_that_stops_reading_frees_the_slot(srv, log) -> None:
+    """A bare stub on a default channel (its window grows to megabytes: without receipts the
+    whole stream's 24 kHz PCM fits) with `read_receipts`: it receipts its first chunk, then
+    reads nothing more."""
+    before = _stalled(srv, "StreamingSynthesize")
+    first_read, done = threading.Event(), threading.Event()
+    config = tts_pb2.SynthesisConfig(sampling=tts_pb2.Sampling(seed=3, **LONG), read_receipts=True)
+
+    def requests() -> Iterator[tts_pb2.StreamingSynthesizeRequest]:
+        yield tts_pb2.StreamingSynthesizeRequest(config=config)
+        yield tts_pb2.StreamingSynthesizeRequest(text=tts_pb2.TextInput(text=LONG_TEXT, flush=True))
+        first_read.wait(60)
+        yield tts_pb2.StreamingSynthesizeRequest(receipt=tts_pb2.ReadReceipt(sample_offset=offset))
+        done.wait(120)  # requests open: more receipts would be owed
+
+    with grpc.insecure_channel(srv.target) as channel:
+        call = tts_pb2_grpc.TextToSpeechStub(channel).StreamingSynthesize(
+            requests(), timeout=120, metadata=MD
+        )
+        first = next(call)
+        offset = first.audio.sample_offset + first.audio.num_samples
+        first_read.set()
+        try:
+            _freed_by_the_stall(srv, log, "StreamingSynthesize")
+            _short_synthesis_works(srv)
+        finally:
+            done.set()
+            call.cancel()
+    assert _stalled(srv, "StreamingSynthesize") == before + 1
+
+
 # -- a reader that keeps up with real time --------------------------------------------------------
 
 
@@ -217,6 +272,28 @@ def test_grpc_real_time_reader_is_never_cut(srv, log):
             request, timeout=60, metadata=MD
         ):
             pace.took(len(reply.audio.audio))
+    assert pace.num_bytes == _expected_bytes(4)
+    assert time.monotonic() - pace.started > 2 * STALL_S  # it did take that long
+
+
+def test_client_library_real_time_reader_is_never_cut(srv, log):
+    """Read receipts pace the server to the reader: one that reads as the audio plays (its
+    text open until the first utterance ends, so receipts are what the server waits on) gets
+    every sample."""
+    pace = Pace(BYTES_PER_S["FLOAT32"])
+    sampling = {"min_new_tokens": REAL_TIME_TOKENS, "max_new_tokens": REAL_TIME_TOKENS}
+
+    async def run() -> None:
+        async with AsyncTTSClient(srv.target, token=TOKEN) as client:
+            stream = client.open_stream(config=_grpc_config(sampling), timeout=60)
+            stream.flush("Played as it comes.")
+            async for event in stream:
+                if isinstance(event, AudioChunkEvent):
+                    await asyncio.to_thread(pace.took, len(event.audio))
+                elif isinstance(event, UtteranceEndEvent):
+                    stream.end_input()
+
+    asyncio.run(run())
     assert pace.num_bytes == _expected_bytes(4)
     assert time.monotonic() - pace.started > 2 * STALL_S  # it did take that long
 

@@ -57,9 +57,14 @@ class ResumableStream:
         self.task: asyncio.Task[Any] | None = None
         self.last_seq = 0
         """The highest TextInput.seq applied."""
+        self.read_receipts = False
+        """Its client sends ReadReceipts (its first call's config): each call's writes wait
+        for them (api/receipts.py)."""
         self.known_to_client = False
         """Its id and token were sent: until then a dropped connection ends it (none could
         resume it)."""
+        self.cancelled = False
+        """CancelStream came: it is not held for a resume."""
         self._text: asyncio.Queue[TextFragment | BaseException | object] = asyncio.Queue()
         self._input_ended = False
         self._attached: asyncio.Task[Any] | None = None
@@ -117,6 +122,11 @@ class ResumableStream:
         if last:
             self.end_input()
 
+    @property
+    def text_ended(self) -> bool:
+        """Its client sent TextInput.last (or what could not be read)."""
+        return self._input_ended
+
     def end_input(self, failure: BaseException | None = None) -> None:
         """The text has ended (TextInput.last), or a call sent what cannot be read (`failure`)."""
         if not self._input_ended:
@@ -124,9 +134,14 @@ class ResumableStream:
             self._text.put_nowait(failure if failure is not None else _END)
 
     def cancel(self) -> None:
-        """CancelStream: end the stream now."""
+        """CancelStream: end the stream now; one that has ended already is let go at once
+        (its client wants nothing more of it)."""
+        self.cancelled = True
         if self.task is not None:
             self.task.cancel()
+        if self.task is None or self.task.done():
+            self._unpark()
+            self.resumer.forget(self)
 
     async def attach(self, write: Write, start: int = 0, heard: int = 0) -> None:
         """Write the log from entry `start` (less the `heard` samples of its audio) and then
@@ -176,7 +191,7 @@ class ResumableStream:
 
     def _park(self) -> None:
         self._notify()
-        if self.task is None or (self.task.done() and self._ended_for_good()):
+        if self.task is None or self.cancelled or (self.task.done() and self._ended_for_good()):
             self.resumer.forget(self)
             return
         if not self.known_to_client or self.resumer.draining:  # none could resume it

@@ -29,6 +29,7 @@ from .auth import authorization_of
 from .convert import Validator
 from .errors import ClientGoneError, ClientStalledError, ResumeError, abort_with, is_ours
 from .events import reply
+from .receipts import ReceiptGate
 from .resume import ResumableStream, Resumer
 from .synthesis import Send, Synthesis
 
@@ -82,6 +83,7 @@ class TextToSpeechServicer:
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> None:
         messages = _parsed(requests)
+        gate = ReceiptGate()
 
         async def parse(validator: Validator) -> StreamSettings | _Resumable:
             try:
@@ -96,10 +98,11 @@ class TextToSpeechServicer:
                     "config", "the first message of the stream must carry config (or resume)"
                 )
             settings = validator.settings(first.config)
+            gate.enabled = first.config.read_receipts
             resumable = first.config.resumable and self.resumer is not None
             return _Resumable(settings, None) if resumable else settings
 
-        await self._serve(context, "StreamingSynthesize", parse, _streaming_reply, messages)
+        await self._serve(context, "StreamingSynthesize", parse, _streaming_reply, (messages, gate))
 
     async def _serve(
         self,
@@ -109,25 +112,28 @@ class TextToSpeechServicer:
             [Validator], Awaitable[tuple[str, StreamSettings] | StreamSettings | _Resumable]
         ],
         to_reply: Callable[[SessionEvent], Message],
-        messages: AsyncIterator[tts_pb2.StreamingSynthesizeRequest] | None,
+        requests: tuple[AsyncIterator[tts_pb2.StreamingSynthesizeRequest], ReceiptGate] | None,
     ) -> None:
-        """The way in, then one text or the stream of text messages; our failures end the
-        call with their status."""
+        """The way in, then one text or the stream of text messages (with the call's read
+        receipts); our failures end the call with their status."""
         synthesis = self.synthesis
         timing = {"deadline": _deadline(context), "queue_timeout_s": context.time_remaining()}
         try:
             parsed = await synthesis.accept(
                 method, authorization_of(context.invocation_metadata()), parse
             )
-            send = _writer(context, to_reply)
-            if messages is None:
+            if requests is None:
                 assert isinstance(parsed, tuple)
+                send = _writer(context, to_reply)
                 await synthesis.synthesize(method, *parsed, send, **timing)
             elif isinstance(parsed, _Resumable):
-                await self._resumable(context, parsed, messages, timing)
+                await self._resumable(context, parsed, *requests, timing)
             else:
                 assert isinstance(parsed, StreamSettings)
-                await synthesis.stream(method, _fragments(messages), parsed, send, **timing)
+                messages, gate = requests
+                send = _writer(context, to_reply, gate=gate)
+                await synthesis.stream(method, _fragments(messages, gate), parsed, send, **timing)
+                await gate.settled()
         except ClientGoneError:
             return
         except Exception as exc:
@@ -140,10 +146,12 @@ class TextToSpeechServicer:
         context: grpc.aio.ServicerContext,
         parsed: _Resumable,
         messages: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
+        gate: ReceiptGate,
         timing: dict[str, float | None],
     ) -> None:
         """A resumable stream begun, or resumed (`ResumeStream`), then this call attached to it
-        until it ends or the connection drops (api/resume.py)."""
+        until it ends or the connection drops (api/resume.py). Whether the client sends read
+        receipts is the stream's, from its first call's config."""
         if self.resumer is None:
             raise ResumeError(
                 "FAILED_PRECONDITION", "this server does not resume streams (--resume-window-s 0)"
@@ -160,9 +168,11 @@ class TextToSpeechServicer:
                 raise
             # At once: the client waits for them to know that it resumed.
             await context.send_initial_metadata(self.resumer.headers(stream))
+            gate.enabled, gate.received = stream.read_receipts, resume.sample_offset
         else:
             assert parsed.settings is not None
             stream = self.resumer.open(authorization)
+            stream.read_receipts = gate.enabled
             stream.start(
                 self.synthesis.stream(
                     "StreamingSynthesize",
@@ -180,10 +190,13 @@ class TextToSpeechServicer:
             stream.known_to_client = True
             return self.resumer.headers(stream)
 
-        write = _writer(context, _streaming_reply, headers, started=parsed.resume is not None)
-        reading = asyncio.create_task(_post_text(messages, stream))
+        write = _writer(
+            context, _streaming_reply, headers, started=parsed.resume is not None, gate=gate
+        )
+        reading = asyncio.create_task(_post_text(messages, stream, gate))
         try:
             await stream.attach(write, start, heard)
+            await gate.settled(text_ended=stream.text_ended)
         finally:
             reading.cancel()
 
@@ -205,12 +218,15 @@ def _writer(
     to_reply: Callable[[SessionEvent], Message],
     headers: Callable[[], Sequence[tuple[str, str]]] = lambda: (),
     started: bool = False,
+    gate: ReceiptGate | None = None,
 ) -> Send:
-    """Each event as a reply, the initial metadata (`headers()`) with the first unless it was
-    `started` already."""
+    """Each event as a reply (once the client's receipts leave room for it), the initial
+    metadata (`headers()`) with the first unless it was `started` already."""
 
     async def send(event: SessionEvent) -> None:
         nonlocal started
+        if gate is not None:
+            await gate.room_for(event)
         if not started:
             # The initial metadata in a batch of its own: a status can then be sent while a
             # write waits on a client that reads nothing (with the metadata inside that
@@ -231,19 +247,28 @@ class _Resumable:
 
 
 async def _post_text(
-    requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest], stream: ResumableStream
+    requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
+    stream: ResumableStream,
+    gate: ReceiptGate,
 ) -> None:
     """A resumable stream's call: each text message posted to the stream with its seq, its
-    `last` ending the stream's input; `cancel` ends the stream. The end of the requests ends
-    nothing: a connection that drops looks the same here as a half-close."""
+    `last` ending the stream's input; `cancel` ends the stream; receipts go to the call's
+    `gate`. The end of the requests ends nothing: a connection that drops looks the same here
+    as a half-close."""
     try:
         async for message in requests:
-            if message.WhichOneof("request") == "cancel":
+            which = message.WhichOneof("request")
+            if which == "cancel":
                 stream.cancel()
                 return
+            if which == "receipt":
+                gate.receipt(message.receipt.sample_offset)
+                continue
             stream.post(message.text.seq, _fragment(message), message.text.last)
     except InvalidRequestError as exc:
         stream.end_input(exc)
+    finally:
+        gate.requests_ended()
 
 
 def _parse(message_type: type[_M], data: bytes, field_name: str) -> _M:
@@ -263,11 +288,18 @@ async def _parsed(
 
 
 async def _fragments(
-    requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest],
+    requests: AsyncIterator[tts_pb2.StreamingSynthesizeRequest], gate: ReceiptGate
 ) -> AsyncIterator[TextFragment]:
-    """The text messages after the config, as transport-neutral fragments."""
-    async for message in requests:
-        yield _fragment(message)
+    """The text messages after the config, as transport-neutral fragments; receipts go to
+    `gate`."""
+    try:
+        async for message in requests:
+            if message.WhichOneof("request") == "receipt":
+                gate.receipt(message.receipt.sample_offset)
+            else:
+                yield _fragment(message)
+    finally:
+        gate.requests_ended()
 
 
 def _fragment(message: tts_pb2.StreamingSynthesizeRequest) -> TextFragment:

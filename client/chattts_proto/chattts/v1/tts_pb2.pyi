@@ -162,7 +162,7 @@ class Chunking(_message.Message):
     def __init__(self, first_chunk_tokens: _Optional[int] = ..., max_chunk_tokens: _Optional[int] = ..., lookahead_tokens: _Optional[int] = ...) -> None: ...
 
 class SynthesisConfig(_message.Message):
-    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release", "text_format", "chunking", "word_timing", "priority", "ssml_ignore_unknown_elements", "lexicons", "max_lag_s", "hard_lag_s", "catch_up_max_speed", "pace_lead_s", "resumable")
+    __slots__ = ("voice", "audio_format", "prosody", "sampling", "text_release", "text_format", "chunking", "word_timing", "priority", "ssml_ignore_unknown_elements", "lexicons", "max_lag_s", "hard_lag_s", "catch_up_max_speed", "pace_lead_s", "resumable", "read_receipts")
     VOICE_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     PROSODY_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,7 @@ class SynthesisConfig(_message.Message):
     CATCH_UP_MAX_SPEED_FIELD_NUMBER: _ClassVar[int]
     PACE_LEAD_S_FIELD_NUMBER: _ClassVar[int]
     RESUMABLE_FIELD_NUMBER: _ClassVar[int]
+    READ_RECEIPTS_FIELD_NUMBER: _ClassVar[int]
     voice: Voice
     audio_format: AudioFormat
     prosody: Prosody
@@ -195,7 +196,8 @@ class SynthesisConfig(_message.Message):
     catch_up_max_speed: int
     pace_lead_s: float
     resumable: bool
-    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ..., text_format: _Optional[_Union[TextFormat, str]] = ..., chunking: _Optional[_Union[Chunking, _Mapping]] = ..., word_timing: bool = ..., priority: _Optional[_Union[Priority, str]] = ..., ssml_ignore_unknown_elements: bool = ..., lexicons: _Optional[_Iterable[str]] = ..., max_lag_s: _Optional[float] = ..., hard_lag_s: _Optional[float] = ..., catch_up_max_speed: _Optional[int] = ..., pace_lead_s: _Optional[float] = ..., resumable: bool = ...) -> None: ...
+    read_receipts: bool
+    def __init__(self, voice: _Optional[_Union[Voice, _Mapping]] = ..., audio_format: _Optional[_Union[AudioFormat, _Mapping]] = ..., prosody: _Optional[_Union[Prosody, _Mapping]] = ..., sampling: _Optional[_Union[Sampling, _Mapping]] = ..., text_release: _Optional[_Union[TextReleasePolicy, _Mapping]] = ..., text_format: _Optional[_Union[TextFormat, str]] = ..., chunking: _Optional[_Union[Chunking, _Mapping]] = ..., word_timing: bool = ..., priority: _Optional[_Union[Priority, str]] = ..., ssml_ignore_unknown_elements: bool = ..., lexicons: _Optional[_Iterable[str]] = ..., max_lag_s: _Optional[float] = ..., hard_lag_s: _Optional[float] = ..., catch_up_max_speed: _Optional[int] = ..., pace_lead_s: _Optional[float] = ..., resumable: bool = ..., read_receipts: bool = ...) -> None: ...
 
 class TextInput(_message.Message):
     __slots__ = ("text", "flush", "clear", "mark", "segment", "replace", "if_started", "expires_in_ms", "seq", "last")
@@ -238,16 +240,24 @@ class SegmentEnd(_message.Message):
     def __init__(self, name: _Optional[str] = ..., revision: _Optional[int] = ..., outcome: _Optional[_Union[SegmentOutcome, str]] = ..., sample_offset: _Optional[int] = ..., offset_s: _Optional[float] = ..., text: _Optional[str] = ...) -> None: ...
 
 class StreamingSynthesizeRequest(_message.Message):
-    __slots__ = ("config", "text", "resume", "cancel")
+    __slots__ = ("config", "text", "resume", "cancel", "receipt")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
+    RECEIPT_FIELD_NUMBER: _ClassVar[int]
     config: SynthesisConfig
     text: TextInput
     resume: ResumeStream
     cancel: CancelStream
-    def __init__(self, config: _Optional[_Union[SynthesisConfig, _Mapping]] = ..., text: _Optional[_Union[TextInput, _Mapping]] = ..., resume: _Optional[_Union[ResumeStream, _Mapping]] = ..., cancel: _Optional[_Union[CancelStream, _Mapping]] = ...) -> None: ...
+    receipt: ReadReceipt
+    def __init__(self, config: _Optional[_Union[SynthesisConfig, _Mapping]] = ..., text: _Optional[_Union[TextInput, _Mapping]] = ..., resume: _Optional[_Union[ResumeStream, _Mapping]] = ..., cancel: _Optional[_Union[CancelStream, _Mapping]] = ..., receipt: _Optional[_Union[ReadReceipt, _Mapping]] = ...) -> None: ...
+
+class ReadReceipt(_message.Message):
+    __slots__ = ("sample_offset",)
+    SAMPLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    sample_offset: int
+    def __init__(self, sample_offset: _Optional[int] = ...) -> None: ...
 
 class ResumeStream(_message.Message):
     __slots__ = ("stream_id", "resume_token", "sample_offset", "events_received")
