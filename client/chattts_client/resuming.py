@@ -6,15 +6,17 @@ sent the stream's id and token, this opens a new call whose first message is a `
 with the samples the listener has and the events received since them, sends every text message
 again (each carries its `seq`, and the server applies each once), and goes on reading: the
 caller sees one `ResumedEvent` and then the rest of the stream, nothing lost or repeated. It
-tries until the server's resume window (`chattts-resume-window-s`) has passed; a refusal
-(NOT_FOUND, PERMISSION_DENIED, OUT_OF_RANGE) or any other status ends the iteration with the
-original failure.
+tries until the server's resume window (`chattts-resume-window-s`) has passed.
 
 Where the stream cannot be resumed, because its server is gone (the resume is answered
-NOT_FOUND: killed and restarted, or a proxy sent it to another replica) or its window passed,
-it goes on as a new stream with the same config, from the first word of the caller's text
-that the listener has not wholly heard (chattts_client/continuation.py): the caller sees a
-`ResumedEvent` with `new_stream` True, and events whose offsets go on from those received.
+NOT_FOUND: killed and restarted, or a proxy sent it to another replica; OUT_OF_RANGE) or its
+window passed, it goes on as a new stream with the same config, from the first word of the
+caller's text that the listener has not wholly heard (chattts_client/continuation.py): the
+caller sees a `ResumedEvent` with `new_stream` True, and events whose offsets go on from those
+received. Any other refusal (PERMISSION_DENIED) ends the iteration with the original failure.
+
+While its text goes on, the call also carries a `ReadReceipt` per audio chunk read
+(`SynthesisConfig.read_receipts`), so the server finds a caller that stopped reading.
 
 `cancel()` sends `CancelStream`, so the server frees the stream's slot at once instead of
 keeping it for a resume: on the call while its requests are open, else (after `end_input`) on a
@@ -187,8 +189,9 @@ class ResumingEventStream(AsyncIterator[Event]):
 
     def _requests(self, first: Request) -> AsyncIterator[Request]:
         """One call's requests: `first`, every text message sent so far (the server drops those
-        it has applied), then each new one, and a `ReadReceipt` after each audio chunk read while the text goes on
-        (SynthesisConfig.read_receipts); half-closed after the text's `last`, since a proxy
+        it has applied), then each new one, and a `ReadReceipt` after each audio chunk read
+        while the text goes on (SynthesisConfig.read_receipts); half-closed after the text's
+        `last`, since a proxy
         cuts a call whose requests are still open when the server ends it (HAProxy 2.6 resets
         it, CANCEL). From then on the channel's HTTP/2 window (64 KiB: the client turns off
         grpc's bandwidth probing) is what bounds the audio in flight. The messages are those of
