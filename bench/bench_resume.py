@@ -23,6 +23,7 @@ import time
 from _common import CACHE, arguments, gauges, launch, load_line, pct, proc_mib, table
 
 from chattts_client import AsyncTTSClient, AudioChunkEvent, ResumedEvent, make_config
+from chattts_devtools.launcher import ServerProcess
 from chattts_devtools.tcp_relay import TcpRelay
 
 TEXT = (
@@ -120,7 +121,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.streams, args.cuts, args.parked, args.window_s = 2, 2, 2, 2.0
-    server_args = ["--resume-window-s", str(args.window_s), "--max-streams", str(args.parked)]
+    slots = max(args.parked, args.streams + 2)  # part three leaves a stream parked per stream
+    server_args = ["--resume-window-s", str(args.window_s), "--max-streams", str(slots)]
     with launch(server_args, dev_model=args.dev_model, cache=CACHE, metrics=True) as srv:
         srv.wait_serving()
         rng = random.Random(7)
@@ -157,17 +159,13 @@ def main() -> None:
             f"{args.parked} parked streams: RSS {before:.0f} -> {held:.0f} MiB "
             f"({per_stream:.1f} MiB each), {after:.0f} MiB after their window; {load_line()}"
         )
-    print(elsewhere(args.streams, args.window_s, args.dev_model))
+        print(elsewhere(srv, server_args, args.streams, args.dev_model))
 
 
-def elsewhere(streams: int, window_s: float, dev_model: str) -> str:
-    """Part three, on two servers of its own (each stream leaves one parked on the first)."""
-    server_args = ["--resume-window-s", str(window_s), "--max-streams", str(streams + 2)]
-    with (
-        launch(server_args, dev_model=dev_model, cache=CACHE) as first,
-        launch(server_args, dev_model=dev_model, cache=CACHE) as second,
-    ):
-        first.wait_serving()
+def elsewhere(first: ServerProcess, server_args: list[str], streams: int, dev_model: str) -> str:
+    """Part three: streams on `first` go on on a second server (each leaves one parked on
+    `first`)."""
+    with launch(server_args, dev_model=dev_model, cache=CACHE) as second:
         second.wait_serving()
         rng = random.Random(11)
         lost: list[tuple[float, float]] = []

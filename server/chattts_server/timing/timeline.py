@@ -15,6 +15,7 @@ utterance, from the estimate. The server logs which source it serves when it bin
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -141,14 +142,25 @@ def heard_until(spoken: Traced, num_native: int, native_rate: int, speed: int) -
     says `spoken` are heard: the end (in the caller's text) of its last word that the duration
     model places wholly in them; never its last word, which only the utterance's end tells.
     None while no such word is heard."""
-    words = _whole(spoken, num_native, native_rate, speed).words
+    whole = max(num_native, round(estimate_duration_s(spoken.text, speed) * native_rate))
     end = None
-    for w in words[:-1]:
-        if w.end_sample > num_native:
+    for word_end, source_end in _word_ends(spoken, whole, native_rate, speed)[:-1]:
+        if word_end > num_native:
             break
-        if w.span is not None:
-            end = w.span[1]
+        if source_end is not None:
+            end = source_end
     return end
+
+
+@functools.lru_cache(maxsize=256)
+def _word_ends(
+    spoken: Traced, whole: int, native_rate: int, speed: int
+) -> tuple[tuple[int, int | None], ...]:
+    """Each word's end in an utterance of `whole` samples, and its source's end: the same for
+    every chunk of an utterance until its audio outgrows the duration model's length."""
+    words = spoken_words(spoken)
+    timing = estimate_timing(spoken.text, words, whole, sample_rate=native_rate, speed=speed)
+    return tuple((w.end_sample, None if w.span is None else w.span[1]) for w in timing.words)
 
 
 def _whole(spoken: Traced, num_native: int, native_rate: int, speed: int) -> UtteranceTiming:
