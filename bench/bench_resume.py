@@ -69,22 +69,25 @@ async def lose_server(
     """One stream whose server is lost at a random audio chunk: (gap to the new stream's
     answer, gap to its first audio)."""
     went_on: ResumedEvent | None = None
+    gaps: tuple[float, float] | None = None
     went_on_at, chunks, cut_at = 0.0, 0, rng.randint(1, 6)
     async with AsyncTTSClient(target) as client:
         stream = client.open_stream(config=make_config(seed=1), timeout=300)
         stream.flush(TEXT)
         stream.end_input()
-        async for event in stream:
+        async for event in stream:  # to its end: a stream left open outlives its event loop
             if isinstance(event, ResumedEvent):
                 went_on, went_on_at = event, time.perf_counter()
             elif isinstance(event, AudioChunkEvent):
-                if went_on is not None:
-                    return went_on.gap_s, went_on.gap_s + time.perf_counter() - went_on_at
+                if went_on is not None and gaps is None:
+                    gaps = went_on.gap_s, went_on.gap_s + time.perf_counter() - went_on_at
                 chunks += 1
                 if chunks == cut_at:
                     relay.retarget(other_port)
                     relay.cut()
-    raise SystemExit("a stream ended before its server was lost (or did not go on)")
+    if gaps is None:
+        raise SystemExit("a stream ended before its server was lost (or did not go on)")
+    return gaps
 
 
 def wait_gauge(metrics_port: int, name: str, value: float, timeout_s: float = 300) -> None:
