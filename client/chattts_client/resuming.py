@@ -13,7 +13,8 @@ NOT_FOUND: killed and restarted, or a proxy sent it to another replica; OUT_OF_R
 window passed, it goes on as a new stream with the same config, from the first word of the
 caller's text that the listener has not wholly heard (chattts_client/continuation.py): the
 caller sees a `ResumedEvent` with `new_stream` True, and events whose offsets go on from those
-received. Any other refusal (PERMISSION_DENIED) ends the iteration with the original failure.
+received. Any other refusal (PERMISSION_DENIED) ends the iteration with the original failure,
+as does a lost SSML stream (its document cannot be cut at a word).
 
 While its text goes on, the call also carries a `ReadReceipt` per audio chunk read
 (`SynthesisConfig.read_receipts`), so the server finds a caller that stopped reading.
@@ -270,6 +271,8 @@ class ResumingEventStream(AsyncIterator[Event]):
             return ResumedEvent(time.perf_counter() - began, self._offset, answered[1])
         if self._cancelling or (answered not in GONE + PROXIED_REFUSAL and answered is not None):
             raise failure
+        if self._config.text_format == tts_pb2.SSML:
+            raise failure  # an SSML document cut at a word is no document
         return await self._continue(failure, began, window_s)
 
     async def _continue(

@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from chattts_client import (
@@ -24,7 +25,9 @@ from chattts_client import (
     UtteranceEndEvent,
     make_config,
 )
+from chattts_client.resuming import DROPPED
 from chattts_devtools.tcp_relay import TcpRelay
+from chattts_proto.chattts.v1 import tts_pb2
 from heard_words import assert_each_word_heard_once
 from serverutil import DEV_MODEL_CACHE, InProcessServer, tiny_server_config
 
@@ -100,3 +103,28 @@ def test_a_lost_server_s_stream_goes_on_elsewhere_with_no_word_twice_or_missing(
     assert [e.name for e in events if isinstance(e, MarkEvent)] == ["bridge"]
 
     assert_each_word_heard_once(text, events)
+
+
+def test_a_lost_ssml_stream_fails_with_the_original_status(
+    replicas: tuple[InProcessServer, InProcessServer],
+) -> None:
+    """An SSML document cut at a word is no document: no new stream, the loss is the caller's."""
+    first, second = replicas
+
+    async def run() -> None:
+        config = _config()
+        config.text_format = tts_pb2.SSML
+        async with AsyncTTSClient(relay.target) as client:
+            stream = client.open_stream(config=config, timeout=CALL_TIMEOUT_S)
+            stream.push("<speak>" + "".join(TEXT) + "</speak>")
+            stream.end_input()
+            async with stream:
+                async for event in stream:
+                    assert not isinstance(event, ResumedEvent)
+                    if isinstance(event, AudioChunkEvent):
+                        relay.retarget(second.port)
+                        relay.cut()
+
+    with TcpRelay(first.port) as relay, pytest.raises(grpc.aio.AioRpcError) as failure:
+        asyncio.run(run())
+    assert failure.value.code() in DROPPED  # the cut, as it came
