@@ -24,7 +24,8 @@ from ..stream.events import AudioOut, SessionEvent
 LEAD_S = 2.0
 """Audio a call may write past the client's last receipt."""
 SETTLE_S = 2.0
-"""The longest a call with receipts waits at its end for the receipt of its last audio."""
+"""The longest a call waits at its end for the receipt of its last audio and, after its text's
+`last`, for the client's half-close."""
 
 
 class ReceiptGate:

@@ -34,11 +34,11 @@ class StreamOutput:
         self.sample_offset = 0
         """Samples (at the chunks' rate) of every chunk sent so far."""
         self.playout = PlayoutClock()
+        """When a real-time listener hears what is sent: each utterance's lag."""
         self.heard_source_end = 0
         """Every word of the caller's text before this code point is in the audio sent so far
         (by the duration model's word ends, as a CUT finds them): where a client that lost
         the stream starts it again elsewhere. Stamped on each chunk; it never goes back."""
-        """When a real-time listener hears what is sent: each utterance's lag."""
         # The HTTP front door's WAV, MP3, AAC and FLAC come from audio/containers.py.
         factory = make_container_encoder if self.encoding in CONTAINER_ENCODINGS else make_encoder
         self._encoder = factory(self.encoding, settings.audio.sample_rate_hz, native_rate)
