@@ -28,11 +28,18 @@ def assert_each_word_heard_once(text: str, events: Sequence[object]) -> None:
             before = max((t[1] for t in timed if t[1] <= e.from_source), default=0)
             heard_untimed.append((before, e.from_source))
             assert all(end <= e.from_source or start >= e.from_source for start, end in timed)
-    at = 0
-    for word in text.split():
-        at = text.index(word, at)
-        span = (at, at + len(word))
-        at += len(word)
+    for span in word_spans(text):
         covered = [t for t in timed if t[0] < span[1] and span[0] < t[1]]
         untimed = any(a <= span[0] and span[1] <= b for a, b in heard_untimed)
+        word = text[span[0] : span[1]]
         assert len(covered) == 1 or (not covered and untimed), (word, span, timed, heard_untimed)
+
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    """Each whitespace-separated word of `text`: [start, end) in code points."""
+    spans, at = [], 0
+    for word in text.split():
+        at = text.index(word, at)
+        spans.append((at, at + len(word)))
+        at += len(word)
+    return spans

@@ -20,6 +20,7 @@ from chattts_server.text.stream import utterances_traced
 from chattts_server.text.words import SpokenWord, spoken_words
 from chattts_server.timing.estimate import estimate_timing
 from chattts_server.timing.types import ESTIMATE, UtteranceTiming
+from heard_words import word_spans
 
 SAMPLE_RATE = SAMPLE_RATE_HZ
 """The rate ChatTTS's vocoder writes (`VocosShapes.sample_rate`); the estimate takes any."""
@@ -202,15 +203,6 @@ def test_heard_until_moves_word_by_word_and_never_past_the_last_word() -> None:
     heard = [m for m in marks if m is not None]
     assert heard == sorted(heard)
     ends = {m for m in heard}
-    word_ends = {k + len(w) for k, w in _word_starts(text)}
+    word_ends = {end for _, end in word_spans(text)}
     assert ends <= word_ends and len(ends) == len(word_ends) - 1
     assert max(heard) == text.rindex(" junction")
-
-
-def _word_starts(text: str) -> list[tuple[int, str]]:
-    out, at = [], 0
-    for word in text.split():
-        at = text.index(word, at)
-        out.append((at, word))
-        at += len(word)
-    return out

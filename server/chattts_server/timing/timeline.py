@@ -134,7 +134,8 @@ def word_ends(spoken: Traced, num_native: int, native_rate: int, speed: int) -> 
     """Where each word of `spoken` ends in its utterance's audio (native samples), as the
     duration model places them over the whole utterance, taken as at least `num_native` long:
     where a CUT may stop it."""
-    return [w.end_sample for w in _whole(spoken, num_native, native_rate, speed).words]
+    whole = _whole_length(spoken, num_native, native_rate, speed)
+    return [end for end, _ in _word_ends(spoken, whole, native_rate, speed)]
 
 
 def heard_until(spoken: Traced, num_native: int, native_rate: int, speed: int) -> int | None:
@@ -142,7 +143,7 @@ def heard_until(spoken: Traced, num_native: int, native_rate: int, speed: int) -
     says `spoken` are heard: the end (in the caller's text) of its last word that the duration
     model places wholly in them; never its last word, which only the utterance's end tells.
     None while no such word is heard."""
-    whole = max(num_native, round(estimate_duration_s(spoken.text, speed) * native_rate))
+    whole = _whole_length(spoken, num_native, native_rate, speed)
     end = None
     for word_end, source_end in _word_ends(spoken, whole, native_rate, speed)[:-1]:
         if word_end > num_native:
@@ -156,8 +157,9 @@ def heard_until(spoken: Traced, num_native: int, native_rate: int, speed: int) -
 def _word_ends(
     spoken: Traced, whole: int, native_rate: int, speed: int
 ) -> tuple[tuple[int, int | None], ...]:
-    """Each word's end in an utterance of `whole` samples, and its source's end: the same for
-    every chunk of an utterance until its audio outgrows the duration model's length."""
+    """Each word's end in an utterance of `whole` samples (`_whole`'s estimate), and its
+    source's end: the same for every chunk of an utterance until its audio outgrows the
+    duration model's length, so a CUT and `heard_until` ask for it once an utterance."""
     words = spoken_words(spoken)
     timing = estimate_timing(spoken.text, words, whole, sample_rate=native_rate, speed=speed)
     return tuple((w.end_sample, None if w.span is None else w.span[1]) for w in timing.words)
@@ -166,6 +168,12 @@ def _word_ends(
 def _whole(spoken: Traced, num_native: int, native_rate: int, speed: int) -> UtteranceTiming:
     """The estimate over the whole utterance (no audio read): `num_native` samples, or the
     duration model's length where that is longer."""
-    whole = max(num_native, round(estimate_duration_s(spoken.text, speed) * native_rate))
+    whole = _whole_length(spoken, num_native, native_rate, speed)
     words = spoken_words(spoken)
     return estimate_timing(spoken.text, words, whole, sample_rate=native_rate, speed=speed)
+
+
+def _whole_length(spoken: Traced, num_native: int, native_rate: int, speed: int) -> int:
+    """An utterance's length as the estimate takes it: its audio so far, or the duration
+    model's length where that is longer."""
+    return max(num_native, round(estimate_duration_s(spoken.text, speed) * native_rate))
