@@ -156,6 +156,11 @@ class TTSServer:
             self._reserved.append(reserve_port(net.host, net.http_port))
             self.http_port = self._reserved[1].getsockname()[1]
 
+    def _release_reservations(self) -> None:
+        for reserved in self._reserved:
+            reserved.close()
+        self._reserved = []
+
     async def _listen(self, port: int, http_port: int) -> None:
         """Open the gRPC port (and the HTTP door) for calls."""
         assert self.server is not None
@@ -178,14 +183,17 @@ class TTSServer:
         take work and report SERVING."""
         assert self.admission is not None
         if self.config.network.listen_when_ready:
-            for reserved in self._reserved:
-                reserved.close()
+            # The listeners bind while the reservations still hold the ports (both sockets set
+            # SO_REUSEADDR and the reservation never listens, so Linux allows it): a port
+            # released first could be taken meanwhile, as any connection's ephemeral port.
             try:
                 await self._listen(self.port, self.http_port)
             except StartupError as exc:
                 log.error("%s", exc)
                 self._on_engine_fatal(exc)
                 return
+            finally:
+                self._release_reservations()
         if self._draining:
             return
         self.admission.ready = True
@@ -292,8 +300,7 @@ class TTSServer:
             self.http.stop_listening()
         if self.servicer is not None and self.servicer.resumer is not None:
             self.servicer.resumer.drain()
-        for reserved in self._reserved:
-            reserved.close()
+        self._release_reservations()
         if self.server is None or not self._listening:
             return None
         timeout = max(0.0, deadline - asyncio.get_running_loop().time())
@@ -308,6 +315,11 @@ class TTSServer:
             await asyncio.wait_for(self.admission.wait_idle(), timeout)
         except TimeoutError:
             log.warning("grace period over; cancelling %d streams", self.admission.held)
+
+    @property
+    def fatal(self) -> BaseException | None:
+        """Why this server cannot serve (the engine failed, or a port could not be opened)."""
+        return self._fatal
 
     async def wait(self) -> int:
         """Block until stopped; the process exit code (0, or 1 after an engine failure)."""

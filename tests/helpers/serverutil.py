@@ -107,7 +107,8 @@ class InProcessServer:
 
         self.port = self.call(start())
         if self.wait:
-            wait_serving(self.target)
+            server = self.server
+            wait_serving(self.target, failure=lambda: server.fatal if server else None)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,9 +49,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def wait_serving(
-    target: str, timeout_s: float = 120.0, credentials: grpc.ChannelCredentials | None = None
+    target: str,
+    timeout_s: float = 120.0,
+    credentials: grpc.ChannelCredentials | None = None,
+    failure: Callable[[], BaseException | None] = lambda: None,
 ) -> None:
-    """Poll grpc.health.v1 until `target` reports SERVING; TimeoutError after `timeout_s`."""
+    """Poll grpc.health.v1 until `target` reports SERVING; TimeoutError after `timeout_s`.
+    `failure` returns why the server will never serve (RuntimeError from it at once)."""
     deadline = time.monotonic() + timeout_s
     channel = (
         grpc.secure_channel(target, credentials) if credentials else grpc.insecure_channel(target)
@@ -59,6 +63,8 @@ def wait_serving(
     with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
+            if (cause := failure()) is not None:
+                raise RuntimeError(f"{target} will not serve: {cause}") from cause
             try:
                 reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -100,7 +106,13 @@ class ServerProcess:
         return sum(needle in line for line in list(self.log))
 
     def wait_serving(self, timeout_s: float = 120.0) -> None:
-        wait_serving(self.target, timeout_s)
+        wait_serving(self.target, timeout_s, failure=self._exited)
+
+    def _exited(self) -> BaseException | None:
+        code = self.proc.poll()
+        if code is None:
+            return None
+        return ChildProcessError(f"exited {code}; its last lines:\n{''.join(self.log[-20:])}")
 
     def stop(self, timeout_s: float = 30.0) -> int:
         """SIGTERM (the server drains), then SIGKILL after `timeout_s`; returns the exit code."""
