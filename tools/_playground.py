@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,11 @@ def run_playground(
     screenshot: Path | None = None,
     timeout_s: float = 60.0,
     until_played_out: bool = False,
+    while_running: Callable[[dict[str, Any]], None] | None = None,
 ) -> PlaygroundRun:
     """Open the page at `url`, speak `text` and wait until the stream is done and its audio is
-    playing (with `until_played_out`, until the last of it has played)."""
+    playing (with `until_played_out`, until the last of it has played). `while_running` gets
+    the page's state (window.playground) every 0.1 s meanwhile: a test cuts the network there."""
 
     from selenium.webdriver.common.by import By
 
@@ -88,7 +91,7 @@ def run_playground(
             if value:
                 driver.find_element(By.ID, element_id).send_keys(str(value))
         driver.find_element(By.ID, "speak").click()
-        _wait_done(driver, timeout_s, until_played_out)
+        _wait_done(driver, timeout_s, until_played_out, while_running)
         # Let the live timeline draw the last playback, then read it.
         time.sleep(0.3)
         state = driver.execute_script("return JSON.parse(JSON.stringify(window.playground))")
@@ -146,7 +149,12 @@ def _fill_form(
         checkbox.click()
 
 
-def _wait_done(driver: Any, timeout_s: float, until_played_out: bool) -> None:
+def _wait_done(
+    driver: Any,
+    timeout_s: float,
+    until_played_out: bool,
+    while_running: Callable[[dict[str, Any]], None] | None,
+) -> None:
     """Until the page says the stream is done and its audio plays (or it failed)."""
     deadline = time.monotonic() + timeout_s
     state: dict[str, Any] = {}
@@ -158,5 +166,7 @@ def _wait_done(driver: Any, timeout_s: float, until_played_out: bool) -> None:
         )
         if state.get("done") and (played or state.get("error")):
             return
+        if while_running is not None and state.get("running"):
+            while_running(state)
         time.sleep(0.1)
     raise TimeoutError(f"the playground did not finish in {timeout_s} s: {state}")

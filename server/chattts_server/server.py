@@ -298,8 +298,8 @@ class TTSServer:
         await self.health.drain()
         if self.http is not None:
             self.http.stop_listening()
-        if self.servicer is not None and self.servicer.resumer is not None:
-            self.servicer.resumer.drain()
+        if self.synthesis is not None and self.synthesis.resumer is not None:
+            self.synthesis.resumer.drain()
         self._release_reservations()
         if self.server is None or not self._listening:
             return None

@@ -16,11 +16,14 @@ word of its text spoken once.
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from chattts_client import AsyncTTSClient, AudioChunkEvent, ResumedEvent, make_config
 from chattts_devtools.replicas import CONFIGS, REPLICA_ARGS, HAProxy, Replicas, haproxy_missing
@@ -74,6 +77,59 @@ def test_resumes_through_the_shipped_haproxy_reach_the_replica_holding_the_strea
     assert relay.cuts == CUTS, f"the stream ended before it was cut {CUTS} times"
     assert 1 <= resumes <= CUTS, log[-3000:]
     assert audio_s > 0
+
+
+def _websocket_through_cuts(port: int, relay: TcpRelay) -> list[str]:
+    """One resumable WebSocket stream cut after every second audio frame, CUTS times, resumed
+    with `?stream_id=` in the URL (as the playground does): the first message of each socket."""
+    firsts: list[str] = []
+    stream: dict = {}
+    samples = since_audio = frames = 0
+    first = {"type": "config", "voice": "seed:4", "audio_format": "pcm", "resumable": True}
+    done = False
+    while not done:
+        query = f"?stream_id={stream['stream_id']}" if stream else ""
+        url = f"ws://127.0.0.1:{port}/v1/audio/speech/stream{query}"
+        with connect(url, open_timeout=30) as ws:
+            ws.send(json.dumps(first))
+            answer = json.loads(ws.recv(timeout=120))
+            firsts.append(answer["type"])
+            if answer["type"] == "error":
+                return firsts
+            stream = stream or answer
+            for message in ({"type": "text", "text": TEXT, "seq": 1}, {"type": "end"}):
+                ws.send(json.dumps(message))
+            try:
+                while True:
+                    message = ws.recv(timeout=120)
+                    if isinstance(message, bytes):
+                        samples, since_audio, frames = samples + len(message) // 2, 0, frames + 1
+                        if frames % 2 == 0 and relay.cuts < CUTS:
+                            relay.cut()
+                    elif json.loads(message)["type"] == "done":
+                        done = True
+                    else:
+                        since_audio += 1
+            except ConnectionClosed:
+                pass
+        first = {
+            "type": "resume",
+            "stream_id": stream["stream_id"],
+            "resume_token": stream["resume_token"],
+            "sample_offset": samples,
+            "events_received": since_audio,
+        }
+    return firsts
+
+
+@pytest.mark.parametrize("config", ["haproxy", "plain"])
+def test_websocket_resumes_through_the_shipped_haproxy_reach_the_replica_holding_the_stream(
+    replicas: Replicas, config: str
+) -> None:
+    with HAProxy(CONFIGS[config], replicas) as proxy, TcpRelay(proxy.http_port) as relay:
+        firsts = _websocket_through_cuts(relay.port, relay)
+        log = "".join(proxy.log)
+    assert firsts == ["stream"] + ["resumed"] * CUTS, (firsts, log[-3000:])
 
 
 CALLERS = 8

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from chattts_devtools.tcp_relay import TcpRelay
 from httputil import TOKEN, http_server, http_url, wait_idle
 from serverutil import REPO
 
@@ -113,4 +114,32 @@ def test_playground_highlights_each_word_in_order_as_it_plays(srv, route, respon
         assert all(w["arrivedMs"] <= _plays_at_ms(chunks, w["startS"]) for w in words), words
     assert chances, ("no word was timed while it played", words, chunks)
     assert len(set(chances) & set(indices)) >= max(1, len(chances) // 2), (chances, indices)
+    wait_idle(srv, "the server to be idle")
+
+
+def test_the_playground_resumes_a_dropped_websocket_by_itself(srv):
+    """The page's WebSocket goes through a real TCP relay that is cut mid-audio (an RST each
+    way, as a network blip does), twice: the page resumes by itself, and the listener gets the
+    same audio as an uncut run, every utterance end once."""
+    fixed_length = {"max_tokens": HIGHLIGHT_TOKENS, "min_tokens": HIGHLIGHT_TOKENS}
+    uncut = run_playground(http_url(srv) + "/", TEXT, token=TOKEN, **fixed_length).state
+    assert uncut["error"] is None and not uncut["resumes"]
+    cut_at = [2, 6]  # chunks received
+
+    with TcpRelay(srv.server.http_port) as relay:
+
+        def blip(state: dict) -> None:
+            if cut_at and len(state["chunks"]) >= cut_at[0]:
+                cut_at.pop(0)
+                relay.cut()
+
+        run = run_playground(
+            f"http://127.0.0.1:{relay.port}/", TEXT, token=TOKEN, while_running=blip, **fixed_length
+        )
+        cuts = relay.cuts
+    state = run.state
+    assert state["error"] is None, (state["error"], run.browser_log)
+    assert cuts >= 1 and len(state["resumes"]) == cuts, (cuts, state["resumes"])
+    assert state["samplesScheduled"] == uncut["samplesScheduled"]
+    assert len(state["utteranceEnds"]) == len(uncut["utteranceEnds"])
     wait_idle(srv, "the server to be idle")

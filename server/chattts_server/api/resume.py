@@ -263,11 +263,27 @@ class Resumer:
         """The doors are shut: no resume can reach this process any more."""
         metrics.parked_streams.set_function(lambda: self.parked)
 
-    def open(self, authorization: str | None) -> ResumableStream:
-        stream_id = f"{self.tag}-{secrets.token_hex(12)}"
+    def new_id(self) -> str:
+        """A stream id of this process, not yet any stream's (the WebSocket names it in its
+        upgrade response, for a proxy to stick on, before it knows the stream is resumable)."""
+        return f"{self.tag}-{secrets.token_hex(12)}"
+
+    def open(self, authorization: str | None, stream_id: str | None = None) -> ResumableStream:
+        """A new resumable stream, under `stream_id` if given (one `new_id` made)."""
+        stream_id = stream_id or self.new_id()
         stream = ResumableStream(self, stream_id, self._token(stream_id, authorization))
         self._streams[stream_id] = stream
         return stream
+
+    def resume(
+        self, stream_id: str, token: str, authorization: str | None, heard: int, events: int
+    ) -> tuple[ResumableStream, int, int]:
+        """The stream a resume names, for this caller, and where in its log the listener who
+        has `heard` samples and `events` later events goes on (`ReplayLog.seek`): the stream,
+        the first entry to write and the samples of it already heard. ResumeError otherwise."""
+        stream = self.find(stream_id, token, authorization)
+        start, cut = stream.log.seek(heard, events)
+        return stream, start, cut
 
     def find(self, stream_id: str, token: str, authorization: str | None) -> ResumableStream:
         """The stream a ResumeStream names, for this caller (ResumeError otherwise)."""

@@ -30,7 +30,7 @@ from .convert import Validator
 from .errors import ClientGoneError, ClientStalledError, ResumeError, abort_with, is_ours
 from .events import reply
 from .receipts import ReceiptGate
-from .resume import ResumableStream, Resumer
+from .resume import ResumableStream
 from .synthesis import Send, Synthesis
 
 _M = TypeVar("_M", bound=Message)
@@ -51,12 +51,7 @@ class TextToSpeechServicer:
 
     def __init__(self, synthesis: Synthesis) -> None:
         self.synthesis = synthesis
-        limits = synthesis.limits
-        self.resumer = (
-            Resumer(limits.resume_window_s, limits.stall_timeout_s, synthesis.metrics)
-            if limits.resume_window_s
-            else None
-        )
+        self.resumer = synthesis.resumer
 
     async def ListVoices(
         self, data: bytes, context: grpc.aio.ServicerContext
@@ -161,8 +156,13 @@ class TextToSpeechServicer:
         if parsed.resume is not None:
             resume = parsed.resume
             try:
-                stream = self.resumer.find(resume.stream_id, resume.resume_token, authorization)
-                start, heard = stream.log.seek(resume.sample_offset, resume.events_received)
+                stream, start, heard = self.resumer.resume(
+                    resume.stream_id,
+                    resume.resume_token,
+                    authorization,
+                    resume.sample_offset,
+                    resume.events_received,
+                )
             except Exception as exc:
                 self.synthesis.refused("StreamingSynthesize", exc)
                 raise

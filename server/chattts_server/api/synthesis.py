@@ -56,6 +56,7 @@ from . import auth
 from .admission import NOT_READY, Admission, AdmissionRejected
 from .convert import Validator
 from .errors import ClientGoneError, ClientStalledError, is_ours, status_name
+from .resume import Resumer
 from .stream_record import StreamRecord
 from .voices import VoiceLibrary
 
@@ -91,6 +92,12 @@ class Synthesis:
         self.server_lexicons = server_lexicons or LexiconLibrary()
         """The server's pronunciation lexicons (--lexicon)."""
         self._validator: Validator | None = None
+        self.resumer = (
+            Resumer(limits.resume_window_s, limits.stall_timeout_s, metrics)
+            if limits.resume_window_s
+            else None
+        )
+        """The resumable streams of every door; None with --resume-window-s 0."""
 
     def use_lexicons(self, library: LexiconLibrary) -> None:
         """The server's lexicons from now on (SIGHUP reloaded them). A stream takes them when it

@@ -3,7 +3,8 @@
 The status comes from the one exception -> canonical status map (`api/errors.status_of`) and
 the canonical status -> HTTP table Google's API gateways use, so a failure reads the same over
 gRPC and HTTP: INVALID_ARGUMENT 400 (with `param` naming the field), UNAUTHENTICATED 401,
-PERMISSION_DENIED 403, RESOURCE_EXHAUSTED 429 (with Retry-After), UNAVAILABLE 503 (loading or
+PERMISSION_DENIED 403, NOT_FOUND 404 and OUT_OF_RANGE or FAILED_PRECONDITION 400 (a WebSocket
+resume), RESOURCE_EXHAUSTED 429 (with Retry-After), UNAVAILABLE 503 (loading or
 draining), DEADLINE_EXCEEDED 504, INTERNAL 500. A body over `--max-body-bytes` is the one HTTP
 answer of its own: 413 (an INVALID_ARGUMENT in metrics), and the connection is closed.
 """
@@ -21,6 +22,9 @@ _BY_STATUS = {
     "INVALID_ARGUMENT": (400, "invalid_request_error", "invalid_value"),
     "UNAUTHENTICATED": (401, "invalid_request_error", "invalid_api_key"),
     "PERMISSION_DENIED": (403, "invalid_request_error", "invalid_api_key"),
+    "NOT_FOUND": (404, "invalid_request_error", "not_found"),
+    "OUT_OF_RANGE": (400, "invalid_request_error", "out_of_range"),
+    "FAILED_PRECONDITION": (400, "invalid_request_error", "failed_precondition"),
     "RESOURCE_EXHAUSTED": (429, "rate_limit_error", "server_full"),
     "UNAVAILABLE": (503, "service_unavailable_error", "unavailable"),
     "DEADLINE_EXCEEDED": (504, "timeout_error", "timeout"),

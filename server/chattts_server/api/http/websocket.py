@@ -23,6 +23,23 @@ client -> server
   {"type": "flush"} / {"type": "clear"}   the same without text.
   {"type": "mark", "name": "..."}         a mark without text.
   {"type": "end"}           no more text: speak what is buffered, then the server closes.
+  {"type": "cancel"}        end a resumable stream now (it is not held for a resume).
+  Text, replace, flush, clear and mark messages may carry `"seq": N` (1, 2, ...): on a
+  resumable stream each is applied once, so a client that resumes sends again those after the
+  `text_seq` it is told.
+
+A resumable stream (`"resumable": true` in the config, with --resume-window-s on) outlives its
+socket as a gRPC one does (api/resume.py): its first message is {"type": "stream", "stream_id",
+"resume_token", "resume_window_s", "text_seq"}. A new socket whose first message is
+  {"type": "resume", "stream_id", "resume_token", "sample_offset", "events_received"}
+                            (the samples the listener has, and the JSON messages of the stream
+                            received after the last audio frame: not `stream` or `resumed`)
+is answered {"type": "resumed", ...the same fields} and gets the audio from that sample on,
+byte-exact, and every later message once. A refused resume is an error message with `code`
+`not_found` (another replica, a restart, or the window passed: start a new stream),
+`out_of_range` or `invalid_api_key`, then close 1008 or 1007. Every upgrade response names a
+stream id in `chattts-stream-id`, the one a resumable stream begun on that socket gets: a proxy
+sticks on it (and on a resume URL's `?stream_id=`).
 
 server -> client
   binary frames             audio, in the configured encoding, in order.
@@ -39,6 +56,7 @@ server -> client
    "has_source"}, ...]}     with `"word_timing": true` in the config: an utterance's words,
                             right before its utterance_end (api/events.py `to_json`).
   {"type": "done", "num_utterances", "audio_duration_s", "num_tokens"}   then close 1000.
+  {"type": "stream" | "resumed", ...}   a resumable stream's id and token (see below).
   {"type": "error", "error": {"message", "type", "param", "code"}}       then close with
                             1008 (auth), 1007 (bad message or field), 1013 (full: retry
                             later), 1011 (synthesis failed).
@@ -66,6 +84,7 @@ import enum
 import json
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -79,8 +98,10 @@ from ...stream.settings import StreamSettings
 from ..admission import NOT_READY, AdmissionRejected
 from ..client_json import check_json, load_json
 from ..convert import Validator
-from ..errors import ClientGoneError, ClientStalledError, is_ours
+from ..errors import ClientGoneError, ClientStalledError, ResumeError, is_ours
 from ..events import to_json
+from ..resume import STREAM_ID_HEADER, ResumableStream, Resumer
+from ..stream_record import StreamRecord
 from ..synthesis import Synthesis
 from ..voices import VoiceLibrary
 from .errors import HTTPFailure, http_failure
@@ -89,7 +110,7 @@ from .openai_fields import openai_settings, synthesis_config
 log = logging.getLogger(__name__)
 
 METHOD = "HTTPSpeechStream"
-_CLOSE_CODES = {400: 1007, 401: 1008, 403: 1008, 429: 1013, 503: 1013}
+_CLOSE_CODES = {400: 1007, 401: 1008, 403: 1008, 404: 1008, 429: 1013, 499: 1000, 503: 1013}
 _MESSAGE_TOO_BIG = 1009
 _STALLED = 1008
 _MAX_REASON_BYTES = 123  # a close frame's payload is 125 bytes, 2 of them the code
@@ -117,6 +138,8 @@ def _fragment(message: dict[str, Any]) -> TextFragment:
     kind = message.get("type")
     if kind == "config":
         raise InvalidRequestError("config", "config may be sent only once, as the first message")
+    if kind == "resume":
+        raise InvalidRequestError("type", "resume may be sent only as the first message")
     if kind in ("flush", "clear"):
         return TextFragment("", flush=kind == "flush", clear=kind == "clear")
     if kind == "mark":
@@ -136,7 +159,8 @@ def _fragment(message: dict[str, Any]) -> TextFragment:
         )
     if kind != "text":
         raise InvalidRequestError(
-            "type", f"must be text, replace, flush, clear, mark or end, got {str(kind)[:20]!r}"
+            "type",
+            f"must be text, replace, flush, clear, mark, end or cancel, got {str(kind)[:20]!r}",
         )
     flags = {}
     for name in ("flush", "clear"):
@@ -166,6 +190,13 @@ def _expires_ms(message: dict[str, Any]) -> int:
     value = message.get("expires_in_ms", 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidRequestError("expires_in_ms", "must be a whole number of milliseconds, >= 0")
+    return value
+
+
+def _count(message: dict[str, Any], name: str) -> int:
+    value = message.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise InvalidRequestError(name, "must be a whole number, >= 0")
     return value
 
 
@@ -203,22 +234,61 @@ def ws_settings(
     )
 
 
+@dataclass(frozen=True)
+class _Resume:
+    """A socket's first message asked to resume a stream."""
+
+    stream_id: str
+    token: str
+    sample_offset: int
+    events_received: int
+
+    @classmethod
+    def parse(cls, message: dict[str, Any]) -> _Resume:
+        return cls(
+            _string(message, "stream_id"),
+            _string(message, "resume_token"),
+            _count(message, "sample_offset"),
+            _count(message, "events_received"),
+        )
+
+
+@dataclass(frozen=True)
+class _Begin:
+    """How a socket's stream begins: its settings (a new stream, resumable or not) or a resume;
+    `stream_id` is the one its upgrade response named."""
+
+    settings: StreamSettings | None
+    resume: _Resume | None = None
+    resumable: bool = False
+    stream_id: str = ""
+
+
 async def speech_stream(ws: WebSocket, synthesis: Synthesis) -> None:
     """Serve one WebSocket stream: the way in, then the text in and the audio out."""
     if not synthesis.admission.ready:
         await _deny_upgrade(ws, synthesis)
         return
-    await ws.accept()
+    resumer = synthesis.resumer
+    stream_id = resumer.new_id() if resumer is not None else ""
+    await ws.accept(
+        headers=[(STREAM_ID_HEADER.encode(), stream_id.encode())] if stream_id else None
+    )
     # Browsers cannot set headers on a WebSocket: they may pass ?api_key= instead.
     header = ws.headers.get("authorization")
     if header is None and "api_key" in ws.query_params:
         header = "Bearer " + ws.query_params["api_key"]
 
-    async def parse(validator: Validator) -> StreamSettings:
-        return ws_settings(await _receive_json(ws), validator, synthesis.voices)
+    async def parse(validator: Validator) -> _Begin:
+        message = await _receive_json(ws)
+        if message.get("type") == "resume":
+            return _Begin(None, _Resume.parse(message), stream_id=stream_id)
+        settings = ws_settings(message, validator, synthesis.voices)
+        resumable = message.get("resumable") is True and resumer is not None
+        return _Begin(settings, resumable=resumable, stream_id=stream_id)
 
     try:
-        settings = await synthesis.accept(METHOD, header, parse)
+        begin = await synthesis.accept(METHOD, header, parse)
     except ClientGoneError:
         return
     except Exception as exc:
@@ -227,7 +297,7 @@ async def speech_stream(ws: WebSocket, synthesis: Synthesis) -> None:
         await _end_with_error(ws, synthesis, exc)
         return
 
-    await _Conversation(ws, synthesis, settings).run()
+    await _Conversation(ws, synthesis, begin, header).run()
 
 
 class _State(enum.Enum):
@@ -243,10 +313,14 @@ class _Conversation:
     """One WebSocket stream after its config: a speaker task that reads the text messages and
     writes the audio, and, after `end`, a watcher that still reads to notice the client going
     away. Either one that sees the client gone moves the state to CLIENT_GONE, which cancels
-    the speaker."""
+    the speaker. A resumable stream runs apart from the socket (api/resume.py): the speaker
+    writes its log out, and a reader task posts the text messages to it."""
 
-    def __init__(self, ws: WebSocket, synthesis: Synthesis, settings: StreamSettings) -> None:
-        self.ws, self.synthesis, self.settings = ws, synthesis, settings
+    def __init__(
+        self, ws: WebSocket, synthesis: Synthesis, begin: _Begin, authorization: str | None
+    ) -> None:
+        self.ws, self.synthesis, self.begin = ws, synthesis, begin
+        self.authorization = authorization
         self.state = _State.OPEN
         self._speaker: asyncio.Future[None] | None = None
         self._watcher: asyncio.Future[None] | None = None
@@ -262,7 +336,9 @@ class _Conversation:
             await asyncio.gather(*tasks, return_exceptions=True)
         if speaker.cancelled():
             if self.state is _State.CLIENT_GONE:
-                log.info("WebSocket client went away; its generation was cancelled")
+                resumable = self.begin.resumable or self.begin.resume is not None
+                held = "held for a resume" if resumable else "cancelled"
+                log.info("WebSocket client went away; its stream was %s", held)
             return
         if speaker.exception() is not None:
             raise speaker.exception()  # type: ignore[misc]
@@ -318,9 +394,15 @@ class _Conversation:
             await self._write(json.dumps(to_json(event)))
 
     async def _speak(self) -> None:
-        synthesis = self.synthesis
+        synthesis, begin = self.synthesis, self.begin
         try:
-            record = await synthesis.stream(METHOD, self._fragments(), self.settings, self._send)
+            if begin.settings is not None and not begin.resumable:
+                record = await synthesis.stream(
+                    METHOD, self._fragments(), begin.settings, self._send
+                )
+            else:
+                assert synthesis.resumer is not None or begin.resume is not None
+                record = await self._speak_resumable()
             done = {
                 "type": "done",
                 "num_utterances": record.num_utterances,
@@ -336,6 +418,80 @@ class _Conversation:
             return
         self.state = _State.CLOSING
         await _close(self.ws, synthesis, 1000, "")
+
+    async def _speak_resumable(self) -> StreamRecord:
+        """A resumable stream begun, or resumed, then this socket attached to it until it ends
+        (its record) or the socket goes (the stream is parked)."""
+        resumer, begin = self.synthesis.resumer, self.begin
+        if resumer is None:
+            raise ResumeError(
+                "FAILED_PRECONDITION", "this server does not resume streams (--resume-window-s 0)"
+            )
+        start = heard = 0
+        if begin.resume is not None:
+            r = begin.resume
+            try:
+                stream, start, heard = resumer.resume(
+                    r.stream_id, r.token, self.authorization, r.sample_offset, r.events_received
+                )
+            except Exception as exc:
+                self.synthesis.refused(METHOD, exc)
+                raise
+            await self._write(_stream_message("resumed", resumer, stream))
+        else:
+            assert begin.settings is not None
+            stream = resumer.open(self.authorization, begin.stream_id)
+            try:
+                await self._write(_stream_message("stream", resumer, stream))
+            except BaseException:
+                resumer.forget(stream)  # never begun: none could resume it
+                raise
+            stream.known_to_client = True
+            run = self.synthesis.stream(
+                METHOD, stream.fragments(), begin.settings, stream.send, guard_stalls=False
+            )
+            stream.start(run)
+        self._watcher = asyncio.ensure_future(self._post_text(stream))
+        await stream.attach(self._send, start, heard)
+        assert stream.task is not None
+        record: StreamRecord = stream.task.result()
+        return record
+
+    async def _post_text(self, stream: ResumableStream) -> None:
+        """A resumable stream's text messages posted to it, each `seq` applied once; `end` ends
+        its text (then the socket is only watched), `cancel` the stream."""
+        try:
+            while True:
+                message = await _receive_json(self.ws)
+                kind = message.get("type")
+                if kind == "end":
+                    stream.end_input()
+                    break
+                if kind == "cancel":
+                    stream.cancel()
+                    return
+                stream.post(_count(message, "seq"), _fragment(message))
+        except ClientGoneError:
+            self._client_gone()
+            return
+        except InvalidRequestError as exc:
+            stream.end_input(exc)
+            return
+        except RuntimeError:  # we closed the socket
+            return
+        await self._watch_gone()
+
+
+def _stream_message(kind: str, resumer: Resumer, stream: ResumableStream) -> str:
+    return json.dumps(
+        {
+            "type": kind,
+            "stream_id": stream.stream_id,
+            "resume_token": stream.token,
+            "resume_window_s": resumer.window_s,
+            "text_seq": stream.last_seq,
+        }
+    )
 
 
 async def _end_with_error(ws: WebSocket, synthesis: Synthesis, exc: BaseException) -> None:
