@@ -1,8 +1,9 @@
 """Replicas under load through rolling restarts and a kill -9, with default flags (issue 40).
 
 Three tiny replicas on fixed loopback ports, started with default flags (so their ports stay
-closed while the model loads). One load per setup runs at once, eight callers each mixing
-Synthesize, a fragmented stream, a POST and a WebSocket (tools/chattts_devtools/replica_load.py):
+closed while the model loads). One load per setup runs at once, eight callers each mixing the
+client library's resumable stream, Synthesize, a fragmented stream, a POST and a WebSocket
+(tools/chattts_devtools/replica_load.py):
 - `haproxy`: deploy/haproxy/haproxy.cfg as shipped (readiness checks on the HTTP door);
 - `plain`: deploy/haproxy/haproxy-plain.cfg as shipped (TCP checks);
 - `operator`: the config most operators write (tools/chattts_devtools/haproxy-operator.cfg: TCP
@@ -26,12 +27,15 @@ import time
 
 from _common import CACHE, arguments, load_line
 
-from chattts_devtools.replica_load import Load, Outcome, judge_kill, p95
+from chattts_devtools.replica_load import KINDS, RESUMABLE, Load, Outcome, judge_kill, p95
 from chattts_devtools.replicas import CONFIGS, REPLICA_ARGS, HAProxy, Replicas, haproxy_missing
 
 SETTLE_S = 1.5
 """Load before and after each event, so calls in flight meet it."""
 HTTP_KINDS = ("post", "websocket")
+MIX = (RESUMABLE, *KINDS)
+"""Each setup's callers, in turn: the client library's resumable stream first, so that 8 callers
+give it 2."""
 
 
 def _ms(value: float | None) -> str:
@@ -39,8 +43,16 @@ def _ms(value: float | None) -> str:
 
 
 def _count(outcomes: list[Outcome], http: bool) -> str:
-    mine = [o for o in outcomes if (o.kind in HTTP_KINDS) == http]
+    mine = [o for o in outcomes if (o.kind in HTTP_KINDS) == http and o.kind != RESUMABLE]
     return f"{sum(not o.ok for o in mine)}/{len(mine)}"
+
+
+def _resumable(outcomes: list[Outcome]) -> str:
+    """The resumable streams: failed/calls, and the resumes (those that went on elsewhere)."""
+    mine = [o for o in outcomes if o.kind == RESUMABLE]
+    resumes = sum(o.resumes for o in mine)
+    elsewhere = sum(o.new_streams for o in mine)
+    return f"{sum(not o.ok for o in mine)}/{len(mine)} ({resumes} resumed, {elsewhere} elsewhere)"
 
 
 def proxy_errors(proxies: dict[str, HAProxy], limit: int = 4) -> list[str]:
@@ -58,8 +70,8 @@ def start_loads(
 ) -> dict[str, Load]:
     def load(setup: str) -> Load:
         if setup == "direct":
-            return Load(replicas.direct_target, None, callers)
-        return Load(proxies[setup].grpc_target, proxies[setup].http_url, callers)
+            return Load(replicas.direct_target, None, callers, kinds=MIX)
+        return Load(proxies[setup].grpc_target, proxies[setup].http_url, callers, kinds=MIX)
 
     return {setup: load(setup).start() for setup in setups}
 
@@ -82,12 +94,15 @@ def rolling_restarts(
     rows = [
         f"rolling restarts: {rounds} rounds of {len(replicas.members)} replicas in "
         f"{time.monotonic() - started:.0f} s, {load_line()}",
-        f"{'setup':9} {'calls':>6} {'gRPC failed':>12} {'HTTP failed':>12}",
+        f"{'setup':9} {'calls':>6} {'gRPC failed':>12} {'HTTP failed':>12}  resumable failed",
     ]
     for setup, load in loads.items():
         outcomes = load.stop()
         http = _count(outcomes, http=True) if setup != "direct" else "-"
-        rows.append(f"{setup:9} {len(outcomes):>6} {_count(outcomes, http=False):>12} {http:>12}")
+        rows.append(
+            f"{setup:9} {len(outcomes):>6} {_count(outcomes, http=False):>12} {http:>12}  "
+            f"{_resumable(outcomes)}"
+        )
         rows += sorted(
             {
                 f"    {o.kind}:{o.status}@{o.served_by or '?'} "
@@ -110,7 +125,7 @@ def kill_9(loads: dict[str, Load], replicas: Replicas, revive: bool) -> list[str
         replicas.revive(victim)
     rows = [
         f"{'setup':9} {'kill -9':>10} {'kill statuses':>44} {'to error':>10} {'after ok':>6}"
-        "  first-audio p95 before -> during"
+        "  first-audio p95 before -> during; resumable failed"
     ]
     for setup, outcomes in results.items():
         report = judge_kill(outcomes, kill_at)
@@ -120,7 +135,8 @@ def kill_9(loads: dict[str, Load], replicas: Replicas, revive: bool) -> list[str
             f"{setup:9} {failed:>10} {','.join(report.statuses) or '-':>44} "
             f"{_ms(report.max_time_to_error_s):>10} "
             f"{'yes' if after_ok else 'NO':>6} ({len(report.started_after)}) "
-            f"{_ms(p95(report.ttfa_before)):>9} -> {_ms(p95(report.ttfa_during))}"
+            f"{_ms(p95(report.ttfa_before)):>9} -> {_ms(p95(report.ttfa_during))}; "
+            f"{_resumable(outcomes)}"
         )
     return rows
 

@@ -5,11 +5,14 @@ Callers cycle through four kinds of call, as real traffic mixes them: `Synthesiz
 `StreamingSynthesize` that sends its text in fragments (both on `chattts_client.TTSClient`, with
 the library's default service config and keepalive), an OpenAI-style `POST /v1/audio/speech`
 streamed back as PCM, and the WebSocket `/v1/audio/speech/stream` sent the same fragments. A
-caller that fails backs off 0.2 s, then goes on.
+fifth kind, `resumable`, is the asyncio client library's resumable stream
+(`AsyncTTSClient.open_stream`): a cut call resumes, or goes on elsewhere, by itself; its
+outcome counts the resumes. A caller that fails backs off 0.2 s, then goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
@@ -22,11 +25,14 @@ import httpx2
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import connect as ws_connect
 
-from chattts_client import TTSClient
+from chattts_client import AsyncTTSClient, ResumedEvent, TTSClient
 from chattts_proto.chattts.v1 import tts_pb2
 
 KINDS = ("synthesize", "stream", "post", "websocket")
+"""The default mix; `RESUMABLE` may be added."""
+RESUMABLE = "resumable"
 FRAGMENTS = ("Replicas come ", "and go, ", "the call goes on.")
+HTTP_KINDS = ("post", "websocket")
 CALL_TIMEOUT_S = 60.0
 BACKOFF_S = 0.2
 
@@ -42,6 +48,8 @@ class Outcome:
     status: str = "OK"  # "OK", a gRPC status name, "HTTP 503", "cut body", "close 1006", ...
     served_by: str | None = None  # the proxy's x-served-by (replica name), when behind one
     detail: str = ""  # the error's details, for reports
+    resumes: int = 0  # a resumable stream's ResumedEvents
+    new_streams: int = 0  # ...of which went on as a new stream (elsewhere)
 
     @property
     def ok(self) -> bool:
@@ -75,11 +83,12 @@ class Load:
         http_url: str | None,
         num_callers: int = 8,
         num_tokens: int = 24,
+        kinds: tuple[str, ...] = KINDS,
     ) -> None:
         """`http_url` None: gRPC calls only (no balancer in front of the HTTP doors)."""
         self.grpc_target = grpc_target
         self.http_url = http_url or ""
-        self.kinds = KINDS if http_url else KINDS[:2]
+        self.kinds = kinds if http_url else tuple(k for k in kinds if k not in HTTP_KINDS)
         self.num_callers = num_callers
         self.num_tokens = num_tokens
         self.outcomes: list[Outcome] = []
@@ -103,6 +112,9 @@ class Load:
 
     def _caller(self, index: int) -> None:
         kind = self.kinds[index % len(self.kinds)]
+        if kind == RESUMABLE:
+            asyncio.run(self._resumable_caller(index))
+            return
         with TTSClient(self.grpc_target) as client, httpx2.Client(timeout=CALL_TIMEOUT_S) as http:
             while not self._stop.is_set():
                 outcome = Outcome(kind, time.monotonic())
@@ -118,6 +130,37 @@ class Load:
                 self.outcomes.append(outcome)
                 if not outcome.ok:
                     self._stop.wait(BACKOFF_S)
+
+    async def _resumable_caller(self, index: int) -> None:
+        async with AsyncTTSClient(self.grpc_target) as client:
+            while not self._stop.is_set():
+                outcome = Outcome(RESUMABLE, time.monotonic())
+                self.in_flight[index] = outcome
+                await self._resumable(client, outcome)
+                outcome.ended = time.monotonic()
+                del self.in_flight[index]
+                self.outcomes.append(outcome)
+                if not outcome.ok:
+                    await asyncio.sleep(BACKOFF_S)
+
+    async def _resumable(self, client: AsyncTTSClient, outcome: Outcome) -> None:
+        stream = client.open_stream(config=self._config, timeout=CALL_TIMEOUT_S)
+        try:
+            for text in FRAGMENTS:
+                stream.push(text)
+                await asyncio.sleep(0.02)
+            stream.end_input()
+            async for event in stream:
+                if isinstance(event, ResumedEvent):
+                    outcome.resumes += 1
+                    outcome.new_streams += event.new_stream
+                elif outcome.first_audio is None and stream.stats.first_audio_at is not None:
+                    outcome.first_audio = time.monotonic()
+            if stream.stats.num_utterances == 0 or stream.stats.audio_s <= 0:
+                outcome.status = "no audio"
+        except grpc.RpcError as exc:
+            outcome.status = exc.code().name
+            outcome.detail = str(exc.details())[:120]
 
     def _grpc(self, client: TTSClient, kind: str, outcome: Outcome) -> None:
         if kind == "synthesize":
