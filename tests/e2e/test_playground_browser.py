@@ -119,11 +119,8 @@ def test_playground_highlights_each_word_in_order_as_it_plays(srv, route, respon
 
 def test_the_playground_resumes_a_dropped_websocket_by_itself(srv):
     """The page's WebSocket goes through a real TCP relay that is cut mid-audio (an RST each
-    way, as a network blip does), twice: the page resumes by itself, and the listener gets the
-    same audio as an uncut run, every utterance end once."""
-    fixed_length = {"max_tokens": HIGHLIGHT_TOKENS, "min_tokens": HIGHLIGHT_TOKENS}
-    uncut = run_playground(http_url(srv) + "/", TEXT, token=TOKEN, **fixed_length).state
-    assert uncut["error"] is None and not uncut["resumes"]
+    way, as a network blip does), twice: the page resumes by itself, and plays every sample the
+    server sent once (no gap, nothing twice: the count is the server's own)."""
     cut_at = [2, 6]  # chunks received
 
     with TcpRelay(srv.server.http_port) as relay:
@@ -134,12 +131,17 @@ def test_the_playground_resumes_a_dropped_websocket_by_itself(srv):
                 relay.cut()
 
         run = run_playground(
-            f"http://127.0.0.1:{relay.port}/", TEXT, token=TOKEN, while_running=blip, **fixed_length
+            f"http://127.0.0.1:{relay.port}/",
+            TEXT,
+            token=TOKEN,
+            max_tokens=HIGHLIGHT_TOKENS,
+            min_tokens=HIGHLIGHT_TOKENS,
+            while_running=blip,
         )
         cuts = relay.cuts
     state = run.state
     assert state["error"] is None, (state["error"], run.browser_log)
     assert cuts >= 1 and len(state["resumes"]) == cuts, (cuts, state["resumes"])
-    assert state["samplesScheduled"] == uncut["samplesScheduled"]
-    assert len(state["utteranceEnds"]) == len(uncut["utteranceEnds"])
+    assert state["samplesScheduled"] == round(state["audioDurationS"] * SAMPLE_RATE_HZ) > 0
+    assert state["utteranceEnds"]
     wait_idle(srv, "the server to be idle")
