@@ -151,7 +151,8 @@ def test_stream_closed_mid_utterance_is_cancelled_on_the_server(server, caplog):
             if num_frames == 2:
                 break  # the agent was interrupted
         await stream.aclose()
-        deadline = time.monotonic() + 10
+        # Generous: on a loaded machine the cancel is slow to land, not wrong.
+        deadline = time.monotonic() + 60
         while not cancelled() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await tts.aclose()

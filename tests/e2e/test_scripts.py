@@ -61,12 +61,12 @@ SMOKE_SAYS = {
         r"greedy codes = fp32 \d+\.\d% over \d+ teacher-forced steps; word bounds \d+\.\d ms"
     ),
     # Every part: the levels' report; the engine's parts of first audio per schedule, then the
-    # client's through the server; cold start and restart; prompts' first audio idle and under
+    # client's through the server; a cold start; prompts' first audio idle and under
     # the caption backlog, and what the backlog lost.
     "bench_serving.py": (
         r"^wrote .*serving\.md(?s:.*)"
         r"^\| prefill \| \d+\.\d \|(?s:.*)^Through the server \(4/4, gRPC.*first audio \d+\.\d ms(?s:.*)"
-        r"^RESULT: engine ready cold \d+\.\d s, restart \d+\.\d s(?s:.*)"
+        r"^RESULT: engine ready cold \d+\.\d s; resident serving \d+ MiB \(cold\)(?s:.*)"
         r"^RESULT: prompts' first-audio p95 loaded / idle = \d+\.\d+ .*lost"
     ),
 }

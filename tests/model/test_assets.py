@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +67,8 @@ def test_build_is_deterministic_and_repairs_an_incomplete_cache(
     fresh = build_dev_assets("tiny", tmp_path)
     assert fresh == tmp_path / "tiny"
     assert _matching_sha_map(fresh) == _matching_sha_map(tiny_model_dir)
-    assert not [p for p in tmp_path.iterdir() if p.name != "tiny"], "staging folders left behind"
+    left = [p.name for p in tmp_path.iterdir() if p.name not in ("tiny", ".tiny.lock")]
+    assert not left, f"staging folders left behind: {left}"
 
     (fresh / "asset" / "Vocos.safetensors").unlink()
     assert build_dev_assets("tiny", tmp_path) == fresh
@@ -75,6 +78,34 @@ def test_build_is_deterministic_and_repairs_an_incomplete_cache(
     (fresh / STAMP_FILE).write_text(json.dumps({"variant": "tiny", "recipe": -1}))
     build_dev_assets("tiny", tmp_path)
     assert json.loads((fresh / STAMP_FILE).read_text())["recipe"] != -1
+
+
+def test_builders_at_once_build_once_and_keep_the_first_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh clone's test workers all build the tiny model at once: one builds, the others wait
+    and reuse it. A second build published over the first would move it away from under a
+    server already reading it (CI saw one fail to load its tokenizer)."""
+    from chattts_server.devmodel import assets
+
+    real_write = assets._write_assets
+    builds: list[int] = []
+    all_waiting = threading.Barrier(3)
+
+    def counted_write(staging: Path, variant: str) -> None:
+        builds.append(1)
+        real_write(staging, variant)
+
+    monkeypatch.setattr(assets, "_write_assets", counted_write)
+
+    def build() -> Path:
+        all_waiting.wait(60)
+        return build_dev_assets("tiny", tmp_path)
+
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: build(), range(3)))
+    assert results == [tmp_path / "tiny"] * 3
+    assert len(builds) == 1
 
 
 def test_unknown_variant_is_refused(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ one directory rename so a crashed build is never reused.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -92,7 +93,10 @@ def build_dev_assets(variant: str, cache_dir: Path | str | None = None) -> Path:
     """Build (or reuse) random-weight assets; returns the model dir (the folder holding asset/).
 
     `cache_dir` defaults to `default_dev_cache_dir()`; the model dir is `cache_dir/variant`.
-    A complete build is reused as is; an incomplete or stale one is replaced.
+    A complete build is reused as is; an incomplete or stale one is replaced. Builders take
+    turns (a lock file beside the model): a second one waits, then reuses the first's build, so
+    a complete build is never moved away from under a server reading it (a fresh clone's test
+    workers all build at once).
     """
     if variant not in VARIANTS:
         raise ValueError(f"unknown dev asset variant {variant!r}; choose from {VARIANTS}")
@@ -101,14 +105,18 @@ def build_dev_assets(variant: str, cache_dir: Path | str | None = None) -> Path:
     if _is_complete(target, variant):
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{variant}.building-", dir=cache_dir))
-    try:
-        _write_assets(staging, variant)
-        (staging / STAMP_FILE).write_text(json.dumps(_stamp(variant), indent=2) + "\n")
-        _make_readable(staging)
-        _publish(staging, target, variant)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with open(cache_dir / f".{variant}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _is_complete(target, variant):  # built while this one waited
+            return target
+        staging = Path(tempfile.mkdtemp(prefix=f".{variant}.building-", dir=cache_dir))
+        try:
+            _write_assets(staging, variant)
+            (staging / STAMP_FILE).write_text(json.dumps(_stamp(variant), indent=2) + "\n")
+            _make_readable(staging)
+            _publish(staging, target, variant)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
