@@ -29,7 +29,9 @@ def srv(tiny_model_dir, tmp_path_factory):
     missing = browser_missing()
     if missing:
         pytest.skip(f"no browser to drive: {missing}")
-    with http_server(tmp_path_factory.mktemp("playground"), max_streams=2) as server:
+    # A long resume window: a loaded machine may be slow to reconnect, not wrong.
+    limits = {"resume_window_s": 600.0}
+    with http_server(tmp_path_factory.mktemp("playground"), max_streams=2, limits=limits) as server:
         yield server
 
 

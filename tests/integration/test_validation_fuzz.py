@@ -178,7 +178,7 @@ def test_speech_bodies_give_settings_or_a_field_error(body):
 @example(config={"priority": -math.inf, "max_lag_s": math.nan})
 def test_websocket_configs_give_settings_or_a_field_error(config):
     from chattts_server.api.client_json import check_json
-    from chattts_server.api.http.websocket import ws_settings
+    from chattts_server.api.http.ws_messages import ws_settings
 
     message = {"type": "config", **config}
     try:
