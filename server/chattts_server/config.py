@@ -170,6 +170,18 @@ class LimitsConfig:
         "largest WebSocket message; larger close the socket with 1009",
         bounds=(1024, 1 << 30),
     )
+    ws_max_contexts: int = option(
+        8,
+        "contexts open at once on one WebSocket; each is a stream of its own (admitted, limited "
+        "and prioritised as one)",
+        bounds=(1, 1024),
+    )
+    ws_context_idle_s: float = option(
+        60.0,
+        "close a WebSocket context that has had no message this long, in seconds, once what was "
+        "sent is spoken; 0 = never",
+        bounds=(0, 86400),
+    )
     stall_timeout_s: float = option(
         30.0,
         "cancel a stream, freeing its slot, whose client has taken none of the audio waiting "

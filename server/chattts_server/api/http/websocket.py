@@ -42,6 +42,7 @@ from ..resume import STREAM_ID_HEADER, ResumableStream, Resumer
 from ..stream_record import StreamRecord
 from ..synthesis import Synthesis
 from .errors import HTTPFailure, http_failure
+from .ws_contexts import ContextSocket
 from .ws_messages import Begin, ResumeRequest, count, fragment, ws_settings
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,12 @@ async def speech_stream(ws: WebSocket, synthesis: Synthesis) -> None:
         message = await _receive_json(ws)
         if message.get("type") == "resume":
             return Begin(None, ResumeRequest.parse(message), stream_id=stream_id)
+        if "context_id" in message:  # a context socket, on the server's defaults
+            defaults = ws_settings({"type": "config"}, validator, synthesis.voices)
+            return Begin(defaults, contexts=True, first=message)
+        if message.get("contexts") is True and message.get("type") == "config":
+            fields = {k: v for k, v in message.items() if k != "contexts"}
+            return Begin(ws_settings(fields, validator, synthesis.voices), contexts=True)
         settings = ws_settings(message, validator, synthesis.voices)
         resumable = message.get("resumable") is True and resumer is not None
         return Begin(settings, resumable=resumable, stream_id=stream_id)
@@ -104,6 +111,10 @@ async def speech_stream(ws: WebSocket, synthesis: Synthesis) -> None:
         await _end_with_error(ws, synthesis, exc)
         return
 
+    if begin.contexts:
+        assert begin.settings is not None
+        await ContextSocket(ws, synthesis, METHOD, begin.settings, begin.first).run(_receive_json)
+        return
     await _Conversation(ws, synthesis, begin, header).run()
 
 
@@ -208,7 +219,6 @@ class _Conversation:
                     METHOD, self._fragments(), begin.settings, self._send
                 )
             else:
-                assert synthesis.resumer is not None or begin.resume is not None
                 record = await self._speak_resumable()
             done = {
                 "type": "done",
@@ -230,14 +240,15 @@ class _Conversation:
         """A resumable stream begun, or resumed, then this socket attached to it until it ends
         (its record) or the socket goes (the stream is parked)."""
         resumer, begin = self.synthesis.resumer, self.begin
-        if resumer is None:
-            raise ResumeError(
-                "FAILED_PRECONDITION", "this server does not resume streams (--resume-window-s 0)"
-            )
         start = heard = 0
         if begin.resume is not None:
             r = begin.resume
             try:
+                if resumer is None:
+                    raise ResumeError(
+                        "FAILED_PRECONDITION",
+                        "this server does not resume streams (--resume-window-s 0)",
+                    )
                 stream, start, heard = resumer.resume(
                     r.stream_id, r.token, self.authorization, r.sample_offset, r.events_received
                 )
@@ -246,7 +257,8 @@ class _Conversation:
                 raise
             await self._write(_stream_message("resumed", resumer, stream))
         else:
-            assert begin.settings is not None
+            # `resumable` only where the server resumes (speech_stream's parse).
+            assert begin.settings is not None and resumer is not None
             stream = resumer.open(self.authorization, begin.stream_id)
             try:
                 await self._write(_stream_message("stream", resumer, stream))

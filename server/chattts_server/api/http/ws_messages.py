@@ -207,3 +207,7 @@ class Begin:
     resume: ResumeRequest | None = None
     resumable: bool = False
     stream_id: str = ""
+    contexts: bool = False
+    """A context socket (ws_contexts.py); `settings` are the socket's config."""
+    first: dict[str, Any] | None = None
+    """A context socket's first message, when it named a context."""

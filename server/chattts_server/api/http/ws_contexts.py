@@ -1,0 +1,291 @@
+"""Many streams on one WebSocket: contexts, for voice agents that keep one socket for a session
+and open a context per turn (ElevenLabs' multi-stream input, Cartesia's and KugelAudio's
+contexts). A socket whose first message names a `context_id`, or is a config with
+`"contexts": true`, is a context socket; one that never does is served as before (websocket.py).
+
+On a context socket every message names its `context_id` (a string of 1 to 64 UTF-8 bytes,
+printable). A context opens with its first `config` (any field of a stream's config; without
+one, on its first `text`, it takes the socket's config) and is a stream of its own: admitted,
+limited and prioritised as one, with its own timeline (sample offsets, marks, word timing and
+utterance ends count its own audio only). Text, flush, clear, mark, segment and replace work
+per context; `{"type": "close_context", "context_id", "immediate": false}` finishes what was
+sent (`true`: stops now, barge-in). Every JSON message the server sends for a context names it;
+each audio frame starts with a header naming it (`audio_frame`). A context's last message is
+`{"type": "context_closed", "context_id", "reason", "num_utterances", "audio_duration_s",
+"num_tokens"}`, reason `closed`, `immediate`, `idle` (no message for --ws-context-idle-s: what
+was sent is finished) or `error` (after its error message). An error in one context (a bad
+config, a context over --ws-max-contexts, a full server, a message for a context not open) is an
+error message naming it; the socket and the other contexts go on. `{"type": "end"}` (no
+context) finishes every context, then the server closes 1000.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import struct
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.websockets import WebSocket
+
+from ...errors import InvalidRequestError
+from ...stream.events import AudioOut, SessionEvent
+from ...stream.reader import TextFragment
+from ...stream.settings import StreamSettings
+from ..admission import AdmissionRejected
+from ..errors import ClientGoneError, is_ours
+from ..events import to_json
+from ..synthesis import Synthesis
+from .errors import http_failure
+from .ws_messages import fragment, ws_settings
+
+log = logging.getLogger(__name__)
+
+MAX_CONTEXT_ID_BYTES = 64
+_END = object()
+_IDLE_CHECK_S = 0.5
+
+
+def context_id_of(message: dict[str, Any]) -> str:
+    """The message's `context_id` (InvalidRequestError naming it when it is not one)."""
+    value = message.get("context_id")
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise InvalidRequestError(
+            "context_id", "must be a non-empty string of printable characters"
+        )
+    if len(value.encode()) > MAX_CONTEXT_ID_BYTES:
+        raise InvalidRequestError("context_id", f"is over {MAX_CONTEXT_ID_BYTES} bytes in UTF-8")
+    return value
+
+
+def audio_frame(context_id: str, audio: bytes) -> bytes:
+    """A context's audio frame: a header, then the audio as the stream would send it.
+
+    Header: the header's length H (uint16, little-endian; a multiple of 4), the id's length in
+    bytes (uint8), the id (UTF-8), zeros up to H. The audio starts at a 4-byte boundary, so a
+    browser reads PCM in place: `new Int16Array(frame, H)` copies nothing."""
+    raw = context_id.encode()
+    size = 3 + len(raw)
+    size += -size % 4
+    return struct.pack("<HB", size, len(raw)) + raw + bytes(size - 3 - len(raw)) + audio
+
+
+@dataclass(eq=False)
+class _Context:
+    context_id: str
+    settings: StreamSettings
+    last_message: float
+    text: asyncio.Queue[TextFragment | object] = field(default_factory=asyncio.Queue)
+    task: asyncio.Task[None] | None = None
+    reason: str = ""
+    """Why it is closing: closed, immediate or idle ("" while open)."""
+
+    async def fragments(self) -> AsyncIterator[TextFragment]:
+        while (item := await self.text.get()) is not _END:
+            assert isinstance(item, TextFragment)
+            yield item
+
+    def finish(self, reason: str) -> None:
+        """No more text: speak what was sent, then close."""
+        if not self.reason:
+            self.reason = reason
+            self.text.put_nowait(_END)
+
+    def stop(self) -> None:
+        """Stop now (close_context `immediate`: barge-in)."""
+        self.reason = "immediate"
+        if self.task is not None:
+            self.task.cancel()
+
+
+class ContextSocket:
+    """One context socket after its first message: a reader that routes each message to its
+    context, a task per context, and one writer lock for the socket's frames."""
+
+    def __init__(
+        self,
+        ws: WebSocket,
+        synthesis: Synthesis,
+        method: str,
+        defaults: StreamSettings,
+        first: dict[str, Any] | None,
+    ) -> None:
+        self.ws, self.synthesis, self.method = ws, synthesis, method
+        self.defaults = defaults
+        """The socket's config: a context opened without one of its own takes it."""
+        self.first = first
+        self.contexts: dict[str, _Context] = {}
+        self._write_lock = asyncio.Lock()
+        self._gone = False
+        limits = synthesis.limits
+        self.max_contexts, self.idle_s = limits.ws_max_contexts, limits.ws_context_idle_s
+
+    async def run(self, receive: Any) -> None:
+        """Serve until the client ends the socket (`end`, then every context finishes) or goes
+        away (every context is cancelled). `receive` reads the next message as a JSON object."""
+        loop = asyncio.get_running_loop()
+        idle = loop.create_task(self._close_idle()) if self.idle_s else None
+        try:
+            if self.first is not None:
+                await self._dispatch(self.first)
+            while True:
+                try:
+                    message = await receive(self.ws)
+                except InvalidRequestError as exc:
+                    await self._error(None, exc)
+                    continue
+                if message.get("type") == "end" and "context_id" not in message:
+                    break
+                await self._dispatch(message)
+            for context in list(self.contexts.values()):
+                context.finish("closed")
+            tasks = [c.task for c in self.contexts.values() if c.task is not None]
+            await asyncio.gather(*tasks, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await self.synthesis.deliver(self.ws.close(1000))
+        except (ClientGoneError, RuntimeError):
+            self._gone = True  # the client left (or we closed): its contexts end with it
+        finally:
+            if idle is not None:
+                idle.cancel()
+            for context in list(self.contexts.values()):
+                if context.task is not None:
+                    context.task.cancel()
+            tasks = [c.task for c in self.contexts.values() if c.task is not None]
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _dispatch(self, message: dict[str, Any]) -> None:
+        context_id: str | None = None
+        try:
+            context_id = context_id_of(message)
+            kind = message.get("type")
+            context = self.contexts.get(context_id)
+            if context is not None:
+                context.last_message = asyncio.get_running_loop().time()
+            if kind == "config":
+                if context is not None:
+                    raise InvalidRequestError("context_id", "is open already: its config was given")
+                self._open(context_id, self._settings(message))
+            elif kind == "close_context":
+                open_context = self._known(context_id, context)
+                immediate = message.get("immediate", False)
+                if not isinstance(immediate, bool):
+                    raise InvalidRequestError("immediate", "must be true or false")
+                if immediate:
+                    open_context.stop()
+                else:
+                    open_context.finish("closed")
+            elif context is None and kind == "text":
+                self._open(context_id, self.defaults).text.put_nowait(fragment(message))
+            else:
+                self._known(context_id, context).text.put_nowait(fragment(message))
+        except Exception as exc:
+            if not is_ours(exc):
+                raise
+            await self._error(context_id, exc)
+
+    def _known(self, context_id: str, context: _Context | None) -> _Context:
+        if context is None or context.reason:
+            raise InvalidRequestError("context_id", f"no context {context_id!r} is open")
+        return context
+
+    def _settings(self, message: dict[str, Any]) -> StreamSettings:
+        fields = {k: v for k, v in message.items() if k != "context_id"}
+        try:
+            return ws_settings(fields, self.synthesis.validator, self.synthesis.voices)
+        except Exception as exc:
+            if is_ours(exc):
+                self.synthesis.refused(self.method, exc)
+            raise
+
+    def _open(self, context_id: str, settings: StreamSettings) -> _Context:
+        if len(self.contexts) >= self.max_contexts:
+            exc = AdmissionRejected(
+                "exhausted",
+                f"this socket has {self.max_contexts} contexts open (--ws-max-contexts): close "
+                "one first",
+            )
+            self.synthesis.refused(self.method, exc)
+            raise exc
+        now = asyncio.get_running_loop().time()
+        context = _Context(context_id, settings, now)
+        self.contexts[context_id] = context
+        context.task = asyncio.get_running_loop().create_task(self._speak(context))
+        return context
+
+    async def _speak(self, context: _Context) -> None:
+        """The context's stream; then its last message."""
+        cid = context.context_id
+
+        async def send(event: SessionEvent) -> None:
+            if isinstance(event, AudioOut):
+                await self._write(audio_frame(cid, event.data))
+            else:
+                await self._write(json.dumps({**to_json(event), "context_id": cid}))
+
+        record = None
+        try:
+            record = await self.synthesis.stream(
+                self.method, context.fragments(), context.settings, send
+            )
+        except asyncio.CancelledError:
+            if context.reason != "immediate" or self._gone:
+                raise
+            current = asyncio.current_task()
+            if current is not None:
+                current.uncancel()  # the stop asked for: the context still says it closed
+        except Exception as exc:
+            if not is_ours(exc):
+                raise
+            context.reason = "error"
+            await self._error(cid, exc)
+        finally:
+            if self.contexts.get(cid) is context:
+                del self.contexts[cid]
+        closed: dict[str, Any] = {"type": "context_closed", "context_id": cid}
+        closed["reason"] = context.reason or "closed"
+        if record is not None:
+            closed |= {
+                "num_utterances": record.num_utterances,
+                "audio_duration_s": record.audio_s,
+                "num_tokens": record.num_tokens,
+            }
+        await self._write(json.dumps(closed))
+
+    async def _close_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(_IDLE_CHECK_S)
+            for context in list(self.contexts.values()):
+                if not context.reason and loop.time() - context.last_message >= self.idle_s:
+                    context.finish("idle")
+
+    async def _error(self, context_id: str | None, exc: BaseException) -> None:
+        """An error message naming the context (None: the message named none we could read);
+        nothing once the client is gone."""
+        body = http_failure(exc, self.synthesis.retry_pushback_ms).body
+        try:
+            await self._write(json.dumps({"type": "error", "context_id": context_id, **body}))
+        except asyncio.CancelledError:
+            if not self._gone:
+                raise
+
+    async def _write(self, data: bytes | str) -> None:
+        """One frame, whole, under the socket's lock and the stall timeout."""
+        if self._gone:
+            raise asyncio.CancelledError()
+        async with self._write_lock:
+            sending = (
+                self.ws.send_bytes(data) if isinstance(data, bytes) else self.ws.send_text(data)
+            )
+            try:
+                await self.synthesis.deliver(sending)
+            except Exception as exc:
+                if is_ours(exc):
+                    raise
+                self._gone = True  # any other failure to send: the client is gone
+                raise asyncio.CancelledError() from None
