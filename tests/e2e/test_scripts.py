@@ -63,6 +63,10 @@ SMOKE_SAYS = {
     # Every part: the levels' report; the engine's parts of first audio per schedule, then the
     # client's through the server; a cold start; prompts' first audio idle and under
     # the caption backlog, and what the backlog lost.
+    "bench_contexts.py": (
+        r"^RESULT: \d+ contexts on one socket / \d+ sockets: first audio \d+\.\d+x, "
+        r"throughput \d+\.\d+x"
+    ),
     "bench_serving.py": (
         r"^wrote .*serving\.md(?s:.*)"
         r"^\| prefill \| \d+\.\d \|(?s:.*)^Through the server \(4/4, gRPC.*first audio \d+\.\d ms(?s:.*)"
