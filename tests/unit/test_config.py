@@ -68,6 +68,8 @@ FLAGS = {
     "--max-body-bytes": 2097152,
     "--max-header-bytes": 16384,
     "--max-ws-message-bytes": 2097152,
+    "--ws-max-contexts": 8,
+    "--ws-context-idle-s": 60.0,
     "--stall-timeout-s": 30.0,
     "--resume-window-s": 20.0,
     "--tls-cert": None,
