@@ -147,3 +147,24 @@ def test_the_playground_resumes_a_dropped_websocket_by_itself(srv):
     assert state["samplesScheduled"] == round(state["audioDurationS"] * SAMPLE_RATE_HZ) > 0
     assert state["utteranceEnds"]
     wait_idle(srv, "the server to be idle")
+
+
+def test_two_voices_take_turns_on_one_socket(srv):
+    """The contexts route: each sentence a context of its own on one WebSocket, the two voices
+    in turn; the page plays each turn's audio after the turn before it, all of it once."""
+    text = "Turn left at the light. Then keep right at the fork. You have arrived."
+    run = run_playground(http_url(srv) + "/", text, route="contexts",
+                         token=TOKEN, max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS)  # fmt: skip
+    state = run.state
+    assert state["error"] is None, (state["error"], run.browser_log)
+    assert state["sockets"] == 1
+    turns = state["turns"]
+    voices = [t["voice"] for t in turns]
+    assert len(turns) == 3 and voices[0] == voices[2] != voices[1], voices
+    for turn in turns:
+        assert turn["reason"] == "closed" and turn["samples"] > 0, turn
+        assert turn["samples"] == round(turn["audioDurationS"] * SAMPLE_RATE_HZ), turn
+    assert state["samplesScheduled"] == sum(t["samples"] for t in turns)
+    played = [c["turn"] for c in state["chunks"]]
+    assert played == sorted(played) and set(played) == {0, 1, 2}, played  # turn after turn
+    wait_idle(srv, "the server to be idle")
