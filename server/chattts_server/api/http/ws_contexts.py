@@ -37,7 +37,7 @@ from ...stream.events import AudioOut, SessionEvent
 from ...stream.reader import TextFragment
 from ...stream.settings import StreamSettings
 from ..admission import AdmissionRejected
-from ..errors import ClientGoneError, is_ours
+from ..errors import ClientGoneError, ClientStalledError, is_ours
 from ..events import to_json
 from ..synthesis import Synthesis
 from .errors import http_failure
@@ -141,6 +141,8 @@ class ContextSocket:
                 if message.get("type") == "end" and "context_id" not in message:
                     break
                 await self._dispatch(message)
+                if self._gone:
+                    return  # its contexts are cancelled below; uvicorn closes the connection
             for context in list(self.contexts.values()):
                 context.finish("closed")
             tasks = [c.task for c in self.contexts.values() if c.task is not None]
@@ -270,6 +272,8 @@ class ContextSocket:
         body = http_failure(exc, self.synthesis.retry_pushback_ms).body
         try:
             await self._write(json.dumps({"type": "error", "context_id": context_id, **body}))
+        except ClientStalledError:
+            self._gone = True  # it reads nothing: the socket is given up (run() sees it)
         except asyncio.CancelledError:
             if not self._gone:
                 raise
