@@ -16,6 +16,7 @@ word of its text spoken once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 from collections.abc import Iterator
@@ -80,11 +81,11 @@ def test_resumes_through_the_shipped_haproxy_reach_the_replica_holding_the_strea
 
 
 def _websocket_through_cuts(port: int, relay: TcpRelay) -> list[str]:
-    """One resumable WebSocket stream cut after every second audio frame, CUTS times, resumed
+    """One resumable WebSocket stream cut at each audio frame, up to CUTS times, resumed
     with `?stream_id=` in the URL (as the playground does): the first message of each socket."""
     firsts: list[str] = []
     stream: dict = {}
-    samples = since_audio = frames = 0
+    samples = since_audio = 0
     first = {"type": "config", "voice": "seed:4", "audio_format": "pcm", "resumable": True}
     done = False
     while not done:
@@ -97,14 +98,16 @@ def _websocket_through_cuts(port: int, relay: TcpRelay) -> list[str]:
             if answer["type"] == "error":
                 return firsts
             stream = stream or answer
-            for message in ({"type": "text", "text": TEXT, "seq": 1}, {"type": "end"}):
-                ws.send(json.dumps(message))
+            # A stream that had all its text may end and close before the last of these.
+            with contextlib.suppress(ConnectionClosed):
+                for message in ({"type": "text", "text": TEXT, "seq": 1}, {"type": "end"}):
+                    ws.send(json.dumps(message))
             try:
                 while True:
                     message = ws.recv(timeout=120)
                     if isinstance(message, bytes):
-                        samples, since_audio, frames = samples + len(message) // 2, 0, frames + 1
-                        if frames % 2 == 0 and relay.cuts < CUTS:
+                        samples, since_audio = samples + len(message) // 2, 0
+                        if relay.cuts < CUTS:  # each frame: a short stream still gets cut
                             relay.cut()
                     elif json.loads(message)["type"] == "done":
                         done = True
@@ -129,7 +132,10 @@ def test_websocket_resumes_through_the_shipped_haproxy_reach_the_replica_holding
     with HAProxy(CONFIGS[config], replicas) as proxy, TcpRelay(proxy.http_port) as relay:
         firsts = _websocket_through_cuts(relay.port, relay)
         log = "".join(proxy.log)
-    assert firsts == ["stream"] + ["resumed"] * CUTS, (firsts, log[-3000:])
+    # How many frames the random-weight model speaks varies: at least two cuts, each resumed
+    # on the replica holding the stream.
+    assert relay.cuts >= 2, f"the stream ended after {relay.cuts} cuts"
+    assert firsts == ["stream"] + ["resumed"] * relay.cuts, (firsts, log[-3000:])
 
 
 CALLERS = 8
