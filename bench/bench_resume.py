@@ -126,14 +126,19 @@ def main() -> None:
         args.streams, args.cuts, args.parked, args.window_s = 2, 2, 2, 2.0
     slots = max(args.parked, args.streams + 2)  # part three leaves a stream parked per stream
     server_args = ["--resume-window-s", str(args.window_s), "--max-streams", str(slots)]
-    with launch(server_args, dev_model=args.dev_model, cache=CACHE, metrics=True) as srv:
+    # One event loop for every part: grpc.aio's completion queue stays bound to the loop it
+    # first ran on, and a loop per part left its late callbacks on a closed loop.
+    with (
+        asyncio.Runner() as runner,
+        launch(server_args, dev_model=args.dev_model, cache=CACHE, metrics=True) as srv,
+    ):
         srv.wait_serving()
         rng = random.Random(7)
         resumes: list[tuple[float, float]] = []
         gaps: list[float] = []
         for _ in range(args.streams):
             with TcpRelay(srv.port) as relay:
-                resumes += asyncio.run(cut_stream(relay.target, relay, args.cuts, rng, gaps))
+                resumes += runner.run(cut_stream(relay.target, relay, args.cuts, rng, gaps))
         print(f"{len(resumes)} resumes over {args.streams} streams; {load_line()}")
         answers, audio = [r[0] * 1000 for r in resumes], [r[1] * 1000 for r in resumes]
         uncut = [g * 1000 for g in gaps]
@@ -150,7 +155,7 @@ def main() -> None:
         wait_gauge(port, "chattts_parked_streams", 0)  # part one's, held for their window
         before = proc_mib(srv.proc.pid)
         with TcpRelay(srv.port) as relay:
-            asyncio.run(park(relay.target, relay, args.parked))
+            runner.run(park(relay.target, relay, args.parked))
         wait_gauge(port, "chattts_parked_streams", args.parked)
         wait_gauge(port, "chattts_kv_slots_in_use", 0)  # their text spoken into their buffers
         held = proc_mib(srv.proc.pid)
@@ -162,10 +167,16 @@ def main() -> None:
             f"{args.parked} parked streams: RSS {before:.0f} -> {held:.0f} MiB "
             f"({per_stream:.1f} MiB each), {after:.0f} MiB after their window; {load_line()}"
         )
-        print(elsewhere(srv, server_args, args.streams, args.dev_model))
+        print(elsewhere(runner, srv, server_args, args.streams, args.dev_model))
 
 
-def elsewhere(first: ServerProcess, server_args: list[str], streams: int, dev_model: str) -> str:
+def elsewhere(
+    runner: asyncio.Runner,
+    first: ServerProcess,
+    server_args: list[str],
+    streams: int,
+    dev_model: str,
+) -> str:
     """Part three: streams on `first` go on on a second server (each leaves one parked on
     `first`)."""
     with launch(server_args, dev_model=dev_model, cache=CACHE) as second:
@@ -174,7 +185,7 @@ def elsewhere(first: ServerProcess, server_args: list[str], streams: int, dev_mo
         lost: list[tuple[float, float]] = []
         for _ in range(streams):
             with TcpRelay(first.port) as relay:
-                lost.append(asyncio.run(lose_server(relay.target, relay, second.port, rng)))
+                lost.append(runner.run(lose_server(relay.target, relay, second.port, rng)))
     answers, audio = [r[0] * 1000 for r in lost], [r[1] * 1000 for r in lost]
     return (
         f"RESULT: {streams} streams went on elsewhere: the failed read to the new stream's "

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
+from grpc._cython.cygrpc import ExecuteBatchError
 
 from chattts_proto.chattts.v1 import tts_pb2
 
@@ -207,9 +208,11 @@ class TextToSpeechServicer:
             return
         try:
             await asyncio.wait_for(ending, _STALLED_STATUS_WAIT_S)
-        except TimeoutError:
+        except (TimeoutError, ExecuteBatchError):
             # Cancelled, the handler ends without sending its own status: grpcio logs nothing
-            # and the queued DEADLINE_EXCEEDED stays the call's status.
+            # and the queued DEADLINE_EXCEEDED stays the call's status. (On a loaded machine
+            # the core can refuse the status batch outright while the unread write is still
+            # in it: ExecuteBatchError, which grpcio would log as an ERROR.)
             raise asyncio.CancelledError() from None
 
 
