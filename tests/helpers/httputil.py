@@ -115,6 +115,11 @@ def http_url(srv: InProcessServer, scheme: str = "http") -> str:
     return f"{scheme}://127.0.0.1:{srv.server.http_port}"
 
 
+def ws_stream_url(srv: InProcessServer) -> str:
+    """The server's WebSocket stream route, `ws://.../v1/audio/speech/stream`."""
+    return http_url(srv, "ws") + "/v1/audio/speech/stream"
+
+
 def sdk_sse_events(srv: InProcessServer, text: str, chattts: dict, timeout: float) -> list[dict]:
     """POST /v1/audio/speech through the openai SDK with `stream_format="sse"` (voice "alloy",
     PCM, `chattts` as the extra body): the events, in order, once the response is 200."""

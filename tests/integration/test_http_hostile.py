@@ -14,7 +14,16 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from httputil import TOKEN, LogRecorder, fixed, http_server, http_url, streams_total, wait_idle
+from httputil import (
+    TOKEN,
+    LogRecorder,
+    fixed,
+    http_server,
+    http_url,
+    streams_total,
+    wait_idle,
+    ws_stream_url,
+)
 from polling import wait_until
 from serverutil import FaultyRunner
 
@@ -176,7 +185,7 @@ def test_the_schema_needs_the_token_and_docs_are_off(srv, log):
 
 
 def _ws_url(srv) -> str:
-    return f"ws://127.0.0.1:{srv.server.http_port}/v1/audio/speech/stream"
+    return ws_stream_url(srv)
 
 
 def _until_closed(ws) -> list[bytes | dict]:

@@ -31,6 +31,7 @@ from httputil import (
     streams_total,
     wait_freed_by_the_call,
     wait_idle,
+    ws_stream_url,
 )
 from polling import wait_until
 from serverutil import refuses_connections
@@ -372,7 +373,7 @@ def test_drain_closes_the_listener_serves_what_comes_on_open_connections_and_end
     # A WebSocket waiting for its text holds its place until the test sends it, and the drain
     # waits for it before its linger begins: no keep-alive connection closes before the late
     # request goes out, however long the steps before it take (they once outlasted 10 s).
-    ws_url = http_url(srv, "ws") + "/v1/audio/speech/stream"
+    ws_url = ws_stream_url(srv)
     with (
         connect(ws_url, additional_headers=auth, open_timeout=60) as held,
         httpx2.Client(timeout=120) as kept,  # a keep-alive connection, as a proxy holds one

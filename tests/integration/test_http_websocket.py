@@ -20,6 +20,7 @@ from httputil import (
     streams_total,
     wait_freed_by_the_call,
     wait_idle,
+    ws_stream_url,
 )
 
 N = 24
@@ -33,7 +34,7 @@ def srv(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture
 def ws_url(srv):
-    yield f"ws://127.0.0.1:{srv.server.http_port}/v1/audio/speech/stream"
+    yield ws_stream_url(srv)
     wait_idle(srv, "the server to be idle after the test")
 
 

@@ -19,7 +19,7 @@ import pytest
 from websockets.sync.client import connect
 
 from chattts_proto.chattts.v1 import tts_pb2, tts_pb2_grpc
-from httputil import TOKEN, http_server, samples_for, wait_idle
+from httputil import TOKEN, http_server, samples_for, wait_idle, ws_stream_url
 from navigation_ssml import PROMPTS, TAG_WORDS
 from ssml_heard import (
     RATE,
@@ -273,7 +273,7 @@ def test_a_streamed_document_left_open_ends_invalid_argument(stub) -> None:
 
 def test_a_document_over_the_websocket(srv) -> None:
     prompt = next(p for p in PROMPTS if p.name == "roundabout_ordinal")
-    url = f"ws://127.0.0.1:{srv.server.http_port}/v1/audio/speech/stream"
+    url = ws_stream_url(srv)
     heard = Heard()
     with connect(url, additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
         sampling = {"seed": 1, "min_new_tokens": N, "max_new_tokens": N}

@@ -16,7 +16,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
-from httputil import TOKEN, fixed, http_server, wait_idle
+from httputil import TOKEN, fixed, http_server, wait_idle, ws_stream_url
 
 RATE = 24000
 WAIT_S = 120  # a generous bound on one message: a loaded machine is slow, not wrong
@@ -33,7 +33,7 @@ def srv(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture
 def url(srv) -> Iterator[str]:
-    yield f"ws://127.0.0.1:{srv.server.http_port}/v1/audio/speech/stream"
+    yield ws_stream_url(srv)
     wait_idle(srv, "the server to be idle after the test")
 
 
@@ -250,7 +250,7 @@ def test_a_socket_may_open_with_a_context_message(url) -> None:
 def test_an_idle_context_finishes_what_was_sent_and_closes(tiny_model_dir, tmp_path) -> None:
     limits = {"ws_context_idle_s": 1.0}
     with http_server(tmp_path, max_streams=2, limits=limits) as server:
-        url = f"ws://127.0.0.1:{server.server.http_port}/v1/audio/speech/stream"
+        url = ws_stream_url(server)
         with _socket(url) as ws:
             _send(ws, "a", "text", text="Then nothing more.")
             heard = _read(ws, until=lambda h: "context_closed" in h.kinds("a"))
