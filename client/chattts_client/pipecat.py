@@ -212,7 +212,8 @@ class ChatTTSTTSService(TTSService):  # type: ignore[misc]
                 await self.cancel_task(task)
             else:
                 try:
-                    await asyncio.wait_for(asyncio.shield(task), CLOSE_TIMEOUT_S)
+                    async with asyncio.timeout(CLOSE_TIMEOUT_S):
+                        await asyncio.shield(task)
                 except TimeoutError:
                     await self.cancel_task(task)
 

@@ -28,6 +28,7 @@ call of its own that resumes the stream only to end it. The client's `close()` w
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any
@@ -162,14 +163,14 @@ class ResumingEventStream(AsyncIterator[Event]):
         call = self._call
         try:
             if by_resuming:
-                metadata = await asyncio.wait_for(call.initial_metadata(), CANCEL_GRACE_S)
+                metadata = await _within(call.initial_metadata(), CANCEL_GRACE_S)
                 headers = _headers_of(metadata)
                 if "chattts-stream-id" not in headers:
                     return  # none was sent: the server did not keep the stream
                 self._headers = headers
                 requests = _two(Request(resume=self._resume_message()), _CANCEL)
                 call = self._start_call(requests, headers["chattts-stream-id"], True)
-            await asyncio.wait_for(call.code(), CANCEL_GRACE_S)
+            await _within(call.code(), CANCEL_GRACE_S)
         except (TimeoutError, grpc.aio.AioRpcError):
             call.cancel()
 
@@ -316,7 +317,7 @@ class ResumingEventStream(AsyncIterator[Event]):
             call = start()
             left_s = deadline - time.perf_counter()
             try:
-                metadata = await asyncio.wait_for(call.initial_metadata(), max(left_s, 0.01))
+                metadata = await _within(call.initial_metadata(), max(left_s, 0.01))
             except TimeoutError:
                 metadata = None
             if metadata and any(k == "chattts-stream-id" for k, _ in metadata):
@@ -332,6 +333,16 @@ class ResumingEventStream(AsyncIterator[Event]):
 
     def _adopt(self, call: Any) -> None:
         self._call, self._responses = call, call.__aiter__()
+
+
+async def _within(awaitable: Any, timeout_s: float) -> Any:
+    """`awaitable`'s result; TimeoutError once `timeout_s` passes. Under asyncio.timeout where
+    there is one (3.11+): wait_for before 3.12 swallows a cancel that lands as the awaited thing
+    completes, and a stream its caller cancelled would go on."""
+    if sys.version_info < (3, 11):
+        return await asyncio.wait_for(awaitable, timeout_s)
+    async with asyncio.timeout(timeout_s):
+        return await awaitable
 
 
 def _drop_result(read: asyncio.Future[Any]) -> None:

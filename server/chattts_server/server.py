@@ -312,7 +312,8 @@ class TTSServer:
             return
         timeout = max(0.0, deadline - asyncio.get_running_loop().time())
         try:
-            await asyncio.wait_for(self.admission.wait_idle(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.admission.wait_idle()
         except TimeoutError:
             log.warning("grace period over; cancelling %d streams", self.admission.held)
 

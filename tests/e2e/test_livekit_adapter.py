@@ -159,6 +159,10 @@ def test_stream_closed_mid_utterance_is_cancelled_on_the_server(server, caplog):
         return num_frames
 
     assert asyncio.run(run()) == 2
+    streams = [
+        r.getMessage() for r in caplog.records if "method=StreamingSynthesize" in r.getMessage()
+    ]
+    assert len(cancelled()) == 1, streams
     (line,) = cancelled()
     tokens = int(line.split("tokens=")[1].split()[0])
     assert tokens < 2 * 300, line  # generation stopped: two utterances of 300 were asked for

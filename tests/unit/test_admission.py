@@ -158,3 +158,32 @@ def test_a_server_not_ready_refuses_every_stream() -> None:
         assert s.admitted == ["on time"]
 
     _run(test)
+
+
+def test_a_waiter_cancelled_as_its_place_comes_is_not_admitted() -> None:
+    """A waiting stream whose client goes away in the same loop turn as a place is granted to
+    it ends cancelled and passes the place on (asyncio.wait_for before Python 3.12 swallowed
+    such a cancel: the stream went on, admitted, for a client that had gone)."""
+
+    async def test() -> None:
+        admission = Admission(max_streams=1, max_queue=8)
+        admission.ready = True
+        s = Streams(admission)
+        await s.start("holder", DEFAULT)
+        admitted: list[str] = []
+
+        async def wait() -> None:
+            async with admission.stream(60.0, DEFAULT):
+                admitted.append("waiter")
+
+        waiter = asyncio.create_task(wait())
+        await _settle()
+        assert admission.waiting == 1
+        s._done["holder"].set()
+        await s._tasks["holder"]  # the holder's place is granted to the waiter...
+        waiter.cancel()  # ...in the same turn as its client goes away
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert admitted == [] and admission.active == 0 and admission.waiting == 0
+
+    _run(test)

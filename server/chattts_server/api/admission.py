@@ -114,7 +114,8 @@ class Admission:
         waiter = _Waiter(priority, next(self._arrivals), asyncio.get_running_loop().create_future())
         heapq.heappush(self._waiters, waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(waiter.future)
         except BaseException:
             future = waiter.future
             if future.done() and not future.cancelled() and future.exception() is None:

@@ -88,4 +88,5 @@ class HealthServicer(health_aio.HealthServicer):
         (at most `timeout_s`: a watcher that reads nothing does not hold up the drain)."""
         await self.enter_graceful_shutdown()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._no_watches.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._no_watches.wait()

@@ -65,7 +65,8 @@ class ReceiptGate:
         """Return once the client has receipted all the audio written (or sends no more
         receipts) and, if its text has ended, half-closed; SETTLE_S at most."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._quiet(text_ended), SETTLE_S)
+            async with asyncio.timeout(SETTLE_S):
+                await self._quiet(text_ended)
 
     async def _quiet(self, text_ended: bool) -> None:
         while (self.enabled and self.received < self.written) or (

@@ -243,7 +243,8 @@ class ResumableStream:
         """Wait for the next change; False if `timeout_s` passed first."""
         changed = self._changed
         try:
-            await asyncio.wait_for(changed.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await changed.wait()
         except TimeoutError:
             return False
         return True

@@ -207,7 +207,8 @@ class TextToSpeechServicer:
             await ending
             return
         try:
-            await asyncio.wait_for(ending, _STALLED_STATUS_WAIT_S)
+            async with asyncio.timeout(_STALLED_STATUS_WAIT_S):
+                await ending
         except (TimeoutError, ExecuteBatchError):
             # Cancelled, the handler ends without sending its own status: grpcio logs nothing
             # and the queued DEADLINE_EXCEEDED stays the call's status. (On a loaded machine
