@@ -3,8 +3,8 @@
 A `chattts-server` (tiny model unless --dev-model; --max-streams and --ws-max-contexts N) with
 its HTTP door. Each round runs the same N texts (fixed-length sentences, so the audio is the
 same) both ways, the ways taking turns so that load from other processes hits both alike: on
-one socket as N contexts (a config, the text and close_context each), and on N sockets at once
-(a config, the text and end each). Per stream, the first audio from when its text was sent;
+one socket as N contexts (the client library's `ContextSocket`: a config, the text and
+close_context each), and on N sockets at once (a config, the text and end each). Per stream, the first audio from when its text was sent;
 per way, the audio seconds made over the wall time from the first connect to the last close
 (throughput). Prints the medians over --rounds rounds, contexts / sockets, with the load.
 
@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import struct
 import time
 
 from _common import CACHE, arguments, launch, load_line, pct, table
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import connect
+
+from chattts_client.ws_contexts import Context, ContextAudio, ContextSocket
 
 TEXTS = [
     "Turn left at the next light.",
@@ -54,31 +55,24 @@ class Tally:
         self.audio_s += pcm_bytes / 2 / 24000
 
 
-async def _drain(ws: ClientConnection, tally: Tally, key: str | None) -> None:
-    """Until the server closes; `key` None: each frame names its context."""
-    async for message in ws:
-        if isinstance(message, bytes):
-            if key is None:
-                header, n = struct.unpack_from("<HB", message)
-                tally.audio(message[3 : 3 + n].decode(), len(message) - header)
-            else:
-                tally.audio(key, len(message))
-        elif json.loads(message)["type"] == "error":
-            raise SystemExit(f"the server refused a stream: {message}")
+async def _heard(context: Context, tally: Tally) -> None:
+    """A context's audio, until its close (a refusal raises ContextError)."""
+    async for event in context:
+        if isinstance(event, ContextAudio):
+            tally.audio(event.context_id, len(event.audio))
 
 
 async def one_socket(url: str, args, texts: list[str]) -> tuple[Tally, float]:  # type: ignore[no-untyped-def]
     tally, started = Tally(), time.perf_counter()
-    async with connect(url) as ws:
-        await ws.send(json.dumps({"type": "config", "contexts": True, "audio_format": "pcm"}))
+    async with await ContextSocket.connect(url, audio_format="pcm") as ws:
+        contexts = []
         for n, text in enumerate(texts):
-            key = f"c{n}"
-            await ws.send(json.dumps({"type": "config", "context_id": key, **_config(args, n)}))
-            tally.sent[key] = time.perf_counter()
-            await ws.send(json.dumps({"type": "text", "context_id": key, "text": text}))
-            await ws.send(json.dumps({"type": "close_context", "context_id": key}))
-        await ws.send(json.dumps({"type": "end"}))
-        await _drain(ws, tally, None)
+            context = await ws.open(f"c{n}", **_config(args, n))
+            tally.sent[context.context_id] = time.perf_counter()
+            await context.send(text)
+            await context.close()
+            contexts.append(context)
+        await asyncio.gather(*(_heard(context, tally) for context in contexts))
     return tally, time.perf_counter() - started
 
 
@@ -91,7 +85,11 @@ async def many_sockets(url: str, args, texts: list[str]) -> tuple[Tally, float]:
             tally.sent[f"c{n}"] = time.perf_counter()
             await ws.send(json.dumps({"type": "text", "text": text}))
             await ws.send(json.dumps({"type": "end"}))
-            await _drain(ws, tally, f"c{n}")
+            async for message in ws:
+                if isinstance(message, bytes):
+                    tally.audio(f"c{n}", len(message))
+                elif json.loads(message)["type"] == "error":
+                    raise SystemExit(f"the server refused a stream: {message}")
 
     await asyncio.gather(*(one(n, text) for n, text in enumerate(texts)))
     return tally, time.perf_counter() - started

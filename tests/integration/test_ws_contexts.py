@@ -20,21 +20,11 @@ from httputil import TOKEN, fixed, http_server, wait_idle, ws_stream_url
 
 RATE = 24000
 WAIT_S = 120  # a generous bound on one message: a loaded machine is slow, not wrong
-MAX_CONTEXTS = 3
-
-
-@pytest.fixture(scope="module")
-def srv(tiny_model_dir, tmp_path_factory):
-    limits = {"ws_max_contexts": MAX_CONTEXTS, "ws_context_idle_s": 600.0}
-    folder = tmp_path_factory.mktemp("ws-contexts")
-    with http_server(folder, max_streams=4, max_queue=4, limits=limits) as server:
-        yield server
 
 
 @pytest.fixture
-def url(srv) -> Iterator[str]:
-    yield ws_stream_url(srv)
-    wait_idle(srv, "the server to be idle after the test")
+def url(contexts_url: str) -> str:
+    return contexts_url
 
 
 @contextmanager
