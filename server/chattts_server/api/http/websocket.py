@@ -38,12 +38,12 @@ from ..client_json import check_json, load_json
 from ..convert import Validator
 from ..errors import ClientGoneError, ClientStalledError, ResumeError, is_ours
 from ..events import to_json
-from ..resume import STREAM_ID_HEADER, ResumableStream, Resumer
+from ..resume import STREAM_ID_HEADER, ResumableStream
 from ..stream_record import StreamRecord
 from ..synthesis import Synthesis
 from .errors import HTTPFailure, http_failure
 from .ws_contexts import ContextSocket
-from .ws_messages import Begin, ResumeRequest, count, fragment, ws_settings
+from .ws_messages import Begin, ResumeRequest, count, fragment, stream_message, ws_settings
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +89,16 @@ async def speech_stream(ws: WebSocket, synthesis: Synthesis) -> None:
 
     async def parse(validator: Validator) -> Begin:
         message = await _receive_json(ws)
-        if message.get("type") == "resume":
-            return Begin(None, ResumeRequest.parse(message), stream_id=stream_id)
         if "context_id" in message:  # a context socket, on the server's defaults
             defaults = ws_settings({"type": "config"}, validator, synthesis.voices)
-            return Begin(defaults, contexts=True, first=message)
+            return Begin(defaults, contexts=True, first=message, stream_id=stream_id)
+        if message.get("type") == "resume":
+            return Begin(None, ResumeRequest.parse(message), stream_id=stream_id)
         if message.get("contexts") is True and message.get("type") == "config":
             fields = {k: v for k, v in message.items() if k != "contexts"}
-            return Begin(ws_settings(fields, validator, synthesis.voices), contexts=True)
+            settings = ws_settings(fields, validator, synthesis.voices)
+            resumable = message.get("resumable") is True and resumer is not None
+            return Begin(settings, resumable=resumable, stream_id=stream_id, contexts=True)
         settings = ws_settings(message, validator, synthesis.voices)
         resumable = message.get("resumable") is True and resumer is not None
         return Begin(settings, resumable=resumable, stream_id=stream_id)
@@ -113,7 +115,8 @@ async def speech_stream(ws: WebSocket, synthesis: Synthesis) -> None:
 
     if begin.contexts:
         assert begin.settings is not None
-        await ContextSocket(ws, synthesis, METHOD, begin.settings, begin.first).run(_receive_json)
+        contexts = ContextSocket(ws, synthesis, METHOD, begin, header)
+        await contexts.run(_receive_json)
         return
     await _Conversation(ws, synthesis, begin, header).run()
 
@@ -255,13 +258,13 @@ class _Conversation:
             except Exception as exc:
                 self.synthesis.refused(METHOD, exc)
                 raise
-            await self._write(_stream_message("resumed", resumer, stream))
+            await self._write(stream_message("resumed", resumer, stream))
         else:
             # `resumable` only where the server resumes (speech_stream's parse).
             assert begin.settings is not None and resumer is not None
             stream = resumer.open(self.authorization, begin.stream_id)
             try:
-                await self._write(_stream_message("stream", resumer, stream))
+                await self._write(stream_message("stream", resumer, stream))
             except BaseException:
                 resumer.forget(stream)  # never begun: none could resume it
                 raise
@@ -299,18 +302,6 @@ class _Conversation:
         except RuntimeError:  # we closed the socket
             return
         await self._watch_gone()
-
-
-def _stream_message(kind: str, resumer: Resumer, stream: ResumableStream) -> str:
-    return json.dumps(
-        {
-            "type": kind,
-            "stream_id": stream.stream_id,
-            "resume_token": stream.token,
-            "resume_window_s": resumer.window_s,
-            "text_seq": stream.last_seq,
-        }
-    )
 
 
 async def _end_with_error(ws: WebSocket, synthesis: Synthesis, exc: BaseException) -> None:

@@ -17,6 +17,15 @@ was sent is finished) or `error` (after its error message). An error in one cont
 config, a context over --ws-max-contexts, a full server, a message for a context not open) is an
 error message naming it; the socket and the other contexts go on. `{"type": "end"}` (no
 context) finishes every context, then the server closes 1000.
+
+A context whose config says `"resumable": true` (or the socket's config, for a context opened
+without one) outlives the socket as a resumable stream does (api/resume.py): its first message
+is `{"type": "stream", "context_id", "stream_id", "resume_token", "resume_window_s",
+"text_seq"}`, its text messages may carry `seq`, and when the socket drops it is held for the
+resume window. On a new context socket, `{"type": "resume", "context_id", "stream_id",
+"resume_token", "sample_offset", "events_received"}` attaches it again (`resumed`, then its
+audio from that sample on and every later message once). The first resumable context of a
+socket takes the stream id its upgrade response named, which a proxy sticks on.
 """
 
 from __future__ import annotations
@@ -37,11 +46,13 @@ from ...stream.events import AudioOut, SessionEvent
 from ...stream.reader import TextFragment
 from ...stream.settings import StreamSettings
 from ..admission import AdmissionRejected
-from ..errors import ClientGoneError, ClientStalledError, is_ours
+from ..errors import ClientGoneError, ClientStalledError, ResumeError, is_ours
 from ..events import to_json
+from ..resume import ResumableStream, Write
+from ..stream_record import StreamRecord
 from ..synthesis import Synthesis
 from .errors import http_failure
-from .ws_messages import fragment, ws_settings
+from .ws_messages import Begin, ResumeRequest, count, fragment, stream_message, ws_settings
 
 log = logging.getLogger(__name__)
 
@@ -77,28 +88,45 @@ def audio_frame(context_id: str, audio: bytes) -> bytes:
 @dataclass(eq=False)
 class _Context:
     context_id: str
-    settings: StreamSettings
+    settings: StreamSettings | None
+    """None for a context resumed: its stream has its settings."""
     last_message: float
     text: asyncio.Queue[TextFragment | object] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
     reason: str = ""
     """Why it is closing: closed, immediate or idle ("" while open)."""
+    stream: ResumableStream | None = None
+    """A resumable context's stream (api/resume.py), which outlives the socket."""
+    resumed_at: tuple[int, int] | None = None
+    """A resumed context: the log entry to write first and the samples of it already heard."""
 
     async def fragments(self) -> AsyncIterator[TextFragment]:
         while (item := await self.text.get()) is not _END:
             assert isinstance(item, TextFragment)
             yield item
 
+    def post(self, message: dict[str, Any]) -> None:
+        """A text, replace, flush, clear or mark message (each `seq` once, when resumable)."""
+        if self.stream is not None:
+            self.stream.post(count(message, "seq"), fragment(message))
+        else:
+            self.text.put_nowait(fragment(message))
+
     def finish(self, reason: str) -> None:
         """No more text: speak what was sent, then close."""
         if not self.reason:
             self.reason = reason
-            self.text.put_nowait(_END)
+            if self.stream is not None:
+                self.stream.end_input()
+            else:
+                self.text.put_nowait(_END)
 
     def stop(self) -> None:
         """Stop now (close_context `immediate`: barge-in)."""
         self.reason = "immediate"
-        if self.task is not None:
+        if self.stream is not None:
+            self.stream.cancel()
+        elif self.task is not None:
             self.task.cancel()
 
 
@@ -111,13 +139,19 @@ class ContextSocket:
         ws: WebSocket,
         synthesis: Synthesis,
         method: str,
-        defaults: StreamSettings,
-        first: dict[str, Any] | None,
+        begin: Begin,
+        authorization: str | None,
     ) -> None:
         self.ws, self.synthesis, self.method = ws, synthesis, method
-        self.defaults = defaults
+        assert begin.settings is not None
+        self.defaults = begin.settings
         """The socket's config: a context opened without one of its own takes it."""
-        self.first = first
+        self.resumable = begin.resumable
+        """The socket's config asked for resumable contexts."""
+        self.first = begin.first
+        self.authorization = authorization
+        self.upgrade_stream_id = begin.stream_id
+        """The id the upgrade response named: the first resumable context's."""
         self.contexts: dict[str, _Context] = {}
         self._write_lock = asyncio.Lock()
         self._gone = False
@@ -168,10 +202,13 @@ class ContextSocket:
             context = self.contexts.get(context_id)
             if context is not None:
                 context.last_message = asyncio.get_running_loop().time()
+            if kind in ("config", "resume") and context is not None:
+                raise InvalidRequestError("context_id", f"is open already: no {kind} for it")
             if kind == "config":
-                if context is not None:
-                    raise InvalidRequestError("context_id", "is open already: its config was given")
-                self._open(context_id, self._settings(message))
+                resumable = message.get("resumable", self.resumable) is True
+                self._open(context_id, self._settings(message), resumable)
+            elif kind == "resume":
+                self._resume(context_id, ResumeRequest.parse(message))
             elif kind == "close_context":
                 open_context = self._known(context_id, context)
                 immediate = message.get("immediate", False)
@@ -182,9 +219,9 @@ class ContextSocket:
                 else:
                     open_context.finish("closed")
             elif context is None and kind == "text":
-                self._open(context_id, self.defaults).text.put_nowait(fragment(message))
+                self._open(context_id, self.defaults, self.resumable).post(message)
             else:
-                self._known(context_id, context).text.put_nowait(fragment(message))
+                self._known(context_id, context).post(message)
         except Exception as exc:
             if not is_ours(exc):
                 raise
@@ -196,7 +233,7 @@ class ContextSocket:
         return context
 
     def _settings(self, message: dict[str, Any]) -> StreamSettings:
-        fields = {k: v for k, v in message.items() if k != "context_id"}
+        fields = {k: v for k, v in message.items() if k not in ("context_id", "resumable")}
         try:
             return ws_settings(fields, self.synthesis.validator, self.synthesis.voices)
         except Exception as exc:
@@ -204,7 +241,36 @@ class ContextSocket:
                 self.synthesis.refused(self.method, exc)
             raise
 
-    def _open(self, context_id: str, settings: StreamSettings) -> _Context:
+    def _open(self, context_id: str, settings: StreamSettings, resumable: bool) -> _Context:
+        self._check_room()
+        context = _Context(context_id, settings, asyncio.get_running_loop().time())
+        resumer = self.synthesis.resumer
+        if resumable and resumer is not None:
+            stream_id, self.upgrade_stream_id = self.upgrade_stream_id or None, ""
+            context.stream = resumer.open(self.authorization, stream_id)
+        return self._started(context)
+
+    def _resume(self, context_id: str, request: ResumeRequest) -> None:
+        """A resumable context held since its socket dropped, attached to this one."""
+        self._check_room()
+        try:
+            if self.synthesis.resumer is None:
+                raise ResumeError(
+                    "FAILED_PRECONDITION",
+                    "this server does not resume streams (--resume-window-s 0)",
+                )
+            r = request
+            stream, start, heard = self.synthesis.resumer.resume(
+                r.stream_id, r.token, self.authorization, r.sample_offset, r.events_received
+            )
+        except Exception as exc:
+            self.synthesis.refused(self.method, exc)
+            raise
+        context = _Context(context_id, None, asyncio.get_running_loop().time(), stream=stream)
+        context.resumed_at = (start, heard)
+        self._started(context)
+
+    def _check_room(self) -> None:
         if len(self.contexts) >= self.max_contexts:
             exc = AdmissionRejected(
                 "exhausted",
@@ -213,9 +279,9 @@ class ContextSocket:
             )
             self.synthesis.refused(self.method, exc)
             raise exc
-        now = asyncio.get_running_loop().time()
-        context = _Context(context_id, settings, now)
-        self.contexts[context_id] = context
+
+    def _started(self, context: _Context) -> _Context:
+        self.contexts[context.context_id] = context
         context.task = asyncio.get_running_loop().create_task(self._speak(context))
         return context
 
@@ -231,20 +297,25 @@ class ContextSocket:
 
         record = None
         try:
-            record = await self.synthesis.stream(
-                self.method, context.fragments(), context.settings, send
-            )
+            if context.stream is not None:
+                record = await self._attached(context, send)
+            else:
+                assert context.settings is not None
+                record = await self.synthesis.stream(
+                    self.method, context.fragments(), context.settings, send
+                )
         except asyncio.CancelledError:
             if context.reason != "immediate" or self._gone:
-                raise
+                raise  # the socket went: a resumable context's stream is held for a resume
             current = asyncio.current_task()
             if current is not None:
                 current.uncancel()  # the stop asked for: the context still says it closed
         except Exception as exc:
             if not is_ours(exc):
                 raise
-            context.reason = "error"
-            await self._error(cid, exc)
+            if context.reason != "immediate":  # a resumable one's stop ends it CANCELLED
+                context.reason = "error"
+                await self._error(cid, exc)
         finally:
             if self.contexts.get(cid) is context:
                 del self.contexts[cid]
@@ -257,6 +328,33 @@ class ContextSocket:
                 "num_tokens": record.num_tokens,
             }
         await self._write(json.dumps(closed))
+
+    async def _attached(self, context: _Context, send: Write) -> StreamRecord:
+        """A resumable context's stream begun (its `stream` message) or resumed (`resumed`),
+        then this socket attached to it until it ends: its record."""
+        stream, resumer = context.stream, self.synthesis.resumer
+        assert stream is not None and resumer is not None
+        cid = context.context_id
+        if context.resumed_at is None:
+            try:
+                await self._write(stream_message("stream", resumer, stream, context_id=cid))
+            except BaseException:
+                resumer.forget(stream)  # never begun: none could resume it
+                raise
+            stream.known_to_client = True
+            assert context.settings is not None
+            run = self.synthesis.stream(
+                self.method, stream.fragments(), context.settings, stream.send, guard_stalls=False
+            )
+            stream.start(run)
+            start, heard = 0, 0
+        else:
+            await self._write(stream_message("resumed", resumer, stream, context_id=cid))
+            start, heard = context.resumed_at
+        await stream.attach(send, start, heard)
+        assert stream.task is not None
+        record: StreamRecord = stream.task.result()
+        return record
 
     async def _close_idle(self) -> None:
         loop = asyncio.get_running_loop()

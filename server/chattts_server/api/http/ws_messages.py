@@ -67,6 +67,7 @@ server -> client
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +76,7 @@ from ...stream.reader import TextFragment
 from ...stream.segments import IfStarted
 from ...stream.settings import StreamSettings
 from ..convert import Validator
+from ..resume import ResumableStream, Resumer
 from ..voices import VoiceLibrary
 from .openai_fields import openai_settings, synthesis_config
 
@@ -211,3 +213,17 @@ class Begin:
     """A context socket (ws_contexts.py); `settings` are the socket's config."""
     first: dict[str, Any] | None = None
     """A context socket's first message, when it named a context."""
+
+
+def stream_message(kind: str, resumer: Resumer, stream: ResumableStream, **fields: str) -> str:
+    """A resumable stream's `stream` (begun) or `resumed` message: what a resume needs."""
+    return json.dumps(
+        {
+            "type": kind,
+            **fields,
+            "stream_id": stream.stream_id,
+            "resume_token": stream.token,
+            "resume_window_s": resumer.window_s,
+            "text_seq": stream.last_seq,
+        }
+    )
