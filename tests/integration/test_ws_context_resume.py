@@ -5,6 +5,7 @@ once; a refused resume is an error naming its context, and the socket goes on.""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import random
@@ -17,6 +18,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from chattts_client.ws_contexts import ContextAudio, ContextSocket
 from chattts_devtools.tcp_relay import TcpRelay
 from httputil import TOKEN, http_server, wait_idle
 
@@ -183,3 +185,44 @@ def test_a_refused_resume_names_its_context_and_the_socket_goes_on(port) -> None
         listener.stream["new"]["type"] == "stream" and listener.closed["new"]["reason"] == "closed"
     )
     assert len(listener.pcm["new"]) > 0
+
+
+def test_the_client_library_resumes_its_contexts_by_itself(port) -> None:
+    """chattts_client.ws_contexts with `resumable=True`, through a relay cut twice mid-audio:
+    the context's iteration sees `resumed` twice and otherwise exactly an uncut run's events."""
+
+    async def run(url: str, resumable: bool, relay: TcpRelay | None) -> list:
+        events: list = []
+        ws = await ContextSocket.connect(url, api_key=TOKEN, resumable=resumable)
+        async with ws:
+            config = _config("nav", 0, resumable)
+            turn = await ws.open(
+                "nav", **{k: v for k, v in config.items() if k not in ("type", "context_id")}
+            )
+            for message in _texts("nav")[:-1]:
+                await turn.send(message["text"], mark=message["mark"])
+            await turn.close()
+            async for event in turn:
+                events.append(event)
+                audio = [e for e in events if isinstance(e, ContextAudio)]
+                if relay is not None and len(audio) in (3, 9) and isinstance(event, ContextAudio):
+                    relay.cut()
+        return events
+
+    def heard(events: list) -> tuple[bytes, list]:
+        pcm = b"".join(e.audio for e in events if isinstance(e, ContextAudio))
+        messages = [
+            {k: v for k, v in e.items() if k not in _TIMINGS}
+            for e in events
+            if isinstance(e, dict) and e["type"] not in ("stream", "resumed")
+        ]
+        return pcm, messages
+
+    url = f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
+    want = asyncio.run(run(url, False, None))
+    with TcpRelay(port) as relay:
+        got = asyncio.run(run(f"ws://127.0.0.1:{relay.port}/v1/audio/speech/stream", True, relay))
+    assert [e["type"] for e in got if isinstance(e, dict) and e["type"] == "resumed"] == [
+        "resumed"
+    ] * 2
+    assert heard(got) == heard(want)
