@@ -36,26 +36,42 @@ PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
            --platform manylinux1_x86_64 --platform any)
 quiet() { grep -v "^WARNING: Location 'file://" || true; }  # this machine's local index noise
 shopt -s nocaseglob nullglob
-keep=()
-fetched=0
+specs=() kinds=() binaries=() sdists=()
 while read -r spec _modules kind; do
-  name=${spec%%==*} version=${spec#*==}
-  stem="${name//-/_}-${version}-"  # wheel file names: name with _ for -, any case
-  have=("$DEST"/${stem}*.whl)
+  specs+=("$spec") kinds+=("${kind:-}")
+done < <(sed 's/#.*//' "$LIST" | grep -v '^[[:space:]]*$')
+present() {  # the wheels in $DEST for one pin (wheel names: name with _ for -, any case)
+  local name=${1%%==*} version=${1#*==}
+  have=("$DEST"/"${name//-/_}-${version}-"*.whl)
+}
+for i in "${!specs[@]}"; do
+  present "${specs[$i]}"
   if ((${#have[@]} == 0)); then
-    if [ "${kind:-}" = sdist ]; then
-      "$PIP_PYTHON" -m pip wheel -q --no-deps -w "$DEST" "$spec" 2>&1 | quiet
-    else
-      "$PIP_PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-        --implementation cp "${PLATFORMS[@]}" -d "$DEST" "$spec" 2>&1 | quiet
-    fi
-    have=("$DEST"/${stem}*.whl)
-    ((${#have[@]})) || { echo "fetch_gpu_wheels.sh: could not fetch $spec" >&2; exit 1; }
-    fetched=$((fetched + 1))
+    if [ "${kinds[$i]}" = sdist ]; then sdists+=("${specs[$i]}"); else binaries+=("${specs[$i]}"); fi
   fi
+done
+download() {
+  "$PIP_PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${PLATFORMS[@]}" -d "$DEST" "$@" 2>&1 | quiet
+}
+build() { "$PIP_PYTHON" -m pip wheel -q --no-deps -w "$DEST" "$@" 2>&1 | quiet; }
+# One pip run for all the missing wheels, one for all the sdists (a pip start per package cost a
+# fresh clone's dry run half a minute); where one fails, a run per package, which keeps the rest
+# and names the one that cannot be fetched.
+if ((${#binaries[@]})) && ! download "${binaries[@]}" >/dev/null 2>&1; then
+  for spec in "${binaries[@]}"; do present "$spec"; ((${#have[@]})) || download "$spec" || true; done
+fi
+if ((${#sdists[@]})) && ! build "${sdists[@]}" >/dev/null 2>&1; then
+  for spec in "${sdists[@]}"; do present "$spec"; ((${#have[@]})) || build "$spec" || true; done
+fi
+keep=()
+for spec in "${specs[@]}"; do
+  present "$spec"
+  ((${#have[@]})) || { echo "fetch_gpu_wheels.sh: could not fetch $spec" >&2; exit 1; }
   ((${#have[@]} == 1)) || { echo "fetch_gpu_wheels.sh: several wheels for $spec: ${have[*]}" >&2; exit 1; }
   keep+=("$(basename "${have[0]}")")
-done < <(sed 's/#.*//' "$LIST" | grep -v '^[[:space:]]*$')
+done
+fetched=$((${#binaries[@]} + ${#sdists[@]}))
 
 for wheel in "$DEST"/*; do
   base=$(basename "$wheel")
