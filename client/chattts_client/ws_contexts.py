@@ -182,6 +182,7 @@ class ContextSocket:
         self._contexts: dict[str, Context] = {}
         self._failure: BaseException | None = None
         self._reconnecting = False
+        self._ended = False
         self._reader = asyncio.ensure_future(self._read())
 
     @classmethod
@@ -211,6 +212,7 @@ class ContextSocket:
 
     async def end(self) -> None:
         """Every context finishes what was sent; the server then closes the socket."""
+        self._ended = True
         await self._send({"type": "end"})
 
     async def aclose(self) -> None:
@@ -270,6 +272,8 @@ class ContextSocket:
                 for context in contexts:
                     for message in context._resume_messages():
                         await ws.send(json.dumps(message))
+                if self._ended:
+                    await ws.send(json.dumps({"type": "end"}))
             except (OSError, InvalidHandshake, ConnectionClosed, TimeoutError):
                 if time.monotonic() >= deadline:
                     return False
