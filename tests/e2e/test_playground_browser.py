@@ -149,15 +149,30 @@ def test_the_playground_resumes_a_dropped_websocket_by_itself(srv):
     wait_idle(srv, "the server to be idle")
 
 
-def test_two_voices_take_turns_on_one_socket(srv):
+@pytest.mark.parametrize("cut_at", [[], [2, 5]], ids=["uncut", "cut-twice"])
+def test_two_voices_take_turns_on_one_socket(srv, cut_at):
     """The contexts route: each sentence a context of its own on one WebSocket, the two voices
-    in turn; the page plays each turn's audio after the turn before it, all of it once."""
+    in turn; the page plays each turn's audio after the turn before it, all of it once. Cut
+    twice mid-audio (a relay's RST each way), the page resumes every open turn by itself on a
+    new socket, and still plays every sample once."""
     text = "Turn left at the light. Then keep right at the fork. You have arrived."
-    run = run_playground(http_url(srv) + "/", text, route="contexts",
-                         token=TOKEN, max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS)  # fmt: skip
+    with TcpRelay(srv.server.http_port) as relay:
+
+        def blip(state: dict) -> None:
+            if cut_at and len(state["chunks"]) >= cut_at[0]:
+                cut_at.pop(0)
+                relay.cut()
+
+        run = run_playground(f"http://127.0.0.1:{relay.port}/", text, route="contexts",
+                             token=TOKEN, max_tokens=MAX_TOKENS, min_tokens=MAX_TOKENS,
+                             while_running=blip)  # fmt: skip
+        cuts = relay.cuts
     state = run.state
     assert state["error"] is None, (state["error"], run.browser_log)
-    assert state["sockets"] == 1
+    # A cut also resets the page's idle HTTP connection: `cuts` counts it even when the
+    # WebSocket was between sockets, so each new socket is one resume.
+    resumes = len(state["resumes"])
+    assert state["sockets"] == 1 + resumes and (resumes >= 1) == bool(cuts), (cuts, state)
     turns = state["turns"]
     voices = [t["voice"] for t in turns]
     assert len(turns) == 3 and voices[0] == voices[2] != voices[1], voices
