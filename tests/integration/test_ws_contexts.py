@@ -250,3 +250,18 @@ def test_an_idle_context_finishes_what_was_sent_and_closes(tiny_model_dir, tmp_p
     closed = heard.closed("a")
     assert closed["reason"] == "idle" and heard.samples["a"] > 0
     assert round(closed["audio_duration_s"] * RATE) == heard.samples["a"]
+
+
+@pytest.mark.parametrize("resumable", [False, True])
+def test_a_context_closed_now_with_its_config_still_says_it_closed(url, resumable) -> None:
+    """Config, text and an immediate close sent at once (before the context's task has run):
+    the context closes `immediate` with nothing spoken, and the socket ends as asked."""
+    with _socket(url) as ws:
+        _send(ws, "a", "config", audio_format="pcm", resumable=resumable)
+        _send(ws, "a", "text", text="A sentence that will not be spoken.")
+        _send(ws, "a", "close_context", immediate=True)
+        ws.send(json.dumps({"type": "end"}))
+        heard = _read(ws)
+    assert heard.close_code == 1000 and not heard.errors, heard.errors
+    assert heard.closed("a")["reason"] == "immediate"
+    assert heard.kinds("a")[-1] == "context_closed" and heard.samples["a"] == 0

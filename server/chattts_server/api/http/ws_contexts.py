@@ -122,12 +122,14 @@ class _Context:
                 self.text.put_nowait(_END)
 
     def stop(self) -> None:
-        """Stop now (close_context `immediate`: barge-in)."""
+        """Stop now (close_context `immediate`: barge-in). The task's cancel waits one loop turn:
+        a task cancelled before its first step would never run, nor say that it closed (a
+        config and an immediate close can arrive together)."""
         self.reason = "immediate"
         if self.stream is not None:
-            self.stream.cancel()
+            self.stream.cancel()  # one not yet begun is not begun (`_attached`)
         elif self.task is not None:
-            self.task.cancel()
+            asyncio.get_running_loop().call_soon(self.task.cancel)
 
 
 class ContextSocket:
@@ -329,9 +331,10 @@ class ContextSocket:
             }
         await self._write(json.dumps(closed))
 
-    async def _attached(self, context: _Context, send: Write) -> StreamRecord:
+    async def _attached(self, context: _Context, send: Write) -> StreamRecord | None:
         """A resumable context's stream begun (its `stream` message) or resumed (`resumed`),
-        then this socket attached to it until it ends: its record."""
+        then this socket attached to it until it ends: its record (None: stopped before it
+        began)."""
         stream, resumer = context.stream, self.synthesis.resumer
         assert stream is not None and resumer is not None
         cid = context.context_id
@@ -342,6 +345,8 @@ class ContextSocket:
                 resumer.forget(stream)  # never begun: none could resume it
                 raise
             stream.known_to_client = True
+            if stream.cancelled:
+                return None  # closed `immediate` before it began
             assert context.settings is not None
             run = self.synthesis.stream(
                 self.method, stream.fragments(), context.settings, stream.send, guard_stalls=False
