@@ -266,6 +266,7 @@ class ContextSocket:
         if self._sticky:
             url += ("&" if "?" in url else "?") + urlencode({"stream_id": self._sticky})
         for attempt in range(1000):
+            ws: ClientConnection | None = None
             try:
                 ws = await connect(url, additional_headers=self._headers, max_size=None)
                 await ws.send(json.dumps(self._first))
@@ -275,6 +276,8 @@ class ContextSocket:
                 if self._ended:
                     await ws.send(json.dumps({"type": "end"}))
             except (OSError, InvalidHandshake, ConnectionClosed, TimeoutError):
+                if ws is not None:
+                    await ws.close()  # dropped again while resuming: the next try
                 if time.monotonic() >= deadline:
                     return False
                 await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])

@@ -284,6 +284,7 @@ class TTSServer:
             await asyncio.sleep(max(0.0, linger_end - loop.time()))
             await self._wait_idle(deadline)  # what came in on those connections meanwhile
             await self.http.responses_sent(deadline)
+            await self._sockets_done(deadline)
             await self.http.stop()  # cancels the HTTP streams still running after the grace
         if grpc_stopped is not None:
             await grpc_stopped
@@ -305,6 +306,13 @@ class TTSServer:
             return None
         timeout = max(0.0, deadline - asyncio.get_running_loop().time())
         return asyncio.ensure_future(self.server.stop(timeout))
+
+    async def _sockets_done(self, deadline: float) -> None:
+        """Until every WebSocket stream has written its last message and closed
+        (`Synthesis.socket_stream`), or `deadline` (loop time); polled, as responses are."""
+        loop = asyncio.get_running_loop()
+        while self.synthesis and self.synthesis.socket_streams and loop.time() < deadline:
+            await asyncio.sleep(0.05)
 
     async def _wait_idle(self, deadline: float) -> None:
         """Until no stream is held, or `deadline` (loop time) passes."""

@@ -31,8 +31,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import aclosing, asynccontextmanager, contextmanager
 from typing import TypeVar
 
 from ..audio.containers import CONTAINER_ENCODINGS
@@ -98,6 +98,19 @@ class Synthesis:
             else None
         )
         """The resumable streams of every door; None with --resume-window-s 0."""
+        self.socket_streams = 0
+        """WebSocket streams (and contexts) begun whose last message is not yet written."""
+
+    @contextmanager
+    def socket_stream(self) -> Iterator[None]:
+        """A WebSocket stream from its start to its last message and close: a drain waits for
+        these before it stops the HTTP server (`TTSServer.drain`), since a stream's slot is
+        freed before its last messages (`done`, `context_closed`) go out."""
+        self.socket_streams += 1
+        try:
+            yield
+        finally:
+            self.socket_streams -= 1
 
     def use_lexicons(self, library: LexiconLibrary) -> None:
         """The server's lexicons from now on (SIGHUP reloaded them). A stream takes them when it

@@ -147,6 +147,10 @@ class _Conversation:
         self._watcher: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
+        with self.synthesis.socket_stream():
+            await self._run()
+
+    async def _run(self) -> None:
         self._speaker = speaker = asyncio.ensure_future(self._speak())
         try:
             await asyncio.wait({speaker})

@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import struct
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,37 +51,21 @@ from ..resume import ResumableStream, Write
 from ..stream_record import StreamRecord
 from ..synthesis import Synthesis
 from .errors import http_failure
-from .ws_messages import Begin, ResumeRequest, count, fragment, stream_message, ws_settings
+from .ws_messages import (
+    Begin,
+    ResumeRequest,
+    audio_frame,
+    context_id_of,
+    count,
+    fragment,
+    stream_message,
+    ws_settings,
+)
 
 log = logging.getLogger(__name__)
 
-MAX_CONTEXT_ID_BYTES = 64
 _END = object()
 _IDLE_CHECK_S = 0.5
-
-
-def context_id_of(message: dict[str, Any]) -> str:
-    """The message's `context_id` (InvalidRequestError naming it when it is not one)."""
-    value = message.get("context_id")
-    if not isinstance(value, str) or not value or not value.isprintable():
-        raise InvalidRequestError(
-            "context_id", "must be a non-empty string of printable characters"
-        )
-    if len(value.encode()) > MAX_CONTEXT_ID_BYTES:
-        raise InvalidRequestError("context_id", f"is over {MAX_CONTEXT_ID_BYTES} bytes in UTF-8")
-    return value
-
-
-def audio_frame(context_id: str, audio: bytes) -> bytes:
-    """A context's audio frame: a header, then the audio as the stream would send it.
-
-    Header: the header's length H (uint16, little-endian; a multiple of 4), the id's length in
-    bytes (uint8), the id (UTF-8), zeros up to H. The audio starts at a 4-byte boundary, so a
-    browser reads PCM in place: `new Int16Array(frame, H)` copies nothing."""
-    raw = context_id.encode()
-    size = 3 + len(raw)
-    size += -size % 4
-    return struct.pack("<HB", size, len(raw)) + raw + bytes(size - 3 - len(raw)) + audio
 
 
 @dataclass(eq=False)
@@ -179,12 +162,13 @@ class ContextSocket:
                 await self._dispatch(message)
                 if self._gone:
                     return  # its contexts are cancelled below; uvicorn closes the connection
-            for context in list(self.contexts.values()):
-                context.finish("closed")
-            tasks = [c.task for c in self.contexts.values() if c.task is not None]
-            await asyncio.gather(*tasks, return_exceptions=True)
-            with contextlib.suppress(Exception):
-                await self.synthesis.deliver(self.ws.close(1000))
+            with self.synthesis.socket_stream():  # its contexts' ends, then the close
+                for context in list(self.contexts.values()):
+                    context.finish("closed")
+                tasks = [c.task for c in self.contexts.values() if c.task is not None]
+                await asyncio.gather(*tasks, return_exceptions=True)
+                with contextlib.suppress(Exception):
+                    await self.synthesis.deliver(self.ws.close(1000))
         except (ClientGoneError, RuntimeError):
             self._gone = True  # the client left (or we closed): its contexts end with it
         finally:
@@ -289,6 +273,10 @@ class ContextSocket:
 
     async def _speak(self, context: _Context) -> None:
         """The context's stream; then its last message."""
+        with self.synthesis.socket_stream():
+            await self._speak_context(context)
+
+    async def _speak_context(self, context: _Context) -> None:
         cid = context.context_id
 
         async def send(event: SessionEvent) -> None:

@@ -68,6 +68,7 @@ server -> client
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,3 +228,30 @@ def stream_message(kind: str, resumer: Resumer, stream: ResumableStream, **field
             "text_seq": stream.last_seq,
         }
     )
+
+
+MAX_CONTEXT_ID_BYTES = 64
+
+
+def context_id_of(message: dict[str, Any]) -> str:
+    """The message's `context_id` (InvalidRequestError naming it when it is not one)."""
+    value = message.get("context_id")
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise InvalidRequestError(
+            "context_id", "must be a non-empty string of printable characters"
+        )
+    if len(value.encode()) > MAX_CONTEXT_ID_BYTES:
+        raise InvalidRequestError("context_id", f"is over {MAX_CONTEXT_ID_BYTES} bytes in UTF-8")
+    return value
+
+
+def audio_frame(context_id: str, audio: bytes) -> bytes:
+    """A context's audio frame: a header, then the audio as the stream would send it.
+
+    Header: the header's length H (uint16, little-endian; a multiple of 4), the id's length in
+    bytes (uint8), the id (UTF-8), zeros up to H. The audio starts at a 4-byte boundary, so a
+    browser reads PCM in place: `new Int16Array(frame, H)` copies nothing."""
+    raw = context_id.encode()
+    size = 3 + len(raw)
+    size += -size % 4
+    return struct.pack("<HB", size, len(raw)) + raw + bytes(size - 3 - len(raw)) + audio
