@@ -259,7 +259,8 @@ class TTSServer:
            before the doors shut (see `Admission.draining`) finish within the grace period;
            the rest are cancelled at its end.
         4. HTTP keep-alive connections still open stay open for --http-linger-s (a request
-           still sent on one is served and answered Connection: close), then close.
+           still sent on one is served and answered Connection: close), then close, once every
+           response and WebSocket stream has written its last message.
         5. Only then do the connections close and the process exit.
 
         A replica that kept listening only to refuse would pass a proxy's TCP check and, with
