@@ -25,7 +25,9 @@ samples received (PCM: 16-bit samples are counted) and sends its text messages a
 carries its `seq`: the server applies each once); the context's iteration sees a `resumed`
 message and goes on, nothing lost or repeated. It tries until the server's resume window has
 passed; then the open contexts end with the ConnectionClosed. A context whose socket dropped
-before its `stream` message came cannot be resumed and ends so too.
+before its `stream` message came cannot be resumed and ends so too; one closed `immediate`
+before the drop is not resumed (the server let it go) and ends with a `context_closed` of
+reason `immediate` made here.
 
 Needs `websockets` (`pip install "chattts-stream[websocket]"`).
 """
@@ -100,6 +102,8 @@ class Context:
         """Its messages after the config, numbered: sent again after a resume."""
         self._samples = 0
         self._since_audio = 0
+        self._stopped = False
+        """Closed `immediate`: the server lets its stream go, so a drop ends it, not a resume."""
 
     async def send(self, text: str, **fields: Any) -> None:
         """A text message: `flush`, `clear`, `mark`, `segment`, `expires_in_ms` as the server's
@@ -125,6 +129,7 @@ class Context:
 
     async def close(self, immediate: bool = False) -> None:
         """Finish what was sent, then close; `immediate`: stop now (barge-in)."""
+        self._stopped = immediate
         await self._message("close_context", immediate=immediate)
 
     def __aiter__(self) -> AsyncIterator[ContextAudio | dict[str, Any]]:
@@ -254,6 +259,9 @@ class ContextSocket:
     async def _resume(self) -> bool:
         """A new socket resuming every open context; False once the window passed first."""
         self._reconnecting = True
+        for context in [c for c in self._contexts.values() if c._stopped]:
+            stopped = {"type": "context_closed", "context_id": context.context_id}
+            self._deliver(context.context_id, stopped | {"reason": "immediate"})
         contexts = [c for c in self._contexts.values() if c.stream is not None]
         for context in [c for c in self._contexts.values() if c.stream is None]:
             context._post(ConnectionClosed(None, None))  # never begun: none could resume it
