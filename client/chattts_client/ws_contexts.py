@@ -25,9 +25,9 @@ samples received (PCM: 16-bit samples are counted) and sends its text messages a
 carries its `seq`: the server applies each once); the context's iteration sees a `resumed`
 message and goes on, nothing lost or repeated. It tries until the server's resume window has
 passed; then the open contexts end with the ConnectionClosed. A context whose socket dropped
-before its `stream` message came cannot be resumed and ends so too; one closed `immediate`
-before the drop is not resumed (the server let it go) and ends with a `context_closed` of
-reason `immediate` made here.
+before its `stream` message came cannot be resumed and ends so too. One closed `immediate`
+just before the drop is resumed with its close sent again; where the server had let it go
+already (its resume refused), it ends with a `context_closed` of reason `immediate` made here.
 
 Needs `websockets` (`pip install "chattts-stream[websocket]"`).
 """
@@ -103,7 +103,7 @@ class Context:
         self._samples = 0
         self._since_audio = 0
         self._stopped = False
-        """Closed `immediate`: the server lets its stream go, so a drop ends it, not a resume."""
+        """Closed `immediate`: a resume the server refuses (it let the stream go) ends it."""
 
     async def send(self, text: str, **fields: Any) -> None:
         """A text message: `flush`, `clear`, `mark`, `segment`, `expires_in_ms` as the server's
@@ -259,9 +259,6 @@ class ContextSocket:
     async def _resume(self) -> bool:
         """A new socket resuming every open context; False once the window passed first."""
         self._reconnecting = True
-        for context in [c for c in self._contexts.values() if c._stopped]:
-            stopped = {"type": "context_closed", "context_id": context.context_id}
-            self._deliver(context.context_id, stopped | {"reason": "immediate"})
         contexts = [c for c in self._contexts.values() if c.stream is not None]
         for context in [c for c in self._contexts.values() if c.stream is None]:
             context._post(ConnectionClosed(None, None))  # never begun: none could resume it
@@ -308,6 +305,11 @@ class ContextSocket:
                     error = ContextError(context_id, event.get("error") or {})
                     if context_id is None or context_id not in self._contexts:
                         self._failure = error
+                        continue
+                    if error.code in _REFUSED_RESUME and self._contexts[context_id]._stopped:
+                        # Its immediate close had reached the server, which let it go.
+                        closed = {"type": "context_closed", "context_id": context_id}
+                        self._deliver(context_id, closed | {"reason": "immediate"})
                         continue
                     self._deliver(context_id, error)
                     if error.code in _REFUSED_RESUME:  # no context_closed follows

@@ -226,3 +226,35 @@ def test_the_client_library_resumes_its_contexts_by_itself(port) -> None:
         "resumed"
     ] * 2
     assert heard(got) == heard(want)
+
+
+def test_a_context_closed_now_across_a_cut_ends_closed(port) -> None:
+    """Barge-in as the socket drops (the close is sent while the socket is down): the stopped
+    context is resumed with its close sent again and ends `immediate`; the other context
+    resumes and finishes."""
+
+    async def run(relay: TcpRelay) -> tuple[dict | None, dict | None]:
+        url = f"ws://127.0.0.1:{relay.port}/v1/audio/speech/stream"
+        async with await ContextSocket.connect(url, api_key=TOKEN, resumable=True) as ws:
+            config = {
+                k: v for k, v in _config("x", 0, True).items() if k not in ("type", "context_id")
+            }
+            stopped, other = await ws.open("stopped", **config), await ws.open("other", **config)
+            for context in (stopped, other):
+                await context.send("A long answer that goes on and on. " * 3)
+            async for event in stopped:
+                if isinstance(event, ContextAudio):
+                    break
+            relay.cut()
+            await stopped.close(immediate=True)
+            await other.close()
+            rest = [e async for e in stopped]
+            async for _ in other:
+                pass
+            assert rest[-1] is stopped.closed
+            return stopped.closed, other.closed
+
+    with TcpRelay(port) as relay:
+        stopped, other = asyncio.run(run(relay))
+    assert stopped is not None and stopped["reason"] == "immediate"
+    assert other is not None and other["reason"] == "closed"
