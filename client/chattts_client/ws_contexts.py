@@ -186,6 +186,8 @@ class ContextSocket:
         """The id the upgrade named: a proxy sends a socket naming it to the same replica."""
         self._contexts: dict[str, Context] = {}
         self._failure: BaseException | None = None
+        self._error: ContextError | None = None
+        """An error naming no context of ours (a message the server could not read)."""
         self._reconnecting = False
         self._ended = False
         self._reader = asyncio.ensure_future(self._read())
@@ -235,7 +237,10 @@ class ContextSocket:
 
     async def _send(self, message: dict[str, Any]) -> None:
         if self._failure is not None:
-            raise self._failure
+            raise self._failure  # the socket is closed
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         if self._reconnecting:
             return  # a resumable context's: sent again once the socket is back
         try:
@@ -304,7 +309,7 @@ class ContextSocket:
                 if event.get("type") == "error":
                     error = ContextError(context_id, event.get("error") or {})
                     if context_id is None or context_id not in self._contexts:
-                        self._failure = error
+                        self._error = error  # raised by the next call, once
                         continue
                     if error.code in _REFUSED_RESUME and self._contexts[context_id]._stopped:
                         # Its immediate close had reached the server, which let it go.

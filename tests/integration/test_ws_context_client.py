@@ -111,3 +111,30 @@ def test_a_context_error_is_its_own_and_the_other_context_speaks(url, contexts_s
     assert bad_config.context_id == "bad" and bad_config.error["param"] == "config.voice"
     assert over.context_id == f"extra-{max_contexts - 1}" and over.code
     assert _samples(heard) > 0 and heard[-1]["reason"] == "closed"
+
+
+def test_an_error_naming_no_context_is_raised_once_by_the_next_call(url) -> None:
+    """A context id the server cannot read (a tab in it): its error names no context, so the
+    socket's next call raises it, once; the socket and its other contexts go on."""
+
+    async def run() -> tuple[ContextError, list[ContextAudio | dict[str, Any]]]:
+        async with await _socket(url) as ws:
+            bad = await ws.open("tab\there")
+            await bad.send("Nothing.")
+            good = await ws.open("good")
+            raised = None
+            for _ in range(2400):  # until the error comes back (120 s: a loaded machine is slow)
+                try:
+                    await good.send("")
+                except ContextError as exc:
+                    raised = exc
+                    break
+                await asyncio.sleep(0.05)
+            assert raised is not None
+            await good.send("Still here.")
+            await good.close()
+            return raised, await _events(good)
+
+    raised, heard = asyncio.run(run())
+    assert raised.context_id is None and raised.error["param"] == "context_id"
+    assert _samples(heard) > 0 and heard[-1]["reason"] == "closed"
